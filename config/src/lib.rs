@@ -1,0 +1,13 @@
+//! Configuration of kafka-mirror-proxy: the serde model, loading from a TOML file, environment
+//! overrides (`KMP_*`) and command-line flags, and validation that reports every problem at once.
+//!
+//! This crate is pure data: no sockets, no tokio. Resolving host names, binding listeners and
+//! anything else that touches the network belongs to the crates that use the config.
+
+mod load;
+mod model;
+mod validate;
+
+pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
+pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
+pub use validate::{ConfigError, ConfigErrors};

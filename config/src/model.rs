@@ -1,0 +1,129 @@
+//! The configuration model. Every field documents its unit, its default and its effect.
+//! Parsing and validation rules live in `load` and `validate`, not here.
+
+use serde::Deserialize;
+
+/// Whole-process configuration, as read from the TOML file (all sections optional).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where clients connect and which addresses they are told about.
+    pub listener: ListenerConfig,
+    /// The destination Kafka cluster the proxy fronts.
+    pub upstream: UpstreamConfig,
+    /// The HTTP admin endpoint (health, readiness, metrics).
+    pub admin: AdminConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listener: ListenerConfig::default(),
+            upstream: UpstreamConfig::default(),
+            admin: AdminConfig::default(),
+        }
+    }
+}
+
+/// Client-facing listeners.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ListenerConfig {
+    /// `host:port` of the bootstrap listener that clients put in `bootstrap.servers`.
+    /// Default `127.0.0.1:9192`.
+    pub listen: String,
+    /// Host name or IP written into every broker address the proxy hands to clients
+    /// (Metadata, FindCoordinator, DescribeCluster, Produce/Fetch `node_endpoints`). Set it to the
+    /// name clients can reach (container name, NAT address). Default: the host of `listen`, or
+    /// `localhost` when `listen` binds a wildcard address.
+    pub advertised_host: Option<String>,
+    /// First port of the per-broker listeners: upstream broker with node id `N` is reachable
+    /// through the proxy at `advertised_host:(node_port_base + N)`. Default: the port of `listen`
+    /// plus one. Brokers whose port would exceed 65535 are refused with an error in the log.
+    pub node_port_base: Option<u16>,
+    /// Largest request frame (bytes, excluding the 4-byte length prefix) accepted from a client;
+    /// a larger frame closes that client's connection. Default 104857600 (100 MiB, Kafka's
+    /// `socket.request.max.bytes`).
+    pub max_request_frame_bytes: u32,
+    /// Time (milliseconds) that a SIGTERM/Ctrl-C waits for in-flight requests to get their
+    /// responses before connections are closed. Default 30000.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for ListenerConfig {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:9192".to_owned(),
+            advertised_host: None,
+            node_port_base: None,
+            max_request_frame_bytes: 100 * 1024 * 1024,
+            drain_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// The destination cluster.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Bootstrap brokers of the destination cluster, `host:port` each. Required (no default).
+    pub bootstrap_servers: Vec<String>,
+    /// Timeout (milliseconds) for opening one TCP connection to an upstream broker. Default 10000.
+    pub connect_timeout_ms: u64,
+    /// Interval (milliseconds) between the proxy's own Metadata requests, which discover brokers
+    /// that joined or left and drive `/readyz`. Default 10000.
+    pub metadata_refresh_interval_ms: u64,
+    /// Largest response frame (bytes, excluding the length prefix) accepted from a broker; a
+    /// larger one closes that client connection. Default 1073741824 (1 GiB).
+    pub max_response_frame_bytes: u32,
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap_servers: Vec::new(),
+            connect_timeout_ms: 10_000,
+            metadata_refresh_interval_ms: 10_000,
+            max_response_frame_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// HTTP admin endpoint.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminConfig {
+    /// `host:port` for `/healthz`, `/readyz` and `/metrics`. Default: unset, no admin endpoint.
+    pub listen: Option<String>,
+}
+
+impl ListenerConfig {
+    /// The host clients are told to connect to (see [`ListenerConfig::advertised_host`]).
+    pub fn effective_advertised_host(&self) -> String {
+        if let Some(h) = &self.advertised_host {
+            return h.clone();
+        }
+        match split_host_port(&self.listen) {
+            Some((host, _)) if host != "0.0.0.0" && host != "::" && host != "[::]" => host.to_owned(),
+            _ => "localhost".to_owned(),
+        }
+    }
+
+    /// The first per-broker port (see [`ListenerConfig::node_port_base`]).
+    pub fn effective_node_port_base(&self) -> Option<u16> {
+        if let Some(p) = self.node_port_base {
+            return Some(p);
+        }
+        split_host_port(&self.listen).and_then(|(_, p)| p.checked_add(1))
+    }
+}
+
+/// Splits `host:port` (IPv6 hosts in brackets). Returns `None` when the port is missing or bad.
+pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
+    let (host, port) = addr.rsplit_once(':')?;
+    let port = port.parse().ok()?;
+    if host.is_empty() {
+        return None;
+    }
+    Some((host, port))
+}

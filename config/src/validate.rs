@@ -1,0 +1,67 @@
+//! Validation of a loaded [`Config`]: every rule runs and every failure is reported together, so
+//! an operator fixes the whole file in one go. Parsing problems belong to `load`.
+
+use crate::Config;
+use crate::model::split_host_port;
+
+/// One problem with the configuration, naming the offending key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct ConfigError {
+    /// Dotted path of the setting, e.g. `upstream.bootstrap_servers`.
+    pub key: String,
+    /// What is wrong and what is expected.
+    pub message: String,
+}
+
+/// All problems found in one configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration:\n{}", .0.iter().map(|e| format!("  - {e}")).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl Config {
+    /// Checks every rule and returns all failures at once.
+    pub fn validate(&self) -> Result<(), ConfigErrors> {
+        let mut errors = Vec::new();
+        let mut err = |key: &str, message: String| {
+            errors.push(ConfigError { key: key.to_owned(), message })
+        };
+        if split_host_port(&self.listener.listen).is_none() {
+            err("listener.listen", format!("`{}` is not host:port", self.listener.listen));
+        }
+        if let Some(h) = &self.listener.advertised_host {
+            if h.trim().is_empty() || h.contains(char::is_whitespace) {
+                err("listener.advertised_host", format!("`{h}` is not a host name"));
+            }
+        }
+        if self.listener.effective_node_port_base().is_none() {
+            err("listener.node_port_base", "cannot be derived from listener.listen; set it".to_owned());
+        }
+        if self.listener.max_request_frame_bytes < 64 {
+            err("listener.max_request_frame_bytes", "must be at least 64".to_owned());
+        }
+        if self.upstream.bootstrap_servers.is_empty() {
+            err("upstream.bootstrap_servers", "at least one host:port is required (flag --upstream, env KMP_UPSTREAM)".to_owned());
+        }
+        for (i, s) in self.upstream.bootstrap_servers.iter().enumerate() {
+            if split_host_port(s).is_none() {
+                err(&format!("upstream.bootstrap_servers[{i}]"), format!("`{s}` is not host:port"));
+            }
+        }
+        if self.upstream.connect_timeout_ms == 0 {
+            err("upstream.connect_timeout_ms", "must be greater than 0".to_owned());
+        }
+        if self.upstream.metadata_refresh_interval_ms < 100 {
+            err("upstream.metadata_refresh_interval_ms", "must be at least 100".to_owned());
+        }
+        if self.upstream.max_response_frame_bytes < 64 {
+            err("upstream.max_response_frame_bytes", "must be at least 64".to_owned());
+        }
+        if let Some(a) = &self.admin.listen {
+            if split_host_port(a).is_none() {
+                err("admin.listen", format!("`{a}` is not host:port"));
+            }
+        }
+        if errors.is_empty() { Ok(()) } else { Err(ConfigErrors(errors)) }
+    }
+}

@@ -1,0 +1,16 @@
+//! Kafka wire-protocol pieces shared by the proxy and the mirror engine.
+//!
+//! Everything here is sans-io except [`frame`] (async frame cutting) and [`client`] (the small
+//! internal Kafka client). Nothing here knows about listeners, sessions or mirrors.
+
+pub mod client;
+pub mod codec;
+mod names;
+pub mod error;
+pub mod frame;
+pub mod peek;
+pub mod rewrite;
+pub mod versions;
+
+pub use error::{ProtocolError, Side};
+pub use kafka_protocol;

@@ -1,0 +1,145 @@
+//! The `kafka-mirror-proxy` binary: command-line parsing, logging setup, binding the configured
+//! listeners and running the server until SIGTERM or Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use kmp_config::{Overrides, ProcessEnv};
+use kmp_protocol::client::Connection;
+use kmp_protocol::versions;
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(name = "kafka-mirror-proxy", version, about = "Kafka protocol proxy with KIP-1279 cluster mirroring")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the proxy.
+    Run {
+        /// TOML config file (optional: flags and KMP_* variables suffice).
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+        /// Destination cluster bootstrap servers, comma-separated host:port.
+        #[arg(long)]
+        upstream: Option<String>,
+        /// Bootstrap listener host:port for clients.
+        #[arg(long)]
+        listen: Option<String>,
+        /// Host written into broker addresses handed to clients.
+        #[arg(long)]
+        advertised_host: Option<String>,
+        /// First per-broker port: broker N is exposed on node_port_base + N.
+        #[arg(long)]
+        node_port_base: Option<u16>,
+        /// Admin HTTP endpoint host:port (/healthz, /readyz, /metrics).
+        #[arg(long)]
+        admin_listen: Option<String>,
+        /// Log filter (tracing EnvFilter syntax), also read from RUST_LOG.
+        #[arg(long, default_value = "info")]
+        log: String,
+    },
+    /// Print the audited API version table; with --check-upstream, compare it with a broker's
+    /// ApiVersions and exit 1 if the broker announces anything unaudited.
+    Versions {
+        #[arg(long)]
+        check_upstream: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Run { config, upstream, listen, advertised_host, node_port_base, admin_listen, log } => {
+            init_logging(&log);
+            let flags = Overrides { upstream, listen, advertised_host, node_port_base, admin_listen };
+            let config = match kmp_config::load(config.as_deref(), &ProcessEnv, &flags) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            let bootstrap = TcpListener::bind(&config.listener.listen)
+                .await
+                .with_context(|| format!("cannot bind the bootstrap listener {}", config.listener.listen))?;
+            let admin = match &config.admin.listen {
+                Some(a) => Some(TcpListener::bind(a).await.with_context(|| format!("cannot bind the admin listener {a}"))?),
+                None => None,
+            };
+            kafka_mirror_proxy::serve(config, kafka_mirror_proxy::Listeners { bootstrap, admin }, shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Versions { check_upstream } => versions_command(check_upstream).await,
+    }
+}
+
+#[allow(clippy::print_stdout, reason = "CLI output")]
+async fn versions_command(check_upstream: Option<String>) -> anyhow::Result<ExitCode> {
+    let Some(addr) = check_upstream else {
+        for a in versions::TABLE {
+            println!("{:>3} {:<30} {:>2}..={:<2} {:?}", a.key as i16, format!("{:?}", a.key), a.min, a.max, a.handling);
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let mut conn = Connection::connect(&addr, Duration::from_secs(10), "kafka-mirror-proxy-versions").await?;
+    let announced = conn.api_versions().await?;
+    let findings = versions::unaudited(&announced);
+    println!("{addr} announces {} APIs", announced.len());
+    for f in &findings {
+        println!("UNAUDITED {f:?}");
+    }
+    Ok(if findings.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

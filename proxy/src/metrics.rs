@@ -1,0 +1,156 @@
+//! Prometheus metrics of the proxy. Handles are created once here and cloned into sessions, so
+//! the request path never looks anything up by label. Serving `/metrics` belongs to `admin`.
+
+use std::sync::{Arc, OnceLock};
+
+use kmp_protocol::codec::ApiKeyName;
+use kmp_protocol::kafka_protocol::messages::ApiKey;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ApiLabel {
+    api: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SideLabel {
+    side: &'static str,
+}
+
+/// Per-API handles.
+#[derive(Clone)]
+pub(crate) struct ApiMetrics {
+    pub(crate) requests: Counter,
+    pub(crate) latency: Histogram,
+}
+
+/// All metric handles plus the registry they are registered in.
+pub(crate) struct Metrics {
+    registry: Registry,
+    requests: Family<ApiLabel, Counter>,
+    latency: Family<ApiLabel, Histogram>,
+    /// Indexed by API key; filled on first use so `/metrics` lists only APIs that were used.
+    per_api: Vec<OnceLock<ApiMetrics>>,
+    unknown_api: OnceLock<ApiMetrics>,
+    pub(crate) bytes_from_clients: Counter,
+    pub(crate) bytes_to_clients: Counter,
+    pub(crate) open_connections: Gauge,
+    pub(crate) connections: Counter,
+    pub(crate) client_frame_errors: Counter,
+    pub(crate) broker_frame_errors: Counter,
+    pub(crate) upstream_connect_errors: Counter,
+    pub(crate) metadata_refreshes: Counter,
+    pub(crate) metadata_refresh_errors: Counter,
+    pub(crate) known_brokers: Gauge,
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub(crate) fn new() -> Arc<Self> {
+        let mut registry = Registry::with_prefix("kmp");
+        let requests = Family::<ApiLabel, Counter>::default();
+        let latency = Family::<ApiLabel, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.000_05, 2.0, 18)));
+        registry.register("requests", "Requests forwarded or answered, by Kafka API", requests.clone());
+        registry.register(
+            "request_duration_seconds",
+            "Time from a request's arrival to its response being written to the client, by Kafka API",
+            latency.clone(),
+        );
+        let max_key = ApiKey::iter().map(|k| k as i16).max().unwrap_or(0) as usize;
+        let per_api = (0..=max_key).map(|_| OnceLock::new()).collect();
+
+        let bytes = Family::<DirectionLabel, Counter>::default();
+        registry.register("bytes", "Bytes moved through the proxy", bytes.clone());
+        let frame_errors = Family::<SideLabel, Counter>::default();
+        registry.register("frame_errors", "Malformed, oversized or unexpected frames, by the side that sent them", frame_errors.clone());
+        let open_connections = Gauge::default();
+        registry.register("open_connections", "Client connections currently open", open_connections.clone());
+        let connections = Counter::default();
+        registry.register("connections", "Client connections accepted", connections.clone());
+        let upstream_connect_errors = Counter::default();
+        registry.register("upstream_connect_errors", "Failed connection attempts to upstream brokers", upstream_connect_errors.clone());
+        let metadata_refreshes = Counter::default();
+        registry.register("metadata_refreshes", "Successful background metadata refreshes", metadata_refreshes.clone());
+        let metadata_refresh_errors = Counter::default();
+        registry.register("metadata_refresh_errors", "Failed background metadata refreshes", metadata_refresh_errors.clone());
+        let known_brokers = Gauge::default();
+        registry.register("known_brokers", "Upstream brokers known to the proxy", known_brokers.clone());
+
+        let bytes_from_clients = bytes.get_or_create(&DirectionLabel { direction: "from_clients" }).clone();
+        let bytes_to_clients = bytes.get_or_create(&DirectionLabel { direction: "to_clients" }).clone();
+        let client_frame_errors = frame_errors.get_or_create(&SideLabel { side: "client" }).clone();
+        let broker_frame_errors = frame_errors.get_or_create(&SideLabel { side: "broker" }).clone();
+        Arc::new(Self {
+            requests,
+            latency,
+            per_api,
+            unknown_api: OnceLock::new(),
+            bytes_from_clients,
+            bytes_to_clients,
+            client_frame_errors,
+            broker_frame_errors,
+            open_connections,
+            connections,
+            upstream_connect_errors,
+            metadata_refreshes,
+            metadata_refresh_errors,
+            known_brokers,
+            registry,
+        })
+    }
+
+    /// Handles for raw API key `key`.
+    pub(crate) fn api(&self, key: i16) -> &ApiMetrics {
+        let known = ApiKey::try_from(key).ok().and_then(|k| Some((k, self.per_api.get(usize::try_from(key).ok()?)?)));
+        match known {
+            Some((k, cell)) => cell.get_or_init(|| self.handles(k.name())),
+            None => self.unknown_api.get_or_init(|| self.handles("unknown")),
+        }
+    }
+
+    fn handles(&self, api: &str) -> ApiMetrics {
+        // `get_or_create` returns a lock guard: each handle is cloned out in its own statement so
+        // no guard is alive when the next one is taken.
+        let label = ApiLabel { api: api.to_owned() };
+        let requests = self.requests.get_or_create(&label).clone();
+        let latency = self.latency.get_or_create(&label).clone();
+        ApiMetrics { requests, latency }
+    }
+
+    /// The Prometheus text exposition.
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_created_and_exported_with_the_kmp_prefix() {
+        let m = Metrics::new();
+        m.api(ApiKey::Produce as i16).requests.inc();
+        m.api(-5).requests.inc();
+        m.bytes_from_clients.inc_by(10);
+        let text = m.encode();
+        assert!(text.contains("kmp_requests_total{api=\"Produce\"} 1"), "{text}");
+        assert!(text.contains("kmp_requests_total{api=\"unknown\"} 1"), "{text}");
+        assert!(text.contains("kmp_bytes_total{direction=\"from_clients\"} 10"), "{text}");
+        assert!(text.contains("kmp_request_duration_seconds_bucket"), "{text}");
+    }
+}

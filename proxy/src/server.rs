@@ -1,0 +1,148 @@
+//! The server: shared state, the bootstrap and per-node accept loops, and graceful drain.
+//!
+//! Entry point [`serve`] takes already-bound listeners and a shutdown future, so tests bind port
+//! 0 and stop the proxy in-process. Per-connection forwarding belongs to `session`, broker
+//! discovery to `cluster` and `refresh`, HTTP to `admin`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use kmp_config::Config;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::cluster::{ClusterView, NewListener};
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+use crate::upstream::{Connector, Target};
+use crate::{admin, refresh, session};
+
+/// State shared by every connection and background task.
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) cluster: ClusterView,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) connector: Connector,
+    /// Set once the upstream answered a metadata refresh; cleared when refreshes fail.
+    pub(crate) ready: AtomicBool,
+    next_connection_id: AtomicU64,
+}
+
+/// Listeners bound by the caller.
+pub struct Listeners {
+    /// Bootstrap listener for Kafka clients.
+    pub bootstrap: TcpListener,
+    /// Admin HTTP listener, if the admin endpoint is enabled.
+    pub admin: Option<TcpListener>,
+}
+
+/// Runs the proxy until `shutdown` completes, then drains in-flight requests (bounded by
+/// `listener.drain_timeout_ms`) and returns.
+pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
+    let bind_host = listeners
+        .bootstrap
+        .local_addr()
+        .map(|a| a.ip().to_string())
+        .map_err(|source| ProxyError::Listener { addr: config.listener.listen.clone(), source })?;
+    let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
+    let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
+    let shared = Arc::new(Shared {
+        cluster: ClusterView::new(config.listener.effective_advertised_host(), bind_host, node_port_base, new_tx),
+        metrics: Metrics::new(),
+        connector: Connector::new(
+            config.upstream.bootstrap_servers.clone(),
+            Duration::from_millis(config.upstream.connect_timeout_ms),
+        ),
+        ready: AtomicBool::new(false),
+        next_connection_id: AtomicU64::new(1),
+        config,
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Every session holds a clone; when all are gone the drain is complete.
+    let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
+
+    tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
+    if let Some(admin) = listeners.admin {
+        tokio::spawn(admin::serve(admin, shared.clone(), stop_rx.clone()));
+    }
+    tokio::spawn(accept_loop(listeners.bootstrap, Target::Bootstrap, shared.clone(), stop_rx.clone(), drain_tx.clone()));
+    {
+        let (shared, stop_rx, drain_tx) = (shared.clone(), stop_rx.clone(), drain_tx.clone());
+        tokio::spawn(async move {
+            while let Some(NewListener { node_id, listener }) = new_rx.recv().await {
+                match TcpListener::from_std(listener) {
+                    Ok(l) => {
+                        tokio::spawn(accept_loop(l, Target::Node(node_id), shared.clone(), stop_rx.clone(), drain_tx.clone()));
+                    }
+                    Err(err) => error!(node_id, %err, "cannot serve the listener for broker"),
+                }
+            }
+        });
+    }
+    drop(drain_tx);
+    info!(listen = %shared.config.listener.listen, advertised_host = %shared.config.listener.effective_advertised_host(), node_port_base, "kafka-mirror-proxy started");
+
+    shutdown.await;
+    info!("shutdown requested: draining in-flight requests");
+    let _ = stop_tx.send(true);
+    let drain = Duration::from_millis(shared.config.listener.drain_timeout_ms);
+    if tokio::time::timeout(drain, drain_rx.recv()).await.is_err() {
+        warn!(?drain, "drain timeout reached; closing remaining connections");
+    }
+    info!("kafka-mirror-proxy stopped");
+    Ok(())
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    target: Target,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+    drain: mpsc::Sender<()>,
+) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let (client, peer) = match accepted {
+            Ok(a) => a,
+            Err(err) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                warn!(%target, %err, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = client.set_nodelay(true);
+        let id = shared.next_connection_id.fetch_add(1, Ordering::Relaxed);
+        let span = info_span!("conn", id, peer = %peer, %target);
+        let (shared, stop, drain) = (shared.clone(), stop.clone(), drain.clone());
+        tokio::spawn(
+            async move {
+                let _drain = drain;
+                shared.metrics.connections.inc();
+                shared.metrics.open_connections.inc();
+                let result = match shared.connector.connect(target, &shared.cluster).await {
+                    Ok((upstream, addr)) => {
+                        tracing::debug!(upstream = %addr, "connected");
+                        session::run(client, upstream, shared.clone(), stop).await
+                    }
+                    Err(e) => {
+                        shared.metrics.upstream_connect_errors.inc();
+                        Err(e)
+                    }
+                };
+                shared.metrics.open_connections.dec();
+                match result {
+                    Ok(()) => tracing::debug!("connection closed"),
+                    Err(e) => tracing::info!(error = %e, side = ?e.side(), "connection closed with error"),
+                }
+            }
+            .instrument(span),
+        );
+    }
+}

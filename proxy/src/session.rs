@@ -1,0 +1,174 @@
+//! One client connection: requests are read, peeked (API key, version, correlation id) and
+//! written to the upstream broker as raw bytes; responses come back in request order and are
+//! rewritten only for the APIs that carry broker addresses or versions (see
+//! `kmp_protocol::rewrite`, `api_versions`). Pipelining is kept: the request side never waits for
+//! a response, the response side follows a queue of what is in flight.
+//!
+//! Invariants: every forwarded request that expects a response gets exactly one, in order;
+//! `acks=0` Produce gets none; a malformed frame closes this connection only. Opening the
+//! upstream connection belongs to `upstream`, accepting to `server`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use kmp_protocol::frame::FrameReader;
+use kmp_protocol::kafka_protocol::messages::ApiKey;
+use kmp_protocol::{ProtocolError, Side, peek, rewrite, versions};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, watch};
+use tracing::{debug, trace, warn};
+
+use crate::api_versions;
+use crate::error::ProxyError;
+use crate::server::Shared;
+
+/// Requests in flight per connection before the request side waits (backpressure).
+const MAX_IN_FLIGHT: usize = 1024;
+
+/// What the response side must do next, in request order.
+enum Pending {
+    /// Read the next upstream response; it must carry `correlation_id`.
+    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant },
+    /// Write a response the proxy produced itself.
+    Local { api_key: i16, frame: Bytes, started: Instant },
+}
+
+/// Runs one client connection to completion.
+pub(crate) async fn run<C, U>(client: C, upstream: U, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result<(), ProxyError>
+where
+    C: AsyncRead + AsyncWrite + Send + 'static,
+    U: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (client_r, client_w) = tokio::io::split(client);
+    let (up_r, up_w) = tokio::io::split(upstream);
+    let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
+    let responses = tokio::spawn(response_side(rx, up_r, client_w, shared.clone()));
+    let requests = request_side(client_r, up_w, tx, &shared, &mut stop).await;
+    // The response side drains what is in flight, then ends (the queue's sender is gone).
+    let responses = responses.await.unwrap_or(Ok(()));
+    requests.and(responses)
+}
+
+async fn request_side<C: AsyncRead, U: AsyncWrite>(
+    client_r: ReadHalf<C>,
+    mut up_w: WriteHalf<U>,
+    tx: mpsc::Sender<Pending>,
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+) -> Result<(), ProxyError> {
+    let m = &shared.metrics;
+    let mut reader = FrameReader::new(client_r, shared.config.listener.max_request_frame_bytes, Side::Client);
+    loop {
+        if *stop.borrow() {
+            debug!("draining: no new requests read");
+            return Ok(());
+        }
+        let frame = tokio::select! {
+            f = reader.next() => f,
+            _ = tx.closed() => return Ok(()),
+            r = stop.changed() => {
+                if r.is_err() {
+                    return Ok(());
+                }
+                continue;
+            }
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(client_error(shared, e)),
+        };
+        let started = Instant::now();
+        m.bytes_from_clients.inc_by(frame.len() as u64);
+        let p = peek::request(&frame).map_err(|e| client_error(shared, e))?;
+        trace!(api_key = p.api_key, version = p.api_version, correlation_id = p.correlation_id, "request");
+        if p.api_key == ApiKey::ApiVersions as i16 && p.api_version > api_versions::max_supported() {
+            let frame = api_versions::unsupported_version_response(p.correlation_id)?;
+            if tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err() {
+                return Ok(());
+            }
+            continue;
+        }
+        if !versions::is_supported(p.api_key, p.api_version) {
+            m.client_frame_errors.inc();
+            warn!(api_key = p.api_key, version = p.api_version, "closing connection: request for an API or version the proxy does not offer");
+            return Err(ProxyError::UnsupportedRequest { api_key: p.api_key, api_version: p.api_version });
+        }
+        let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
+        if expects_response {
+            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started };
+            if tx.send(pending).await.is_err() {
+                return Ok(());
+            }
+        } else {
+            m.api(p.api_key).requests.inc();
+        }
+        up_w.write_all(&frame).await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+    }
+}
+
+fn client_error(shared: &Shared, e: ProtocolError) -> ProxyError {
+    if !matches!(e, ProtocolError::Io { .. }) {
+        shared.metrics.client_frame_errors.inc();
+        warn!(error = %e, "closing client connection: bad frame");
+    }
+    e.into()
+}
+
+async fn response_side<U: AsyncRead, C: AsyncWrite>(
+    mut rx: mpsc::Receiver<Pending>,
+    up_r: ReadHalf<U>,
+    mut client_w: WriteHalf<C>,
+    shared: Arc<Shared>,
+) -> Result<(), ProxyError> {
+    let m = &shared.metrics;
+    let mut reader = FrameReader::new(up_r, shared.config.upstream.max_response_frame_bytes, Side::Broker);
+    while let Some(pending) = rx.recv().await {
+        let (api_key, frame, started) = match pending {
+            Pending::Local { api_key, frame, started } => (api_key, frame, started),
+            Pending::Forwarded { api_key, api_version, correlation_id, started } => {
+                let frame = match reader.next().await {
+                    Ok(Some(f)) => f,
+                    Ok(None) => {
+                        debug!("upstream broker closed the connection with requests in flight");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(broker_error(&shared, e)),
+                };
+                let got = peek::response_correlation_id(&frame).map_err(|e| broker_error(&shared, e))?;
+                if got != correlation_id {
+                    return Err(broker_error(&shared, ProtocolError::CorrelationMismatch { expected: correlation_id, got }));
+                }
+                (api_key, adjust_response(frame, api_key, api_version, &shared).map_err(|e| broker_error(&shared, e))?, started)
+            }
+        };
+        client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
+        m.bytes_to_clients.inc_by(frame.len() as u64);
+        let api = m.api(api_key);
+        api.requests.inc();
+        api.latency.observe(started.elapsed().as_secs_f64());
+    }
+    let _ = client_w.flush().await;
+    Ok(())
+}
+
+fn broker_error(shared: &Shared, e: ProtocolError) -> ProxyError {
+    if !matches!(e, ProtocolError::Io { .. }) {
+        shared.metrics.broker_frame_errors.inc();
+        warn!(error = %e, "closing client connection: bad response from broker");
+    }
+    e.into()
+}
+
+/// Applies the response-side rewrites the API needs; everything else is returned as is.
+fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared) -> Result<Bytes, ProtocolError> {
+    let Ok(key) = ApiKey::try_from(api_key) else { return Ok(frame) };
+    if key == ApiKey::ApiVersions {
+        return api_versions::clamp_response(frame, api_version);
+    }
+    if rewrite::needs_rewrite(key, api_version) {
+        return rewrite::rewrite_response(frame, key, api_version, &shared.cluster);
+    }
+    Ok(frame)
+}

@@ -1,0 +1,242 @@
+"""Real Apache Kafka clusters (KRaft, combined broker+controller nodes) on loopback for tests,
+benchmarks and the demo.
+
+Jars come from Maven Central through ``kafka-jars.sh`` (cached). Each cluster lives in its own
+work directory; readiness is a Metadata probe over the Kafka protocol (no sleeps), so a cluster
+is "up" only when every broker is registered and unfenced.
+
+CLI (used by tests/run.sh and the demo):
+    python3 tests/harness/kafka_cluster.py up   --dir DIR   # source (1 broker) + destination (3)
+    python3 tests/harness/kafka_cluster.py down --dir DIR
+``up`` writes DIR/clusters.json with the bootstrap addresses and broker pids.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KAFKA_VERSION = os.environ.get("KMP_KAFKA_VERSION", "4.1.2")
+READY_TIMEOUT_S = 120
+
+LOG4J2 = """status = warn
+appender.file.type = Console
+appender.file.name = OUT
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = OUT
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+"""
+
+
+def kafka_libs() -> Path:
+    """Directory holding the Kafka jars (downloaded once)."""
+    out = subprocess.run([str(HERE / "kafka-jars.sh"), KAFKA_VERSION], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def classpath() -> str:
+    return str(kafka_libs() / "*")
+
+
+def metadata_broker_ids(addr: str, timeout: float = 2.0) -> list[int]:
+    """Node ids of the brokers the broker at ``addr`` lists in a Metadata v1 response."""
+    host, port = addr.rsplit(":", 1)
+    client_id = b"kmp-harness"
+    body = struct.pack(">hhih", 3, 1, 7, len(client_id)) + client_id + struct.pack(">i", 0)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.settimeout(timeout)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", _recv(s, 4))[0]
+        data = _recv(s, size)
+    pos = 4  # correlation id
+    (count,) = struct.unpack_from(">i", data, pos)
+    pos += 4
+    ids = []
+    for _ in range(count):
+        (node_id,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        (hlen,) = struct.unpack_from(">h", data, pos)
+        pos += 2 + hlen + 4
+        (rlen,) = struct.unpack_from(">h", data, pos)
+        pos += 2 + max(rlen, 0)
+        ids.append(node_id)
+    return sorted(ids)
+
+
+def _recv(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("connection closed")
+        buf += chunk
+    return buf
+
+
+class KafkaCluster:
+    """A KRaft cluster of ``brokers`` combined-mode nodes with node ids 1..n.
+
+    Broker ``i`` listens for clients on ``base_port + i - 1`` and for the controller quorum on
+    ``base_port + 100 + i - 1``.
+    """
+
+    def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None):
+        self.name = name
+        self.n = brokers
+        self.base_port = base_port
+        self.dir = Path(workdir) / name
+        self.extra = extra_config or {}
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+    def port(self, node_id: int) -> int:
+        return self.base_port + node_id - 1
+
+    def addr(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.port(node_id)}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.addr(i) for i in range(1, self.n + 1))
+
+    def _props(self, node_id: int) -> Path:
+        voters = ",".join(f"{i}@127.0.0.1:{self.base_port + 100 + i - 1}" for i in range(1, self.n + 1))
+        rf = min(3, self.n)
+        conf = {
+            "process.roles": "broker,controller",
+            "node.id": node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)},CONTROLLER://127.0.0.1:{self.base_port + 100 + node_id - 1}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.dir / f"data-{node_id}"),
+            "num.partitions": 1,
+            "default.replication.factor": rf,
+            "offsets.topic.replication.factor": rf,
+            "offsets.topic.num.partitions": 6,
+            "transaction.state.log.replication.factor": rf,
+            "transaction.state.log.min.isr": 1,
+            "transaction.state.log.num.partitions": 6,
+            "group.initial.rebalance.delay.ms": 0,
+            "share.coordinator.state.topic.replication.factor": rf,
+            "share.coordinator.state.topic.min.isr": 1,
+        }
+        conf.update(self.extra)
+        path = self.dir / f"server-{node_id}.properties"
+        path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+        return path
+
+    def _java(self, *args: str) -> list[str]:
+        return ["java", "-Xms256m", "-Xmx768m", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}", "-cp", classpath(), *args]
+
+    def start(self) -> "KafkaCluster":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "log4j2.properties").write_text(LOG4J2)
+        for i in range(1, self.n + 1):
+            props = self._props(i)
+            if not (self.dir / f"data-{i}" / "meta.properties").exists():
+                subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
+                               check=True, capture_output=True, text=True)
+        for i in range(1, self.n + 1):
+            self.start_broker(i, wait=False)
+        self.wait_ready()
+        return self
+
+    def start_broker(self, node_id: int, wait: bool = True) -> None:
+        log = open(self.dir / f"broker-{node_id}.log", "ab")
+        self.procs[node_id] = subprocess.Popen(self._java("kafka.Kafka", str(self.dir / f"server-{node_id}.properties")),
+                                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        if wait:
+            self.wait_ready()
+
+    def kill_broker(self, node_id: int, sig: int = signal.SIGKILL) -> None:
+        p = self.procs.pop(node_id)
+        p.send_signal(sig)
+        p.wait(timeout=60)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        """Waits until every running broker is listed by every running broker."""
+        want = sorted(self.procs)
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            for i, p in self.procs.items():
+                if p.poll() is not None:
+                    raise RuntimeError(f"{self.name} broker {i} exited with {p.returncode}; see {self.dir}/broker-{i}.log")
+            try:
+                if all(metadata_broker_ids(self.addr(i)) == want for i in want):
+                    return
+            except (OSError, struct.error) as e:
+                last = e
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.name} not ready after {timeout}s (want brokers {want}; last error {last})")
+
+    def stop(self) -> None:
+        for p in self.procs.values():
+            p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self.procs.clear()
+
+    def pids(self) -> dict[int, int]:
+        return {i: p.pid for i, p in self.procs.items()}
+
+
+def _main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["up", "down", "jars"])
+    ap.add_argument("--dir", default=os.environ.get("KMP_CLUSTER_DIR", "/tmp/kmp-clusters"))
+    ap.add_argument("--source-port", type=int, default=int(os.environ.get("KMP_SOURCE_PORT", "19092")))
+    ap.add_argument("--dest-port", type=int, default=int(os.environ.get("KMP_DEST_PORT", "29092")))
+    args = ap.parse_args()
+    state = Path(args.dir) / "clusters.json"
+    if args.action == "jars":
+        print(kafka_libs())
+        return 0
+    if args.action == "down":
+        if state.exists():
+            info = json.loads(state.read_text())
+            for c in info.values():
+                for pid in c["pids"].values():
+                    try:
+                        os.killpg(pid, signal.SIGTERM)
+                    except ProcessLookupError:
+                        pass
+            state.unlink()
+        return 0
+    Path(args.dir).mkdir(parents=True, exist_ok=True)
+    src = KafkaCluster("source", 1, args.source_port, Path(args.dir))
+    dst = KafkaCluster("destination", 3, args.dest_port, Path(args.dir))
+    started = time.time()
+    src.start()
+    dst.start()
+    info = {c.name: {"bootstrap": c.bootstrap, "pids": c.pids(), "dir": str(c.dir)} for c in (src, dst)}
+    state.write_text(json.dumps(info, indent=2))
+    print(f"clusters up in {time.time() - started:.1f}s: source {src.bootstrap}, destination {dst.bootstrap}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
