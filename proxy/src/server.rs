@@ -70,9 +70,16 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     }
     tokio::spawn(accept_loop(listeners.bootstrap, Target::Bootstrap, shared.clone(), stop_rx.clone(), drain_tx.clone()));
     {
-        let (shared, stop_rx, drain_tx) = (shared.clone(), stop_rx.clone(), drain_tx.clone());
+        let (shared, mut stop_rx, drain_tx) = (shared.clone(), stop_rx.clone(), drain_tx.clone());
         tokio::spawn(async move {
-            while let Some(NewListener { node_id, listener }) = new_rx.recv().await {
+            loop {
+                let NewListener { node_id, listener } = tokio::select! {
+                    l = new_rx.recv() => match l {
+                        Some(l) => l,
+                        None => return,
+                    },
+                    _ = stop_rx.changed() => return,
+                };
                 match TcpListener::from_std(listener) {
                     Ok(l) => {
                         tokio::spawn(accept_loop(l, Target::Node(node_id), shared.clone(), stop_rx.clone(), drain_tx.clone()));

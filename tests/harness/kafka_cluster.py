@@ -89,6 +89,14 @@ def _recv(s: socket.socket, n: int) -> bytes:
     return buf
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id (base64 UUID) that cannot be mistaken for a command-line flag."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if cid[0].isalnum():
+            return cid
+
+
 class KafkaCluster:
     """A KRaft cluster of ``brokers`` combined-mode nodes with node ids 1..n.
 
@@ -103,7 +111,7 @@ class KafkaCluster:
         self.dir = Path(workdir) / name
         self.extra = extra_config or {}
         self.procs: dict[int, subprocess.Popen] = {}
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = new_cluster_id()
 
     def port(self, node_id: int) -> int:
         return self.base_port + node_id - 1
