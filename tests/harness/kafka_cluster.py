@@ -123,14 +123,15 @@ class KafkaCluster:
     def bootstrap(self) -> str:
         return ",".join(self.addr(i) for i in range(1, self.n + 1))
 
-    def _props(self, node_id: int) -> Path:
+    def _props(self, node_id: int, broker_only: bool = False) -> Path:
         voters = ",".join(f"{i}@127.0.0.1:{self.base_port + 100 + i - 1}" for i in range(1, self.n + 1))
         rf = min(3, self.n)
         conf = {
-            "process.roles": "broker,controller",
+            "process.roles": "broker" if broker_only else "broker,controller",
             "node.id": node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)},CONTROLLER://127.0.0.1:{self.base_port + 100 + node_id - 1}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}" + (
+                "" if broker_only else f",CONTROLLER://127.0.0.1:{self.base_port + 100 + node_id - 1}"),
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -168,6 +169,13 @@ class KafkaCluster:
             self.start_broker(i, wait=False)
         self.wait_ready()
         return self
+
+    def add_broker(self, node_id: int) -> None:
+        """Adds a broker-only node (no controller role) to the running cluster and waits for it."""
+        props = self._props(node_id, broker_only=True)
+        subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
+                       check=True, capture_output=True, text=True)
+        self.start_broker(node_id)
 
     def start_broker(self, node_id: int, wait: bool = True) -> None:
         log = open(self.dir / f"broker-{node_id}.log", "ab")

@@ -149,7 +149,7 @@ def destination(clusters) -> KafkaCluster:
 @pytest.fixture(scope="session")
 def proxy(destination, workdir):
     """One proxy in front of the 3-broker destination cluster, shared by the client tests."""
-    p = ProxyProcess(destination.addr(1), workdir).start()
+    p = ProxyProcess(destination.bootstrap, workdir).start()
     yield p
     code = p.stop()
     assert code == 0, f"proxy exited with {code} on SIGTERM:\n{p.log()[-4000:]}"
