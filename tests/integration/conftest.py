@@ -162,3 +162,14 @@ def kafka_classpath() -> str:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{int(time.time() * 1000) % 10_000_000}-{random.randrange(1000)}"
+
+
+def wait_for_leader(admin, topic: str, partition: int = 0, timeout: float = 30) -> int:
+    """Leader id of a freshly created partition, once metadata has it."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
+        if partition in parts and parts[partition].leader >= 0:
+            return parts[partition].leader
+        time.sleep(0.1)
+    raise TimeoutError(f"{topic}-{partition} has no leader after {timeout}s")

@@ -1,0 +1,116 @@
+"""Bad input never hurts anyone else: malformed, oversized or unknown frames close only the
+connection that sent them, while another client keeps producing. Also: pipelined requests are
+answered in order, acks=0 produce works (no response is expected or invented)."""
+
+import os
+import random
+import socket
+import struct
+import threading
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+import kafka_wire as wire
+from conftest import unique
+
+BAD_FRAMES = {
+    "random garbage": bytes(random.Random(7).randrange(256) for _ in range(4096)),
+    "oversized length": struct.pack(">i", 0x7FFFFFFF) + b"xxxx",
+    "negative length": struct.pack(">i", -5) + b"xxxx",
+    "frame shorter than a request header": struct.pack(">i", 3) + b"abc",
+    "unknown api key": wire.request(999, 0, 1, b""),
+    "unsupported version of a known api": wire.request(3, 99, 1, b""),
+    "truncated produce body": wire.request(0, 9, 1, b"\x05"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FRAMES))
+def test_bad_frame_closes_only_its_connection_while_another_client_keeps_producing(proxy, name):
+    topic = unique("robust")
+    delivered, failed = [], []
+    stop = threading.Event()
+
+    def produce():
+        p = Producer({"bootstrap.servers": proxy.bootstrap, "linger.ms": 1})
+        i = 0
+        while not stop.is_set():
+            p.produce(topic, value=f"r{i}", on_delivery=lambda e, m: (failed if e else delivered).append(e or m))
+            p.poll(0.01)
+            i += 1
+        p.flush(30)
+
+    errors_before = proxy.metric("kmp_frame_errors_total", 'side="client"')
+    worker = threading.Thread(target=produce)
+    worker.start()
+    try:
+        deadline = time.time() + 30
+        while not delivered and time.time() < deadline:
+            time.sleep(0.05)
+        assert delivered, "the healthy producer delivers before the bad frame"
+        count_at_attack = len(delivered)
+
+        bad = socket.create_connection(("127.0.0.1", proxy.port))
+        healthy = socket.create_connection(("127.0.0.1", proxy.port))
+        bad.sendall(BAD_FRAMES[name])
+        assert wire.closed_by_peer(bad), f"the proxy closes the connection that sent {name!r}"
+        healthy.sendall(wire.api_versions_v0(11))
+        healthy.settimeout(10)
+        assert wire.read_response(healthy)[0] == 11, "an idle connection opened alongside is unaffected"
+        healthy.close()
+
+        deadline = time.time() + 30
+        while len(delivered) < count_at_attack + 50 and time.time() < deadline:
+            time.sleep(0.05)
+        assert len(delivered) >= count_at_attack + 50, "the healthy producer keeps delivering after the bad frame"
+    finally:
+        stop.set()
+        worker.join(60)
+    assert not failed, f"no record of the healthy producer failed: {failed[:3]}"
+    assert proxy.alive(), "the proxy process survived"
+    assert proxy.metric("kmp_frame_errors_total", 'side="client"') > errors_before, "the frame error is counted"
+
+
+def test_pipelined_requests_are_answered_in_order(proxy):
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    s.settimeout(10)
+    ids = list(range(100, 160))
+    s.sendall(b"".join(wire.api_versions_v0(i) if i % 2 else wire.metadata_v1_no_topics(i) for i in ids))
+    got = [wire.read_response(s)[0] for _ in ids]
+    s.close()
+    assert got == ids, "responses come back in request order with their own correlation ids"
+
+
+def test_random_bytes_fuzzing_never_takes_the_proxy_down(proxy):
+    rng = random.Random(int(os.environ.get("KMP_FUZZ_SEED", "1234")))
+    for _ in range(200):
+        s = socket.create_connection(("127.0.0.1", proxy.port))
+        size = rng.choice([0, 1, 3, 4, 8, 12, 64, 1000])
+        head = struct.pack(">i", rng.choice([size, rng.randrange(-10, 10_000_000)]))
+        s.sendall(head + bytes(rng.randrange(256) for _ in range(size)))
+        s.close()
+    s = socket.create_connection(("127.0.0.1", proxy.port))
+    s.settimeout(10)
+    s.sendall(wire.api_versions_v0(5))
+    assert wire.read_response(s)[0] == 5, "the proxy still answers after 200 fuzzed connections"
+    s.close()
+    assert proxy.alive()
+
+
+def test_acks_zero_produce_needs_no_response_and_loses_nothing(proxy):
+    topic = unique("acks0")
+    p = Producer({"bootstrap.servers": proxy.bootstrap, "acks": 0, "linger.ms": 5})
+    for i in range(1000):
+        p.produce(topic, value=f"a{i}")
+        if i == 0:
+            p.flush(30)  # auto-creates the topic
+            time.sleep(1)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("acks0"), "auto.offset.reset": "earliest"})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got, deadline = set(), time.time() + 30
+    while len(got) < 1000 and time.time() < deadline:
+        got |= {m.value().decode() for m in c.consume(500, 0.2) if not m.error()}
+    c.close()
+    assert len(got) >= 999, f"acks=0 records arrive (got {len(got)} of 1000)"
