@@ -1,0 +1,150 @@
+"""Pass-through benchmark: Kafka's own producer/consumer perf tools, direct to the broker vs
+through kafka-mirror-proxy, in the same run, 1 KiB records, two load levels.
+
+    python3 bench/proxy_bench.py [--records N] [--rate R] [--rounds K] [--out docs/benchmarks.md]
+
+Starts its own 1-broker KRaft cluster (tests/harness) and a release build of the proxy, runs each
+measurement alternately direct and proxied (``--rounds`` times, medians reported), and prints a
+markdown table: throughput ratio (proxy/direct), added p50/p99 produce latency, and proxy CPU
+seconds per GB moved (from /proc, with bytes from the proxy's own /metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "harness"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+
+PRODUCER_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
+                         r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def proxy_bytes(admin_port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/metrics", timeout=5).read().decode()
+    return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_bytes_total{"))
+
+
+def java(cp: str, main: str, *args: str) -> str:
+    out = subprocess.run(["java", "-Xmx1g", "-cp", cp, main, *args], capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"{main} failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    return out.stdout
+
+
+def produce(cp: str, bootstrap: str, topic: str, records: int, rate: int) -> dict:
+    out = java(cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+               "--record-size", "1024", "--throughput", str(rate),
+               "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=5", "batch.size=65536")
+    m = PRODUCER_RE.findall(out)[-1]
+    return {"rec_s": float(m[1]), "mb_s": float(m[2]), "p50": float(m[5]), "p99": float(m[7]), "avg": float(m[3])}
+
+
+def consume(cp: str, bootstrap: str, topic: str, records: int) -> dict:
+    out = java(cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
+               "--messages", str(records), "--timeout", "120000", "--group", f"bench-{time.time_ns()}")
+    row = [c.strip() for c in out.strip().splitlines()[-1].split(",")]
+    # start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, ...
+    return {"mb_s": float(row[3]), "rec_s": float(row[5])}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=400_000, help="records per unlimited-rate run")
+    ap.add_argument("--rate", type=int, default=10_000, help="records/s of the rate-limited level")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
+    args = ap.parse_args()
+
+    from conftest import free_port, free_port_block  # noqa: E402
+
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
+    work = Path(tempfile.mkdtemp(prefix="kmp-bench-"))
+    cluster = KafkaCluster("bench", 1, free_port_block(101), work).start()
+    cp = classpath()
+    port, admin, base = free_port(), free_port(), free_port_block(8)
+    proxy = subprocess.Popen([str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", cluster.bootstrap,
+                              "--listen", f"127.0.0.1:{port}", "--node-port-base", str(base - 1),
+                              "--admin-listen", f"127.0.0.1:{admin}", "--log", "warn"],
+                             stdout=open(work / "proxy.log", "wb"), stderr=subprocess.STDOUT)
+    time.sleep(1)
+    proxied_bs = f"127.0.0.1:{port}"
+    results: dict[tuple[str, str], list[dict]] = {}
+    cpu: dict[str, list[tuple[float, float]]] = {}
+    try:
+        java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap, "--create",
+             "--topic", "warmup", "--partitions", "6", "--replication-factor", "1")
+        produce(cp, proxied_bs, "warmup", 50_000, -1)
+        levels = [("unlimited", -1, args.records), (f"{args.rate} rec/s", args.rate, args.rate * 20)]
+        for r in range(args.rounds):
+            for level, rate, n in levels:
+                for mode, bs in (("direct", cluster.bootstrap), ("proxy", proxied_bs)):
+                    topic = f"bench-{r}-{rate}-{mode}"
+                    java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap, "--create",
+                         "--topic", topic, "--partitions", "6", "--replication-factor", "1")
+                    c0, b0 = cpu_seconds(proxy.pid), proxy_bytes(admin)
+                    p = produce(cp, bs, topic, n, rate)
+                    c1, b1 = cpu_seconds(proxy.pid), proxy_bytes(admin)
+                    results.setdefault((level, f"produce-{mode}"), []).append(p)
+                    if rate == -1:
+                        c = consume(cp, bs, topic, n)
+                        c2, b2 = cpu_seconds(proxy.pid), proxy_bytes(admin)
+                        results.setdefault((level, f"consume-{mode}"), []).append(c)
+                        if mode == "proxy":
+                            cpu.setdefault("consume", []).append((c2 - c1, b2 - b1))
+                    if mode == "proxy":
+                        cpu.setdefault(f"produce {level}", []).append((c1 - c0, b1 - b0))
+                    print(f"round {r} {level} {mode}: produce {p}" + (f" consume {c}" if rate == -1 else ""), flush=True)
+    finally:
+        proxy.terminate()
+        proxy.wait(30)
+        cluster.stop()
+
+    med = lambda rows, k: statistics.median(x[k] for x in rows)  # noqa: E731
+    lines = [f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, Kafka 4.1.2 (1 broker, "
+             f"6 partitions, RF 1), 1 KiB records, acks=1, medians of {args.rounds} alternating rounds.",
+             f"Command: `python3 bench/proxy_bench.py --records {args.records} --rate {args.rate} --rounds {args.rounds}`", "",
+             "| load | direct | through proxy | ratio | p50 added | p99 added |", "|---|---|---|---|---|---|"]
+    for level, rate, _ in levels:
+        d, p = results[(level, "produce-direct")], results[(level, "produce-proxy")]
+        lines.append(f"| produce {level} | {med(d, 'rec_s'):,.0f} rec/s ({med(d, 'mb_s'):.1f} MB/s), p50 {med(d, 'p50'):.0f} ms,"
+                     f" p99 {med(d, 'p99'):.0f} ms | {med(p, 'rec_s'):,.0f} rec/s ({med(p, 'mb_s'):.1f} MB/s), p50 {med(p, 'p50'):.0f} ms,"
+                     f" p99 {med(p, 'p99'):.0f} ms | {med(p, 'rec_s') / med(d, 'rec_s'):.3f} |"
+                     f" {med(p, 'p50') - med(d, 'p50'):+.0f} ms | {med(p, 'p99') - med(d, 'p99'):+.0f} ms |")
+        if rate == -1:
+            d, p = results[(level, "consume-direct")], results[(level, "consume-proxy")]
+            lines.append(f"| consume {level} | {med(d, 'rec_s'):,.0f} rec/s ({med(d, 'mb_s'):.1f} MB/s) |"
+                         f" {med(p, 'rec_s'):,.0f} rec/s ({med(p, 'mb_s'):.1f} MB/s) | {med(p, 'rec_s') / med(d, 'rec_s'):.3f} | | |")
+    lines += ["", "| proxy CPU | CPU seconds | GB moved | CPU s per GB | millicores per MB/s |", "|---|---|---|---|---|"]
+    for k, rows in cpu.items():
+        s, b = sum(x[0] for x in rows), sum(x[1] for x in rows)
+        lines.append(f"| {k} | {s:.2f} | {b / 1e9:.2f} | {s / (b / 1e9):.2f} | {1000 * s / (b / 1e6):.2f} |")
+    report = "\n".join(lines)
+    print("\n" + report)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = "# Benchmarks\n\n## Pass-through: direct vs through the proxy\n\n"
+    out.write_text(header + report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
