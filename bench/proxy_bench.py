@@ -66,11 +66,20 @@ def consume(cp: str, bootstrap: str, topic: str, records: int) -> dict:
     return {"mb_s": float(row[3]), "rec_s": float(row[5])}
 
 
+def latency(cp: str, bootstrap: str, topic: str, count: int) -> dict:
+    out = subprocess.run(["java", "-cp", cp, str(REPO / "bench" / "LatencyProbe.java"), bootstrap, topic, str(count)],
+                         capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        raise RuntimeError(f"LatencyProbe failed:\n{out.stderr[-2000:]}")
+    return {k: float(v) for k, v in (kv.split("=") for kv in out.stdout.split())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=400_000, help="records per unlimited-rate run")
     ap.add_argument("--rate", type=int, default=10_000, help="records/s of the rate-limited level")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--probe", type=int, default=3000, help="sequential sends per latency-probe run")
     ap.add_argument("--out", default=str(REPO / "docs" / "benchmarks.md"))
     args = ap.parse_args()
 
@@ -93,6 +102,8 @@ def main() -> int:
         java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap, "--create",
              "--topic", "warmup", "--partitions", "6", "--replication-factor", "1")
         produce(cp, proxied_bs, "warmup", 50_000, -1)
+        java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", cluster.bootstrap, "--create",
+             "--topic", "latency-probe", "--partitions", "1", "--replication-factor", "1")
         levels = [("unlimited", -1, args.records), (f"{args.rate} rec/s", args.rate, args.rate * 20)]
         for r in range(args.rounds):
             for level, rate, n in levels:
@@ -113,6 +124,10 @@ def main() -> int:
                     if mode == "proxy":
                         cpu.setdefault(f"produce {level}", []).append((c1 - c0, b1 - b0))
                     print(f"round {r} {level} {mode}: produce {p}" + (f" consume {c}" if rate == -1 else ""), flush=True)
+            for mode, bs in (("direct", cluster.bootstrap), ("proxy", proxied_bs)):
+                lat = latency(cp, bs, "latency-probe", args.probe)
+                results.setdefault(("probe", mode), []).append(lat)
+                print(f"round {r} latency probe {mode}: {lat}", flush=True)
     finally:
         proxy.terminate()
         proxy.wait(30)
@@ -121,7 +136,7 @@ def main() -> int:
     med = lambda rows, k: statistics.median(x[k] for x in rows)  # noqa: E731
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, Kafka 4.1.2 (1 broker, "
              f"6 partitions, RF 1), 1 KiB records, acks=1, medians of {args.rounds} alternating rounds.",
-             f"Command: `python3 bench/proxy_bench.py --records {args.records} --rate {args.rate} --rounds {args.rounds}`", "",
+             f"Command: `python3 bench/proxy_bench.py --records {args.records} --rate {args.rate} --rounds {args.rounds} --probe {args.probe}`", "",
              "| load | direct | through proxy | ratio | p50 added | p99 added |", "|---|---|---|---|---|---|"]
     for level, rate, _ in levels:
         d, p = results[(level, "produce-direct")], results[(level, "produce-proxy")]
@@ -133,6 +148,11 @@ def main() -> int:
             d, p = results[(level, "consume-direct")], results[(level, "consume-proxy")]
             lines.append(f"| consume {level} | {med(d, 'rec_s'):,.0f} rec/s ({med(d, 'mb_s'):.1f} MB/s) |"
                          f" {med(p, 'rec_s'):,.0f} rec/s ({med(p, 'mb_s'):.1f} MB/s) | {med(p, 'rec_s') / med(d, 'rec_s'):.3f} | | |")
+    d, p = results[("probe", "direct")], results[("probe", "proxy")]
+    lines += ["", f"Produce round trip, one 1 KiB record at a time (acks=1, bench/LatencyProbe.java, {args.probe} sends per run):", "",
+              "| | direct | through proxy | added |", "|---|---|---|---|"]
+    for k in ("p50_us", "p99_us", "avg_us"):
+        lines.append(f"| {k[:-3]} | {med(d, k):.0f} µs | {med(p, k):.0f} µs | {med(p, k) - med(d, k):+.0f} µs |")
     lines += ["", "| proxy CPU | CPU seconds | GB moved | CPU s per GB | millicores per MB/s |", "|---|---|---|---|---|"]
     for k, rows in cpu.items():
         s, b = sum(x[0] for x in rows), sum(x[1] for x in rows)

@@ -184,3 +184,14 @@ mod tests {
         assert!(err.contains("lisen"), "error names the unknown key: {err}");
     }
 }
+
+#[cfg(test)]
+mod example_file {
+    #[test]
+    fn the_shipped_example_config_parses_and_validates() {
+        let c = super::parse_toml(include_str!("../example.toml")).expect("example.toml parses");
+        c.validate().expect("example.toml is valid");
+        assert_eq!(c.listener.effective_node_port_base(), Some(9200));
+        assert_eq!(c.admin.listen.as_deref(), Some("127.0.0.1:9180"));
+    }
+}

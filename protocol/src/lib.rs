@@ -5,11 +5,13 @@
 
 pub mod client;
 pub mod codec;
+mod cursor;
 mod names;
 pub mod error;
 pub mod frame;
 pub mod peek;
 pub mod rewrite;
+pub mod scan;
 pub mod versions;
 
 pub use error::{ProtocolError, Side};

@@ -8,6 +8,7 @@
 use bytes::Buf;
 use kafka_protocol::messages::ApiKey;
 
+use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
 use crate::frame::PREFIX;
 
@@ -47,7 +48,7 @@ pub fn request_body_offset(frame: &[u8], peek: &RequestPeek) -> Result<usize, Pr
     let key = ApiKey::try_from(peek.api_key)
         .map_err(|_| malformed("request header", format!("unknown api key {}", peek.api_key), Side::Client))?;
     let header_version = key.request_header_version(peek.api_version);
-    let mut cur = Cursor { buf: frame, pos: PREFIX + 8 };
+    let mut cur = Cursor::new(frame, PREFIX + 8, "request", Side::Client);
     // client_id: a nullable legacy (i16-length) string in header v1 and v2.
     if header_version >= 1 {
         let len = cur.i16()?;
@@ -63,7 +64,7 @@ pub fn request_body_offset(frame: &[u8], peek: &RequestPeek) -> Result<usize, Pr
 
 /// The `acks` of a Produce request frame (`0` means the broker sends no response).
 pub fn produce_acks(frame: &[u8], peek: &RequestPeek) -> Result<i16, ProtocolError> {
-    let mut cur = Cursor { buf: frame, pos: request_body_offset(frame, peek)? };
+    let mut cur = Cursor::new(frame, request_body_offset(frame, peek)?, "request", Side::Client);
     // transactional_id: nullable string, compact from v9 on (flexible versions).
     if peek.api_version >= 9 {
         let len = cur.uvarint()?;
@@ -77,48 +78,6 @@ pub fn produce_acks(frame: &[u8], peek: &RequestPeek) -> Result<i16, ProtocolErr
         }
     }
     cur.i16()
-}
-
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl Cursor<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], ProtocolError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| {
-            malformed("request", format!("field of {n} bytes at {} runs past the {}-byte frame", self.pos, self.buf.len()), Side::Client)
-        })?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn skip(&mut self, n: usize) -> Result<(), ProtocolError> {
-        self.take(n).map(|_| ())
-    }
-    fn i16(&mut self) -> Result<i16, ProtocolError> {
-        self.take(2).map(|mut b| b.get_i16())
-    }
-    fn uvarint(&mut self) -> Result<u32, ProtocolError> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let byte = self.take(1)?[0];
-            value |= u32::from(byte & 0x7f) << (7 * i);
-            if byte & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(malformed("request", "unsigned varint longer than 5 bytes", Side::Client))
-    }
-    fn skip_tagged_fields(&mut self) -> Result<(), ProtocolError> {
-        let count = self.uvarint()?;
-        for _ in 0..count {
-            self.uvarint()?;
-            let size = self.uvarint()?;
-            self.skip(size as usize)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

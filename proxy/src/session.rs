@@ -15,7 +15,9 @@ use bytes::Bytes;
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::{ProtocolError, Side, peek, rewrite, versions};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
@@ -34,14 +36,31 @@ enum Pending {
     Local { api_key: i16, frame: Bytes, started: Instant },
 }
 
+/// A bidirectional stream that splits into independently owned halves. Plain TCP splits without
+/// a lock; a TLS stream (later) implements it with `tokio::io::split`.
+pub(crate) trait SplitStream: Send + 'static {
+    type Read: AsyncRead + Send + Unpin + 'static;
+    type Write: AsyncWrite + Send + Unpin + 'static;
+    fn split_stream(self) -> (Self::Read, Self::Write);
+}
+
+impl SplitStream for TcpStream {
+    type Read = OwnedReadHalf;
+    type Write = OwnedWriteHalf;
+    fn split_stream(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.into_split()
+    }
+}
+
 /// Runs one client connection to completion.
-pub(crate) async fn run<C, U>(client: C, upstream: U, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> Result<(), ProxyError>
-where
-    C: AsyncRead + AsyncWrite + Send + 'static,
-    U: AsyncRead + AsyncWrite + Send + 'static,
-{
-    let (client_r, client_w) = tokio::io::split(client);
-    let (up_r, up_w) = tokio::io::split(upstream);
+pub(crate) async fn run<C: SplitStream, U: SplitStream>(
+    client: C,
+    upstream: U,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), ProxyError> {
+    let (client_r, client_w) = client.split_stream();
+    let (up_r, up_w) = upstream.split_stream();
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let responses = tokio::spawn(response_side(rx, up_r, client_w, shared.clone()));
     let requests = request_side(client_r, up_w, tx, &shared, &mut stop).await;
@@ -50,9 +69,9 @@ where
     requests.and(responses)
 }
 
-async fn request_side<C: AsyncRead, U: AsyncWrite>(
-    client_r: ReadHalf<C>,
-    mut up_w: WriteHalf<U>,
+async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    client_r: R,
+    mut up_w: W,
     tx: mpsc::Sender<Pending>,
     shared: &Shared,
     stop: &mut watch::Receiver<bool>,
@@ -116,10 +135,10 @@ fn client_error(shared: &Shared, e: ProtocolError) -> ProxyError {
     e.into()
 }
 
-async fn response_side<U: AsyncRead, C: AsyncWrite>(
+async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Pending>,
-    up_r: ReadHalf<U>,
-    mut client_w: WriteHalf<C>,
+    up_r: R,
+    mut client_w: W,
     shared: Arc<Shared>,
 ) -> Result<(), ProxyError> {
     let m = &shared.metrics;

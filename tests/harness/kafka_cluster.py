@@ -44,14 +44,14 @@ logger.request.level = WARN
 """
 
 
-def kafka_libs() -> Path:
-    """Directory holding the Kafka jars (downloaded once)."""
-    out = subprocess.run([str(HERE / "kafka-jars.sh"), KAFKA_VERSION], check=True, capture_output=True, text=True)
+def kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """Directory holding the jars of Kafka ``version`` (downloaded once)."""
+    out = subprocess.run([str(HERE / "kafka-jars.sh"), version], check=True, capture_output=True, text=True)
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def classpath() -> str:
-    return str(kafka_libs() / "*")
+def classpath(version: str = KAFKA_VERSION) -> str:
+    return str(kafka_libs(version) / "*")
 
 
 def metadata_broker_ids(addr: str, timeout: float = 2.0) -> list[int]:
@@ -104,8 +104,10 @@ class KafkaCluster:
     ``base_port + 100 + i - 1``.
     """
 
-    def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None):
+    def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None,
+                 version: str = KAFKA_VERSION):
         self.name = name
+        self.version = version
         self.n = brokers
         self.base_port = base_port
         self.dir = Path(workdir) / name
@@ -155,7 +157,7 @@ class KafkaCluster:
 
     def _java(self, *args: str) -> list[str]:
         return ["java", "-Xms256m", "-Xmx768m", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}", "-cp", classpath(), *args]
+                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}", "-cp", classpath(self.version), *args]
 
     def start(self) -> "KafkaCluster":
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,86 @@
+//! A bounds-checked reader over frame bytes for the hand-written scanners (`peek`, `scan`):
+//! every read that would run past the end is a [`ProtocolError::Malformed`], never a panic.
+
+use bytes::Buf;
+
+use crate::error::{ProtocolError, Side};
+
+pub(crate) struct Cursor<'a> {
+    buf: &'a [u8],
+    pub(crate) pos: usize,
+    what: &'static str,
+    side: Side,
+}
+
+impl<'a> Cursor<'a> {
+    /// Reads `buf` from `pos`; `what` and `side` label errors.
+    pub(crate) fn new(buf: &'a [u8], pos: usize, what: &'static str, side: Side) -> Self {
+        Self { buf, pos, what, side }
+    }
+
+    fn malformed(&self, detail: String) -> ProtocolError {
+        ProtocolError::Malformed { what: self.what, detail, side: self.side }
+    }
+
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| self.malformed(format!("field of {n} bytes at {} runs past the {}-byte frame", self.pos, self.buf.len())))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    pub(crate) fn skip(&mut self, n: usize) -> Result<(), ProtocolError> {
+        self.take(n).map(|_| ())
+    }
+
+    pub(crate) fn i16(&mut self) -> Result<i16, ProtocolError> {
+        self.take(2).map(|mut b| b.get_i16())
+    }
+
+    pub(crate) fn uvarint(&mut self) -> Result<u32, ProtocolError> {
+        let mut value: u32 = 0;
+        for i in 0..5 {
+            let byte = self.take(1)?[0];
+            value |= u32::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err(self.malformed("unsigned varint longer than 5 bytes".into()))
+    }
+
+    /// Skips a compact (varint length + 1) string, bytes or nullable variant.
+    pub(crate) fn skip_compact_bytes(&mut self) -> Result<(), ProtocolError> {
+        let len = self.uvarint()?;
+        if len > 1 {
+            self.skip(len as usize - 1)?;
+        }
+        Ok(())
+    }
+
+    /// Number of elements of a compact (nullable) array; null counts as 0.
+    pub(crate) fn compact_array_len(&mut self) -> Result<u32, ProtocolError> {
+        Ok(self.uvarint()?.saturating_sub(1))
+    }
+
+    /// Reads a tagged-field section; returns whether `wanted` was among the tags.
+    pub(crate) fn tagged_fields_contain(&mut self, wanted: Option<u32>) -> Result<bool, ProtocolError> {
+        let count = self.uvarint()?;
+        let mut found = false;
+        for _ in 0..count {
+            let tag = self.uvarint()?;
+            let size = self.uvarint()?;
+            self.skip(size as usize)?;
+            found |= Some(tag) == wanted;
+        }
+        Ok(found)
+    }
+
+    pub(crate) fn skip_tagged_fields(&mut self) -> Result<(), ProtocolError> {
+        self.tagged_fields_contain(None).map(|_| ())
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README "Run" command: a local source and destination Kafka (KRaft, on loopback), the proxy
+# in front of the destination, and Kafka's own tools talking to the destination *through* the
+# proxy. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${KMP_DEMO_DIR:-/tmp/kmp-demo}
+listen_port=${KMP_DEMO_PORT:-9192}
+admin=127.0.0.1:${KMP_DEMO_ADMIN_PORT:-9180}
+
+cleanup() {
+  [[ -n "${proxy_pid:-}" ]] && kill "$proxy_pid" 2>/dev/null && wait "$proxy_pid" 2>/dev/null || true
+  python3 tests/harness/kafka_cluster.py down --dir "$dir"
+}
+if [[ "${KMP_DEMO_KEEP:-0}" != 1 ]]; then trap cleanup EXIT; fi
+
+echo "==> building kafka-mirror-proxy (release)"
+cargo build --release --locked -p kafka-mirror-proxy
+libs=$(tests/harness/kafka-jars.sh)
+kt() { java -cp "$libs/*" "$@"; }
+
+echo "==> starting source (1 broker, :19092) and destination (3 brokers, :29092-29094) clusters"
+python3 tests/harness/kafka_cluster.py down --dir "$dir"
+python3 tests/harness/kafka_cluster.py up --dir "$dir" --source-port 19092 --dest-port 29092
+
+echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin)"
+./target/release/kafka-mirror-proxy run --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
+  --listen "127.0.0.1:$listen_port" --admin-listen "$admin" >"$dir/proxy.log" 2>&1 &
+proxy_pid=$!
+for _ in $(seq 100); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "http://$admin/readyz"
+
+bs=127.0.0.1:$listen_port
+echo "==> brokers as clients see them through the proxy (addresses point at the proxy)"
+kt org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$bs" 2>/dev/null | grep -E '^[^ ].*\(id:' || true
+echo "==> create a topic, produce 5 lz4-compressed records and consume them, all through the proxy"
+kt org.apache.kafka.tools.TopicCommand --bootstrap-server "$bs" --create --topic demo --partitions 3 --replication-factor 3
+printf 'hello\nfrom\nkafka-mirror-proxy\nvia\nthe destination\n' |
+  kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic demo --producer-property compression.type=lz4
+kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic demo --from-beginning \
+  --max-messages 5 --group demo-group --property print.partition=true --property print.offset=true 2>/dev/null
+echo "==> a few proxy metrics"
+curl -s "http://$admin/metrics" | grep -E '^kmp_(requests_total|open_connections|known_brokers|bytes_total)' | head -12
+if [[ "${KMP_DEMO_KEEP:-0}" == 1 ]]; then
+  echo "==> left running: proxy pid $proxy_pid, clusters in $dir (stop: python3 tests/harness/kafka_cluster.py down --dir $dir)"
+fi
