@@ -47,27 +47,24 @@ pub fn decode_request<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) ->
 
 /// Encodes a response frame (prefix, header, body).
 pub fn encode_response<T: Encodable>(correlation_id: i32, key: ApiKey, version: i16, msg: &T) -> Result<Bytes, ProtocolError> {
-    let err = |detail: String| ProtocolError::Codec { op: "encode", api: api_name(key), version, detail, side: Side::Internal };
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
-    let hv = key.response_header_version(version);
-    let size = header.compute_size(hv).map_err(|e| err(e.to_string()))? + msg.compute_size(version).map_err(|e| err(e.to_string()))?;
-    let mut buf = BytesMut::with_capacity(PREFIX + size);
-    buf.put_i32(size as i32);
-    header.encode(&mut buf, hv).map_err(|e| err(e.to_string()))?;
-    msg.encode(&mut buf, version).map_err(|e| err(e.to_string()))?;
-    Ok(buf.freeze())
+    encode_frame(&header, key.response_header_version(version), msg, key, version)
 }
 
 /// Encodes a request frame (prefix, header, body).
 pub fn encode_request<T: Encodable>(header: &RequestHeader, key: ApiKey, msg: &T) -> Result<Bytes, ProtocolError> {
     let version = header.request_api_version;
+    encode_frame(header, key.request_header_version(version), msg, key, version)
+}
+
+/// Length prefix, then `header` at `header_version`, then `msg` at `version`, in one buffer.
+fn encode_frame<H: Encodable, T: Encodable>(header: &H, header_version: i16, msg: &T, key: ApiKey, version: i16) -> Result<Bytes, ProtocolError> {
     let err = |detail: String| ProtocolError::Codec { op: "encode", api: api_name(key), version, detail, side: Side::Internal };
-    let hv = key.request_header_version(version);
-    let size = header.compute_size(hv).map_err(|e| err(e.to_string()))? + msg.compute_size(version).map_err(|e| err(e.to_string()))?;
+    let size = header.compute_size(header_version).map_err(|e| err(e.to_string()))? + msg.compute_size(version).map_err(|e| err(e.to_string()))?;
     let mut buf = BytesMut::with_capacity(PREFIX + size);
     buf.put_i32(size as i32);
-    header.encode(&mut buf, hv).map_err(|e| err(e.to_string()))?;
+    header.encode(&mut buf, header_version).map_err(|e| err(e.to_string()))?;
     msg.encode(&mut buf, version).map_err(|e| err(e.to_string()))?;
     Ok(buf.freeze())
 }

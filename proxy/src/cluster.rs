@@ -52,11 +52,6 @@ impl ClusterView {
         self.nodes.get(&node_id).map(|n| format!("{}:{}", n.host, n.port))
     }
 
-    /// Number of brokers seen so far.
-    pub(crate) fn known_nodes(&self) -> usize {
-        self.nodes.len()
-    }
-
     /// The port clients use for `node_id`, if it fits in a port number.
     pub(crate) fn node_port(&self, node_id: i32) -> Option<u16> {
         u16::try_from(i64::from(self.node_port_base) + i64::from(node_id)).ok().filter(|p| *p != 0)

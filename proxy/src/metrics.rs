@@ -84,7 +84,7 @@ impl Metrics {
         let metadata_refresh_errors = Counter::default();
         registry.register("metadata_refresh_errors", "Failed background metadata refreshes", metadata_refresh_errors.clone());
         let known_brokers = Gauge::default();
-        registry.register("known_brokers", "Upstream brokers known to the proxy", known_brokers.clone());
+        registry.register("known_brokers", "Brokers listed in the upstream cluster's latest metadata refresh", known_brokers.clone());
 
         let bytes_from_clients = bytes.get_or_create(&DirectionLabel { direction: "from_clients" }).clone();
         let bytes_to_clients = bytes.get_or_create(&DirectionLabel { direction: "to_clients" }).clone();

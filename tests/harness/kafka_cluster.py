@@ -105,9 +105,13 @@ class KafkaCluster:
     """
 
     def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None,
-                 version: str = KAFKA_VERSION):
+                 version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None):
+        """``sasl_users`` makes the client listener SASL_PLAINTEXT with PLAIN for those users; the
+        brokers then talk to each other (and the readiness probe to them) on a plaintext listener
+        at ``base_port + 50 + i - 1``."""
         self.name = name
         self.version = version
+        self.sasl_users = sasl_users
         self.n = brokers
         self.base_port = base_port
         self.dir = Path(workdir) / name
@@ -120,6 +124,10 @@ class KafkaCluster:
 
     def addr(self, node_id: int) -> str:
         return f"127.0.0.1:{self.port(node_id)}"
+
+    def probe_addr(self, node_id: int) -> str:
+        """Plaintext address for readiness checks (the internal listener of a SASL cluster)."""
+        return f"127.0.0.1:{self.base_port + 50 + node_id - 1}" if self.sasl_users else self.addr(node_id)
 
     @property
     def bootstrap(self) -> str:
@@ -150,6 +158,16 @@ class KafkaCluster:
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": 1,
         }
+        if self.sasl_users:
+            internal = f"INTERNAL://{self.probe_addr(node_id)}"
+            conf["listeners"] = conf["listeners"].replace("PLAINTEXT://", f"{internal},SASL_PLAINTEXT://", 1)
+            conf["advertised.listeners"] = f"{internal},SASL_PLAINTEXT://{self.addr(node_id)}"
+            conf["inter.broker.listener.name"] = "INTERNAL"
+            conf["listener.security.protocol.map"] = "INTERNAL:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
+            conf["sasl.enabled.mechanisms"] = "PLAIN"
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
+            conf["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};")
         conf.update(self.extra)
         path = self.dir / f"server-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
@@ -201,7 +219,7 @@ class KafkaCluster:
                 if p.poll() is not None:
                     raise RuntimeError(f"{self.name} broker {i} exited with {p.returncode}; see {self.dir}/broker-{i}.log")
             try:
-                if all(metadata_broker_ids(self.addr(i)) == want for i in want):
+                if all(metadata_broker_ids(self.probe_addr(i)) == want for i in want):
                     return
             except (OSError, struct.error) as e:
                 last = e

@@ -60,3 +60,11 @@ def closed_by_peer(s: socket.socket, timeout: float = 10.0) -> bool:
         return True
     except socket.timeout:
         return False
+
+
+def fetch_v4_error_code(body: bytes) -> int:
+    """Error code of the first partition in a Fetch v4 response body (after the correlation id)."""
+    pos = 4 + 4  # throttle_time_ms, topic count
+    (name_len,) = struct.unpack_from(">h", body, pos)
+    pos += 2 + name_len + 4 + 4  # topic name, partition count, partition index
+    return struct.unpack_from(">h", body, pos)[0]

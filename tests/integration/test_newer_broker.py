@@ -16,7 +16,7 @@ NEWER = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
 
 @pytest.fixture(scope="module")
 def newer_cluster(workdir):
-    cluster = KafkaCluster("newer", 1, free_port_block(101), workdir, version=NEWER)
+    cluster = KafkaCluster("newer", 3, free_port_block(104), workdir, version=NEWER)
     cluster.start()
     yield cluster
     cluster.stop()

@@ -22,6 +22,13 @@ def test_sigterm_drains_an_in_flight_long_poll_fetch_and_exits_zero(destination,
     leader = wait_for_leader(admin, topic)
     s = socket.create_connection(("127.0.0.1", proxy.node_port(leader)))
     s.settimeout(20)
+    deadline = time.time() + 30
+    while True:  # until the leader serves the new partition (no error), so the next Fetch long-polls
+        s.sendall(wire.fetch_v4(76, topic, 0, 0, max_wait_ms=10))
+        if wire.fetch_v4_error_code(wire.read_response(s)[1]) == 0:
+            break
+        assert time.time() < deadline, "the new partition became fetchable"
+        time.sleep(0.1)
     # An empty partition with min_bytes=1: the broker holds the Fetch for max_wait_ms.
     s.sendall(wire.fetch_v4(77, topic, 0, 0, max_wait_ms=3000))
     time.sleep(0.5)

@@ -1,0 +1,61 @@
+"""SASL handshake and authentication pass through the proxy to the broker: a SASL/PLAIN-only
+cluster behind the proxy accepts the right credentials and refuses wrong ones, exactly as it does
+for a direct connection."""
+
+import time
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from conftest import ProxyProcess, free_port_block, unique
+from kafka_cluster import KafkaCluster
+
+USERS = {"alice": "alice-secret"}
+
+
+@pytest.fixture(scope="module")
+def sasl_cluster(workdir):
+    cluster = KafkaCluster("sasl", 1, free_port_block(151), workdir, sasl_users=USERS)
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def conf(bootstrap: str, password: str) -> dict:
+    return {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+            "sasl.username": "alice", "sasl.password": password}
+
+
+def auth_error(bootstrap: str, password: str) -> str:
+    admin = AdminClient(conf(bootstrap, password))
+    try:
+        admin.list_topics(timeout=10)
+    except KafkaException as e:
+        return e.args[0].name()
+    return "none"
+
+
+def test_sasl_plain_authenticates_through_the_proxy(sasl_cluster, workdir):
+    proxy = ProxyProcess(sasl_cluster.bootstrap, workdir).start()
+    try:
+        md = AdminClient(conf(proxy.bootstrap, "alice-secret")).list_topics(timeout=30)
+        assert {b.id: b.port for b in md.brokers.values()} == {1: proxy.node_port(1)}, "authenticated metadata is rewritten"
+        topic = unique("sasl")
+        p = Producer(conf(proxy.bootstrap, "alice-secret"))
+        for i in range(100):
+            p.produce(topic, value=f"s{i}")
+        assert p.flush(30) == 0, "an authenticated producer delivers through the proxy"
+        c = Consumer({**conf(proxy.bootstrap, "alice-secret"), "group.id": unique("sasl"), "auto.offset.reset": "earliest"})
+        c.assign([TopicPartition(topic, 0, 0)])
+        got, deadline = [], time.time() + 30
+        while len(got) < 100 and time.time() < deadline:
+            got += [m.value().decode() for m in c.consume(100, 0.2) if not m.error()]
+        c.close()
+        assert got == [f"s{i}" for i in range(100)]
+
+        direct, proxied = auth_error(sasl_cluster.bootstrap, "wrong"), auth_error(proxy.bootstrap, "wrong")
+        assert direct == proxied != "none", f"a wrong password fails the same way direct ({direct}) and proxied ({proxied})"
+        assert proxy.alive()
+    finally:
+        assert proxy.stop() == 0
