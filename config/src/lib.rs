@@ -5,9 +5,11 @@
 //! anything else that touches the network belongs to the crates that use the config.
 
 mod load;
+mod mirror;
 mod model;
 mod validate;
 
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
+pub use mirror::MirrorConfig;
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
 pub use validate::{ConfigError, ConfigErrors};

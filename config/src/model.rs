@@ -13,6 +13,8 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// The HTTP admin endpoint (health, readiness, metrics).
     pub admin: AdminConfig,
+    /// Mirrors declared in the file (`[[mirrors]]`); default none.
+    pub mirrors: Vec<crate::MirrorConfig>,
 }
 
 impl Default for Config {
@@ -21,6 +23,7 @@ impl Default for Config {
             listener: ListenerConfig::default(),
             upstream: UpstreamConfig::default(),
             admin: AdminConfig::default(),
+            mirrors: Vec::new(),
         }
     }
 }

@@ -62,6 +62,38 @@ impl Config {
                 err("admin.listen", format!("`{a}` is not host:port"));
             }
         }
+        let mut names = std::collections::HashSet::new();
+        for (i, m) in self.mirrors.iter().enumerate() {
+            let key = |field: &str| format!("mirrors[{i}].{field}");
+            if m.name.trim().is_empty() {
+                err(&key("name"), "must not be empty".to_owned());
+            } else if !names.insert(m.name.as_str()) {
+                err(&key("name"), format!("`{}` is used by another mirror", m.name));
+            }
+            if m.source_bootstrap_servers.is_empty() {
+                err(&key("source_bootstrap_servers"), "at least one host:port is required".to_owned());
+            }
+            for s in &m.source_bootstrap_servers {
+                if split_host_port(s).is_none() {
+                    err(&key("source_bootstrap_servers"), format!("`{s}` is not host:port"));
+                }
+            }
+            if m.topics.is_empty() {
+                err(&key("topics"), "name at least one topic".to_owned());
+            }
+            if m.start_position != "earliest" {
+                err(&key("start_position"), format!("`{}`: only `earliest` keeps offsets identical", m.start_position));
+            }
+            if m.replication_factor == 0 || m.replication_factor < -1 {
+                err(&key("replication_factor"), "must be -1 (destination default) or at least 1".to_owned());
+            }
+            if m.max_filler_batch_records < 1 {
+                err(&key("max_filler_batch_records"), "must be at least 1".to_owned());
+            }
+            if m.fetch_max_bytes < 1024 {
+                err(&key("fetch_max_bytes"), "must be at least 1024".to_owned());
+            }
+        }
         if errors.is_empty() { Ok(()) } else { Err(ConfigErrors(errors)) }
     }
 }

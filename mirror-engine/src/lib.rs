@@ -1,9 +1,83 @@
-//! The mirror engine: background streams that fetch record batches from a remote source cluster
-//! and produce them into the destination at identical offsets.
+//! The mirror engine: background streams that copy source-cluster partitions into the
+//! destination so every record keeps its source offset (KIP-1279 §5, our §11.3 design).
 //!
-//! Not built yet (issue "Mirror engine"): this crate holds the place in the dependency chain
-//! `config ← protocol ← mirror-engine ← proxy` so the proxy links against it from the start.
-//! Client-facing proxying does not belong here.
+//! Entry point [`start`] takes mirror definitions as plain data, so definitions from the config
+//! file and (later) from the admin APIs drive the same engine. Module map: `cluster` (reaching a
+//! cluster), `topics` (destination topic creation), `source` (read_committed fetch), `plan`
+//! (offset-preserving plan, sans-io), `sink` (idempotent producer), `partition` (one partition's
+//! loop), `status` (progress). Client-facing proxying does not belong here.
 
-/// Engine version, reported by the proxy's `/healthz`.
+mod cluster;
+mod error;
+mod partition;
+mod plan;
+mod sink;
+mod source;
+mod status;
+mod topics;
+
+use std::time::Duration;
+
+use kmp_config::MirrorConfig;
+use tokio::sync::watch;
+use tracing::{Instrument, info_span, warn};
+
+pub use cluster::ClusterClient;
+pub use error::MirrorError;
+pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard};
+pub use topics::FORCED_CONFIGS;
+
+use partition::PartitionTask;
+
+/// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Starts every mirror's topics in the background; returns the status board they report to.
+pub fn start(mirrors: Vec<MirrorConfig>, destination_bootstrap: Vec<String>, timeout: Duration, stop: watch::Receiver<bool>) -> StatusBoard {
+    let status = StatusBoard::default();
+    let destination = ClusterClient::new("destination", destination_bootstrap, timeout);
+    for m in mirrors {
+        let source = ClusterClient::new("source", m.source_bootstrap_servers.clone(), timeout);
+        for topic in m.topics.clone() {
+            let span = info_span!("mirror", mirror = %m.name, %topic);
+            let (m, source, destination, status, stop) = (m.clone(), source.clone(), destination.clone(), status.clone(), stop.clone());
+            tokio::spawn(
+                async move {
+                    let mut backoff = Duration::from_millis(200);
+                    let partitions = loop {
+                        match topics::ensure_destination_topic(&source, &destination, &topic, m.replication_factor).await {
+                            Ok(n) => break n,
+                            Err(e) if e.is_retriable() => {
+                                warn!(error = %e, "cannot prepare the destination topic yet; retrying");
+                                tokio::time::sleep(backoff).await;
+                                backoff = (backoff * 2).min(Duration::from_secs(5));
+                            }
+                            Err(e) => {
+                                warn!(error = %e, "mirror topic FAILED");
+                                status.update(&(m.name.clone(), topic.clone(), -1), |s| {
+                                    s.state = PartitionState::Failed;
+                                    s.last_error = Some(e.to_string());
+                                });
+                                return;
+                            }
+                        }
+                    };
+                    for p in 0..partitions as i32 {
+                        let task = PartitionTask {
+                            key: (m.name.clone(), topic.clone(), p),
+                            source: source.clone(),
+                            destination: destination.clone(),
+                            fetch_max_bytes: m.fetch_max_bytes,
+                            max_filler_batch_records: m.max_filler_batch_records,
+                            status: status.clone(),
+                        };
+                        let span = info_span!("partition", partition = p);
+                        tokio::spawn(task.run(stop.clone()).instrument(span));
+                    }
+                }
+                .instrument(span),
+            );
+        }
+    }
+    status
+}

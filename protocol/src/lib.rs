@@ -3,6 +3,7 @@
 //! Everything here is sans-io except [`frame`] (async frame cutting) and [`client`] (the small
 //! internal Kafka client). Nothing here knows about listeners, sessions or mirrors.
 
+pub mod batch;
 pub mod client;
 pub mod codec;
 mod cursor;

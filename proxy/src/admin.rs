@@ -59,7 +59,14 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
             }
         }
         "/metrics" => {
-            let mut r = text(StatusCode::OK, shared.metrics.encode());
+            let mut body = shared.metrics.encode();
+            // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
+            let mirrors = crate::mirror_metrics::render(&shared.mirrors);
+            match body.rfind("# EOF") {
+                Some(at) => body.insert_str(at, &mirrors),
+                None => body.push_str(&mirrors),
+            }
+            let mut r = text(StatusCode::OK, body);
             if let Ok(v) = "application/openmetrics-text; version=1.0.0; charset=utf-8".parse() {
                 r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
             }

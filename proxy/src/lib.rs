@@ -10,6 +10,7 @@ mod api_versions;
 mod cluster;
 mod error;
 mod metrics;
+mod mirror_metrics;
 mod refresh;
 mod server;
 mod session;

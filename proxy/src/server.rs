@@ -28,6 +28,8 @@ pub(crate) struct Shared {
     pub(crate) connector: Connector,
     /// Set once the upstream answered a metadata refresh; cleared when refreshes fail.
     pub(crate) ready: AtomicBool,
+    /// Progress of the mirrors declared in the config (empty board when there are none).
+    pub(crate) mirrors: kmp_mirror_engine::StatusBoard,
     next_connection_id: AtomicU64,
 }
 
@@ -49,6 +51,17 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         .map_err(|source| ProxyError::Listener { addr: config.listener.listen.clone(), source })?;
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mirrors = if config.mirrors.is_empty() {
+        kmp_mirror_engine::StatusBoard::default()
+    } else {
+        kmp_mirror_engine::start(
+            config.mirrors.clone(),
+            config.upstream.bootstrap_servers.clone(),
+            Duration::from_millis(config.upstream.connect_timeout_ms),
+            stop_rx.clone(),
+        )
+    };
     let shared = Arc::new(Shared {
         cluster: ClusterView::new(config.listener.effective_advertised_host(), bind_host, node_port_base, new_tx),
         metrics: Metrics::new(),
@@ -57,10 +70,10 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             Duration::from_millis(config.upstream.connect_timeout_ms),
         ),
         ready: AtomicBool::new(false),
+        mirrors,
         next_connection_id: AtomicU64::new(1),
         config,
     });
-    let (stop_tx, stop_rx) = watch::channel(false);
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
 

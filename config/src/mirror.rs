@@ -1,0 +1,47 @@
+//! Mirror definitions declared in the config file (`[[mirrors]]`). The engine receives them as
+//! plain data; mirrors created at runtime through the admin APIs (a later issue) use the same
+//! shape. Validation rules for them live in `validate`.
+
+use serde::Deserialize;
+
+/// One mirror: topics copied from a source cluster into the destination at identical offsets.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MirrorConfig {
+    /// Mirror name, unique within the proxy. Required.
+    pub name: String,
+    /// Bootstrap brokers of the source cluster, `host:port` each. Required.
+    pub source_bootstrap_servers: Vec<String>,
+    /// Source topics to mirror, by exact name. Default: none.
+    #[serde(default)]
+    pub topics: Vec<String>,
+    /// Where a partition starts when the destination has nothing yet: `earliest` (default; the
+    /// source log start, with the offsets below it filled) — the only position that keeps
+    /// offsets identical.
+    #[serde(default = "default_start")]
+    pub start_position: String,
+    /// Replication factor of destination topics the mirror creates; -1 (default) uses the
+    /// destination cluster's `default.replication.factor`.
+    #[serde(default = "default_rf")]
+    pub replication_factor: i16,
+    /// Most filler records (offsets without visible source data) in one produced batch; larger
+    /// gaps are filled with several batches. Default 100000.
+    #[serde(default = "default_max_filler")]
+    pub max_filler_batch_records: i32,
+    /// Bytes fetched per source partition per request; default 1048576 (1 MiB).
+    #[serde(default = "default_fetch_bytes")]
+    pub fetch_max_bytes: i32,
+}
+
+fn default_start() -> String {
+    "earliest".to_owned()
+}
+fn default_rf() -> i16 {
+    -1
+}
+fn default_max_filler() -> i32 {
+    100_000
+}
+fn default_fetch_bytes() -> i32 {
+    1024 * 1024
+}

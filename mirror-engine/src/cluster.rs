@@ -1,0 +1,117 @@
+//! Reaching one cluster (source or destination) with the internal client: connecting to any
+//! bootstrap broker, looking up a topic's partitions and leaders, and opening a connection to a
+//! partition leader. What is sent on those connections belongs to `source` and `sink`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kmp_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, TopicName};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+use crate::error::MirrorError;
+
+/// Partitions of one topic as a cluster reports them.
+#[derive(Debug, Clone)]
+pub struct TopicLayout {
+    /// Kafka error code for the topic (0 = exists).
+    pub error_code: i16,
+    /// `(partition, leader node id)`, sorted by partition.
+    pub partitions: Vec<(i32, i32)>,
+    /// `node id → host:port`.
+    pub brokers: HashMap<i32, String>,
+}
+
+/// One cluster reached through its bootstrap brokers.
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    side: &'static str,
+    bootstrap: Vec<String>,
+    timeout: Duration,
+}
+
+impl ClusterClient {
+    /// `side` ("source"/"destination") labels errors.
+    pub fn new(side: &'static str, bootstrap: Vec<String>, timeout: Duration) -> Self {
+        Self { side, bootstrap, timeout }
+    }
+
+    pub(crate) fn wrap(&self, e: kmp_protocol::ProtocolError) -> MirrorError {
+        if self.side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) }
+    }
+
+    /// A connection to the first reachable bootstrap broker.
+    pub async fn connect_any(&self) -> Result<Connection, MirrorError> {
+        let mut last = None;
+        for addr in &self.bootstrap {
+            match Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(self.wrap(last.unwrap_or(kmp_protocol::ProtocolError::Connect {
+            addr: "(none)".into(),
+            detail: "no bootstrap servers".into(),
+        })))
+    }
+
+    /// Partitions, leaders and brokers of `topic` (no auto-creation).
+    pub async fn layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
+        let mut conn = self.connect_any().await?;
+        let mut t = MetadataRequestTopic::default();
+        t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
+        let mut req = MetadataRequest::default();
+        req.topics = Some(vec![t]);
+        req.allow_auto_topic_creation = false;
+        let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
+        let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
+        let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
+            return Ok(TopicLayout { error_code: 3, partitions: Vec::new(), brokers });
+        };
+        let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
+        partitions.sort_unstable();
+        Ok(TopicLayout { error_code: t.error_code, partitions, brokers })
+    }
+
+    /// A connection to the current leader of `topic`-`partition`.
+    pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<Connection, MirrorError> {
+        let layout = self.layout(topic).await?;
+        if layout.error_code != 0 {
+            return Err(MirrorError::Broker { side: self.side, what: format!("metadata of {topic}"), code: layout.error_code });
+        }
+        let leader = layout.partitions.iter().find(|(p, _)| *p == partition).map(|(_, l)| *l).unwrap_or(-1);
+        let addr = layout.brokers.get(&leader).ok_or(MirrorError::Broker {
+            side: self.side,
+            what: format!("leader of {topic}-{partition}"),
+            code: 5, // LEADER_NOT_AVAILABLE
+        })?;
+        Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await.map_err(|e| self.wrap(e))
+    }
+}
+
+/// `(log start, high watermark)` of a partition, read on a connection to its leader.
+pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
+    let mut out = [0i64; 2];
+    for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
+        let mut p = ListOffsetsPartition::default();
+        p.partition_index = partition;
+        p.current_leader_epoch = -1;
+        p.timestamp = timestamp;
+        let mut t = ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_owned()));
+        t.partitions = vec![p];
+        let mut req = ListOffsetsRequest::default();
+        req.replica_id = BrokerId(-1);
+        req.topics = vec![t];
+        let what = || format!("ListOffsets {topic}-{partition}");
+        let resp = conn.send(&req, 7).await.map_err(|e| if side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) })?;
+        match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
+            Some(p) if p.error_code == 0 => out[i] = p.offset,
+            Some(p) => return Err(MirrorError::Broker { side, what: what(), code: p.error_code }),
+            None => return Err(MirrorError::Broker { side, what: what(), code: 3 }),
+        }
+    }
+    Ok((out[0], out[1]))
+}

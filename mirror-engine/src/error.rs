@@ -1,0 +1,59 @@
+//! Errors of the mirror engine, split into the ones worth retrying (a broker restarted, a leader
+//! moved) and the ones that turn a partition FAILED.
+
+use kmp_protocol::ProtocolError;
+
+/// Why a partition could not make progress.
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    /// Talking to the source cluster failed.
+    #[error("source: {0}")]
+    Source(ProtocolError),
+    /// Talking to the destination cluster failed.
+    #[error("destination: {0}")]
+    Destination(ProtocolError),
+    /// A broker answered with a Kafka error code.
+    #[error("{side} {what}: Kafka error code {code}")]
+    Broker { side: &'static str, what: String, code: i16 },
+    /// The destination wrote a batch at another offset than the source's: the invariant broke.
+    #[error("offset drift: batch written at destination offset {got}, expected {expected}")]
+    OffsetMismatch { expected: i64, got: i64 },
+    /// The destination topic holds data the mirror did not write.
+    #[error("destination topic {topic} already exists with {partitions} partitions (source has {source_partitions}) or is not empty; refusing to append")]
+    DestinationConflict { topic: String, partitions: usize, source_partitions: usize },
+    /// The source has something the engine cannot copy exactly yet.
+    #[error("unsupported source data: {0}")]
+    Unsupported(String),
+}
+
+/// Kafka error codes that clear up by themselves (leader moves, restarts, timeouts).
+const RETRIABLE: &[i16] = &[
+    3,  // UNKNOWN_TOPIC_OR_PARTITION (metadata not propagated yet)
+    5,  // LEADER_NOT_AVAILABLE
+    6,  // NOT_LEADER_OR_FOLLOWER
+    7,  // REQUEST_TIMED_OUT
+    8,  // BROKER_NOT_AVAILABLE
+    13, // NETWORK_EXCEPTION
+    14, // COORDINATOR_LOAD_IN_PROGRESS
+    15, // COORDINATOR_NOT_AVAILABLE
+    19, // NOT_ENOUGH_REPLICAS
+    20, // NOT_ENOUGH_REPLICAS_AFTER_APPEND
+    41, // NOT_CONTROLLER
+    45, // OUT_OF_ORDER_SEQUENCE_NUMBER (producer is re-initialised)
+    51, // CONCURRENT_TRANSACTIONS
+    56, // KAFKA_STORAGE_ERROR
+    74, // FENCED_LEADER_EPOCH
+    75, // UNKNOWN_LEADER_EPOCH
+    89, // THROTTLING_QUOTA_EXCEEDED
+];
+
+impl MirrorError {
+    /// Whether retrying with backoff can help.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Self::Source(_) | Self::Destination(_) => true,
+            Self::Broker { code, .. } => RETRIABLE.contains(code),
+            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::Unsupported(_) => false,
+        }
+    }
+}

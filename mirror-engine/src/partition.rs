@@ -1,0 +1,142 @@
+//! One mirrored partition: resume at the destination's high watermark (offsets are identical,
+//! so that is also the source offset to read next), fetch read_committed from the source leader,
+//! plan, write fillers and batches through the partition's idempotent producer, and retry
+//! transient failures with exponential backoff. A non-retriable error turns this partition
+//! FAILED; the others keep going.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::cluster::{ClusterClient, offsets};
+use crate::error::MirrorError;
+use crate::plan::{AbortTracker, Action, plan};
+use crate::sink::PartitionSink;
+use crate::source::fetch;
+use crate::status::{PartitionKey, PartitionState, StatusBoard};
+
+/// What a partition task needs.
+pub struct PartitionTask {
+    pub key: PartitionKey,
+    pub source: ClusterClient,
+    pub destination: ClusterClient,
+    pub fetch_max_bytes: i32,
+    pub max_filler_batch_records: i32,
+    pub status: StatusBoard,
+}
+
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+impl PartitionTask {
+    /// Mirrors until `stop` is set or a non-retriable error.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let result = tokio::select! {
+                r = self.copy() => r,
+                _ = stop.changed() => return,
+            };
+            match result {
+                Ok(()) => return,
+                Err(e) if e.is_retriable() => {
+                    warn!(error = %e, ?backoff, "retrying");
+                    self.status.update(&self.key, |s| {
+                        s.state = PartitionState::Retrying;
+                        s.last_error = Some(e.to_string());
+                    });
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff) => {}
+                        _ = stop.changed() => return,
+                    }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+                Err(e) => {
+                    warn!(error = %e, "partition FAILED");
+                    self.status.update(&self.key, |s| {
+                        s.state = PartitionState::Failed;
+                        s.last_error = Some(e.to_string());
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    async fn copy(&self) -> Result<(), MirrorError> {
+        let (_, topic, partition) = &self.key;
+        let (topic, partition) = (topic.as_str(), *partition);
+        let mut dest_conn = self.destination.connect_leader(topic, partition).await?;
+        let (_, mut next) = offsets("destination", &mut dest_conn, topic, partition).await?;
+        let mut sink = PartitionSink::open(dest_conn, topic, partition).await?;
+        let mut src = self.source.connect_leader(topic, partition).await?;
+        let mut aborts = AbortTracker::default();
+        info!(next, "mirroring from the destination's high watermark");
+        self.status.update(&self.key, |s| {
+            s.state = PartitionState::Mirroring;
+            s.destination_next_offset = next;
+            s.last_error = None;
+        });
+        loop {
+            let fetched = match fetch(&mut src, topic, partition, next, self.fetch_max_bytes, 500).await {
+                Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
+                    let (start, end) = offsets("source", &mut src, topic, partition).await?;
+                    if next < start {
+                        // The source deleted this range (retention/DeleteRecords): fill it.
+                        next = self.fill(&mut sink, next, start - next, 0).await?;
+                        continue;
+                    }
+                    return Err(MirrorError::Unsupported(format!(
+                        "destination is at offset {next} but the source ends at {end}: the source lost data (unclean election or recreated topic)"
+                    )));
+                }
+                other => other?,
+            };
+            if next < fetched.log_start_offset && fetched.batches.is_empty() {
+                next = self.fill(&mut sink, next, fetched.log_start_offset - next, 0).await?;
+                continue;
+            }
+            aborts.extend(fetched.aborted.iter().copied());
+            let (actions, _) = plan(next, fetched.batches, &mut aborts);
+            for action in actions {
+                match action {
+                    Action::Fill { base, count, timestamp } => next = self.fill(&mut sink, base, count, timestamp).await?,
+                    Action::Write { base, header, batch } => {
+                        sink.write_batch(&batch, header.records_count, base).await?;
+                        next = header.next_offset();
+                        self.status.update(&self.key, |s| {
+                            s.records_mirrored += header.records_count as u64;
+                            s.bytes_mirrored += batch.len() as u64;
+                        });
+                    }
+                    Action::Holes { base, header } => {
+                        return Err(MirrorError::Unsupported(format!(
+                            "compacted batch at offset {base} has {} records over {} offsets; re-encoding such batches is not implemented yet",
+                            header.records_count,
+                            header.last_offset_delta + 1
+                        )));
+                    }
+                }
+            }
+            self.status.update(&self.key, |s| {
+                s.source_high_watermark = fetched.high_watermark;
+                s.source_last_stable_offset = fetched.last_stable_offset;
+                s.destination_next_offset = next;
+            });
+        }
+    }
+
+    /// Writes `count` fillers from `base` in batches; returns the new log end.
+    async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
+        let mut next = base;
+        let end = base + count;
+        while next < end {
+            let n = (end - next).min(i64::from(self.max_filler_batch_records)) as i32;
+            sink.write_fillers(n, timestamp, next).await?;
+            next += i64::from(n);
+            self.status.update(&self.key, |s| s.filler_records += n as u64);
+        }
+        Ok(next)
+    }
+}

@@ -1,0 +1,94 @@
+//! Writing to a destination partition with the engine's own idempotent producer: a producer id
+//! from the destination (InitProducerId), one batch per Produce request, acks=all, and a check
+//! that every batch lands at the offset the plan expects. Deciding what to write is `plan`'s.
+
+use bytes::Bytes;
+use kmp_protocol::batch::{self, ProducerFields};
+use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kmp_protocol::kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+use crate::error::MirrorError;
+
+const PRODUCE_VERSION: i16 = 9;
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+/// An idempotent producer bound to one destination partition leader.
+pub struct PartitionSink {
+    conn: Connection,
+    topic: TopicName,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    next_sequence: i32,
+}
+
+impl PartitionSink {
+    /// Initialises a producer id on the destination and binds it to the partition's leader.
+    pub async fn open(mut conn: Connection, topic: &str, partition: i32) -> Result<Self, MirrorError> {
+        let mut req = InitProducerIdRequest::default();
+        // kafka-protocol defaults this to Some(""), which brokers reject as INVALID_REQUEST.
+        req.transactional_id = None;
+        req.transaction_timeout_ms = i32::MAX; // no transaction: what the Java idempotent producer sends
+        req.producer_id = ProducerId(-1);
+        req.producer_epoch = -1;
+        let resp = conn.send(&req, 4).await.map_err(MirrorError::Destination)?;
+        if resp.error_code != 0 {
+            return Err(MirrorError::Broker { side: "destination", what: "InitProducerId".into(), code: resp.error_code });
+        }
+        Ok(Self {
+            conn,
+            topic: TopicName(StrBytes::from_string(topic.to_owned())),
+            partition,
+            producer_id: resp.producer_id.0,
+            producer_epoch: resp.producer_epoch,
+            next_sequence: 0,
+        })
+    }
+
+    fn fields(&self) -> ProducerFields {
+        ProducerFields { producer_id: self.producer_id, producer_epoch: self.producer_epoch, base_sequence: self.next_sequence }
+    }
+
+    /// Writes a source batch (header rewritten, payload untouched) that must land at `expected`.
+    pub async fn write_batch(&mut self, batch: &[u8], records: i32, expected: i64) -> Result<(), MirrorError> {
+        let out = batch::rewrite_for_produce(batch, self.fields()).map_err(MirrorError::Source)?;
+        self.produce(out, records, expected).await
+    }
+
+    /// Writes `count` filler records starting at `expected`.
+    pub async fn write_fillers(&mut self, count: i32, timestamp: i64, expected: i64) -> Result<(), MirrorError> {
+        let out = batch::filler_batch(count, timestamp, self.fields()).map_err(MirrorError::Destination)?;
+        self.produce(out, count, expected).await
+    }
+
+    async fn produce(&mut self, records_blob: Bytes, records: i32, expected: i64) -> Result<(), MirrorError> {
+        let mut pd = PartitionProduceData::default();
+        pd.index = self.partition;
+        pd.records = Some(records_blob);
+        let mut td = TopicProduceData::default();
+        td.name = self.topic.clone();
+        td.partition_data = vec![pd];
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = PRODUCE_TIMEOUT_MS;
+        req.topic_data = vec![td];
+        let resp = self.conn.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+        let p = resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .find(|p| p.index == self.partition)
+            .ok_or_else(|| MirrorError::Broker { side: "destination", what: "produce".into(), code: 3 })?;
+        if p.error_code != 0 {
+            let what = format!("produce to {}-{}: {}", self.topic.0.as_str(), self.partition, p.error_message.as_ref().map_or("", |m| m.as_str()));
+            return Err(MirrorError::Broker { side: "destination", what, code: p.error_code });
+        }
+        self.next_sequence = self.next_sequence.wrapping_add(records);
+        if p.base_offset != expected {
+            return Err(MirrorError::OffsetMismatch { expected, got: p.base_offset });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,76 @@
+//! Reading a source partition: read_committed Fetch (so only decided data is copied). Turning
+//! what was read into writes belongs to `plan`.
+
+use bytes::Bytes;
+use kmp_protocol::batch::{self, BatchHeader};
+use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+use crate::error::MirrorError;
+
+/// Fetch version used against the source (topic names, flexible; every Kafka 4.x broker).
+const FETCH_VERSION: i16 = 12;
+const READ_COMMITTED: i8 = 1;
+
+/// What one Fetch returned for one partition.
+#[derive(Debug)]
+pub struct Fetched {
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// `(producer_id, first_offset)` of aborted transactions in the fetched range.
+    pub aborted: Vec<(i64, i64)>,
+    pub batches: Vec<(BatchHeader, Bytes)>,
+}
+
+/// Fetches `topic`-`partition` from `offset` on a connection to its leader.
+pub async fn fetch(
+    conn: &mut Connection,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_bytes: i32,
+    max_wait_ms: i32,
+) -> Result<Fetched, MirrorError> {
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.current_leader_epoch = -1;
+    p.last_fetched_epoch = -1;
+    p.log_start_offset = -1;
+    p.partition_max_bytes = max_bytes;
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_owned()));
+    t.partitions = vec![p];
+    let mut req = FetchRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.max_wait_ms = max_wait_ms;
+    req.min_bytes = 1;
+    req.max_bytes = max_bytes;
+    req.isolation_level = READ_COMMITTED;
+    req.session_epoch = -1; // no fetch session
+    req.topics = vec![t];
+    let resp = conn.send(&req, FETCH_VERSION).await.map_err(MirrorError::Source)?;
+    let part = resp
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == partition)
+        .ok_or_else(|| MirrorError::Broker { side: "source", what: format!("fetch {topic}-{partition}"), code: 3 })?;
+    if part.error_code != 0 {
+        return Err(MirrorError::Broker { side: "source", what: format!("fetch {topic}-{partition}@{offset}"), code: part.error_code });
+    }
+    let batches = match &part.records {
+        Some(r) => batch::split(r).map_err(MirrorError::Source)?,
+        None => Vec::new(),
+    };
+    Ok(Fetched {
+        high_watermark: part.high_watermark,
+        last_stable_offset: part.last_stable_offset,
+        log_start_offset: part.log_start_offset,
+        aborted: part.aborted_transactions.unwrap_or_default().iter().map(|a| (a.producer_id.0, a.first_offset)).collect(),
+        batches,
+    })
+}

@@ -1,0 +1,34 @@
+//! Mirror progress on `/metrics`: per-partition gauges rendered from the engine's status board
+//! at scrape time (the engine owns the numbers; this module only formats them).
+
+use std::fmt::Write;
+
+use kmp_mirror_engine::{PartitionState, StatusBoard};
+
+/// OpenMetrics lines for every mirrored partition (no trailing `# EOF`).
+pub(crate) fn render(board: &StatusBoard) -> String {
+    let snapshot = board.snapshot();
+    let mut out = String::new();
+    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 7] = [
+        ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
+            (s.source_last_stable_offset - s.destination_next_offset).max(0)
+        }),
+        ("kmp_mirror_source_high_watermark", "Source high watermark at the last fetch", |s| s.source_high_watermark),
+        ("kmp_mirror_destination_next_offset", "Next destination offset (identical to the source offset copied up to)", |s| {
+            s.destination_next_offset
+        }),
+        ("kmp_mirror_records", "Source records written to the destination", |s| s.records_mirrored as i64),
+        ("kmp_mirror_filler_records", "Filler records written for offsets without visible source data", |s| s.filler_records as i64),
+        ("kmp_mirror_bytes", "Record batch bytes written to the destination", |s| s.bytes_mirrored as i64),
+        ("kmp_mirror_failed", "1 when the partition is FAILED (see logs / describe for the reason)", |s| {
+            i64::from(s.state == PartitionState::Failed)
+        }),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge");
+        for ((mirror, topic, partition), s) in &snapshot {
+            let _ = writeln!(out, "{name}{{mirror=\"{mirror}\",topic=\"{topic}\",partition=\"{partition}\"}} {}", value(s));
+        }
+    }
+    out
+}
