@@ -21,6 +21,9 @@ pub enum MirrorError {
     /// The destination topic holds data the mirror did not write.
     #[error("destination topic {topic} already exists with {partitions} partitions (source has {source_partitions}) or is not empty; refusing to append")]
     DestinationConflict { topic: String, partitions: usize, source_partitions: usize },
+    /// The source topic disappeared after mirroring started; the destination data stays.
+    #[error("source topic {0} was deleted; the mirrored data on the destination is kept")]
+    SourceTopicDeleted(String),
     /// The source has something the engine cannot copy exactly yet.
     #[error("unsupported source data: {0}")]
     Unsupported(String),
@@ -53,7 +56,7 @@ impl MirrorError {
         match self {
             Self::Source(_) | Self::Destination(_) => true,
             Self::Broker { code, .. } => RETRIABLE.contains(code),
-            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::Unsupported(_) => false,
+            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::SourceTopicDeleted(_) | Self::Unsupported(_) => false,
         }
     }
 }

@@ -27,6 +27,11 @@ pub struct PartitionTask {
 }
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const UNKNOWN_TOPIC_ID: i16 = 100;
+/// How long the destination high watermark must stay unchanged before the engine trusts it as
+/// the log end (a write of a previous run may still be replicating; see `settled_offsets`).
+const SETTLE: Duration = Duration::from_millis(700);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 impl PartitionTask {
@@ -68,7 +73,7 @@ impl PartitionTask {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
         let mut dest_conn = self.destination.connect_leader(topic, partition).await?;
-        let (_, mut next) = offsets("destination", &mut dest_conn, topic, partition).await?;
+        let (mut dest_log_start, mut next) = settled_offsets(&mut dest_conn, topic, partition).await?;
         let mut sink = PartitionSink::open(dest_conn, topic, partition).await?;
         let mut src = self.source.connect_leader(topic, partition).await?;
         let mut aborts = AbortTracker::default();
@@ -80,6 +85,12 @@ impl PartitionTask {
         });
         loop {
             let fetched = match fetch(&mut src, topic, partition, next, self.fetch_max_bytes, 500).await {
+                Err(MirrorError::Broker { code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID, .. })
+                    if self.source.layout(topic).await?.error_code == UNKNOWN_TOPIC_OR_PARTITION =>
+                {
+                    // The topic existed when this task started, so it was deleted on the source.
+                    return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
+                }
                 Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
                     let (start, end) = offsets("source", &mut src, topic, partition).await?;
                     if next < start {
@@ -119,6 +130,12 @@ impl PartitionTask {
                     }
                 }
             }
+            // Retention follows the source: its log start moved past data the destination keeps.
+            let follow = fetched.log_start_offset.min(next);
+            if follow > dest_log_start {
+                sink.delete_records_before(follow).await?;
+                dest_log_start = follow;
+            }
             self.status.update(&self.key, |s| {
                 s.source_high_watermark = fetched.high_watermark;
                 s.source_last_stable_offset = fetched.last_stable_offset;
@@ -138,5 +155,21 @@ impl PartitionTask {
             self.status.update(&self.key, |s| s.filler_records += n as u64);
         }
         Ok(next)
+    }
+}
+
+/// `(log start, high watermark)` once the high watermark has stopped moving. After a crash or a
+/// retried write, a batch the previous producer sent may still be on its way to the followers:
+/// the leader has it but the high watermark does not yet. Writing before it settles would place
+/// the next batch after that one and break the identical-offset invariant.
+async fn settled_offsets(conn: &mut kmp_protocol::client::Connection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
+    let mut last = offsets("destination", conn, topic, partition).await?;
+    loop {
+        tokio::time::sleep(SETTLE).await;
+        let now = offsets("destination", conn, topic, partition).await?;
+        if now == last {
+            return Ok(now);
+        }
+        last = now;
     }
 }

@@ -6,7 +6,8 @@ use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
 use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kmp_protocol::kafka_protocol::messages::{InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
+use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::error::MirrorError;
@@ -90,5 +91,26 @@ impl PartitionSink {
             return Err(MirrorError::OffsetMismatch { expected, got: p.base_offset });
         }
         Ok(())
+    }
+}
+
+impl PartitionSink {
+    /// Moves the destination log start to `offset` (DeleteRecords), following the source's.
+    pub async fn delete_records_before(&mut self, offset: i64) -> Result<(), MirrorError> {
+        let mut p = DeleteRecordsPartition::default();
+        p.partition_index = self.partition;
+        p.offset = offset;
+        let mut t = DeleteRecordsTopic::default();
+        t.name = self.topic.clone();
+        t.partitions = vec![p];
+        let mut req = DeleteRecordsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = PRODUCE_TIMEOUT_MS;
+        let resp = self.conn.send(&req, 2).await.map_err(MirrorError::Destination)?;
+        match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == self.partition) {
+            Some(p) if p.error_code == 0 => Ok(()),
+            Some(p) => Err(MirrorError::Broker { side: "destination", what: format!("DeleteRecords before {offset}"), code: p.error_code }),
+            None => Err(MirrorError::Broker { side: "destination", what: format!("DeleteRecords before {offset}"), code: 3 }),
+        }
     }
 }

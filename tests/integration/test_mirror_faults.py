@@ -1,0 +1,201 @@
+"""Mirror engine under faults and edge cases, against real clusters: a source log start above
+zero (filled, then followed with DeleteRecords), a 32-partition topic, the proxy killed with
+SIGKILL ten times at random moments while the source keeps producing, and the source broker
+killed and restarted mid-stream. After each, the destination equals the source at identical
+offsets."""
+
+import random
+import signal
+import threading
+import time
+
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from conftest import ProxyProcess, unique
+from test_mirror_engine import (create, high_watermarks, high_watermarks_or_none, produce_plain, read_all, strip_fillers,
+                                wait_caught_up)
+
+
+def mirror_config(workdir, source, topics, name="faults"):
+    path = workdir / f"{name}-{unique('cfg')}.toml"
+    listed = ", ".join(f'"{t}"' for t in topics)
+    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = [{listed}]\n')
+    return ["--config", str(path)]
+
+
+def low_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
+    from confluent_kafka import Consumer
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("lw")})
+    lo = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[0]
+    c.close()
+    return lo
+
+
+def delete_records(bootstrap: str, topic: str, before: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.delete_records([TopicPartition(topic, 0, before)]).values():
+        f.result(30)
+
+
+def assert_equal(source, destination, topic, partitions):
+    src = read_all(source.bootstrap, topic, partitions, "read_committed")
+    dst = strip_fillers(read_all(destination.bootstrap, topic, partitions, "read_uncommitted"))
+    assert dst == src, f"{topic}: destination equals the source record by record ({len(dst)} vs {len(src)} records)"
+    assert high_watermarks(destination.bootstrap, topic, partitions) == high_watermarks(source.bootstrap, topic, partitions)
+
+
+def test_source_log_start_above_zero_is_filled_and_then_followed(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-logstart")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 200)
+    delete_records(source.bootstrap, topic, 120)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        deadline = time.time() + 30
+        while low_watermark(destination.bootstrap, topic) != 120 and time.time() < deadline:
+            time.sleep(0.2)
+        assert low_watermark(destination.bootstrap, topic) == 120, "destination log start follows the source's (120)"
+        assert_equal(source, destination, topic, 1)
+        produce_plain(source.bootstrap, topic, 100, start=200)
+        delete_records(source.bootstrap, topic, 250)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        deadline = time.time() + 30
+        while low_watermark(destination.bootstrap, topic) != 250 and time.time() < deadline:
+            time.sleep(0.2)
+        assert low_watermark(destination.bootstrap, topic) == 250, "a later DeleteRecords on the source is followed"
+        assert_equal(source, destination, topic, 1)
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_a_topic_with_32_partitions_is_mirrored(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-wide")
+    create(source.bootstrap, topic, 32)
+    produce_plain(source.bootstrap, topic, 3200, **{"compression.type": "zstd"})
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 32})
+        assert_equal(source, destination, topic, 32)
+    finally:
+        assert proxy.stop() == 0
+
+
+class BackgroundProducer:
+    """Keeps producing plain and transactional records to the source until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int):
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.stop = threading.Event()
+        self.errors: list = []
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        plain = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
+        tx = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": unique("bg-tx")})
+        tx.init_transactions(30)
+        i = 0
+        while not self.stop.is_set():
+            for _ in range(50):
+                plain.produce(self.topic, key=f"k{i}".encode(), value=f"v{i}".encode(), on_delivery=self.check)
+                i += 1
+            plain.poll(0)
+            if i % 500 == 0:
+                tx.begin_transaction()
+                for p in range(self.partitions):
+                    tx.produce(self.topic, value=f"tx-{i}-{p}".encode(), partition=p)
+                tx.flush(30)
+                (tx.abort_transaction if (i // 500) % 2 else tx.commit_transaction)(30)
+            time.sleep(0.02)
+        assert plain.flush(60) == 0
+
+    def check(self, err, _msg) -> None:
+        if err:
+            self.errors.append(err)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(120)
+
+
+def test_destination_equals_source_after_ten_sigkills_of_the_proxy(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-kill9")
+    create(source.bootstrap, topic, 4)
+    args = mirror_config(workdir, source, [topic])
+    rng = random.Random(99)
+    progressed = 0
+    with BackgroundProducer(source.bootstrap, topic, 4) as producer:
+        for _ in range(10):
+            before = sum(high_watermarks_or_none(destination.bootstrap, topic, 4) or [0])
+            proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+            time.sleep(rng.uniform(1.5, 3.5))
+            proxy.stop(signal.SIGKILL)
+            progressed += sum(high_watermarks_or_none(destination.bootstrap, topic, 4) or [0]) > before
+    assert not producer.errors, producer.errors[:3]
+    assert progressed >= 7, f"the proxy was killed while copying (the destination advanced in {progressed} of 10 runs)"
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 4})
+        assert_equal(source, destination, topic, 4)
+        _, text = proxy.http("/metrics")
+        assert all(l.endswith(" 0") for l in text.splitlines() if l.startswith("kmp_mirror_failed{")), "no partition failed"
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_mirroring_survives_a_source_broker_kill_and_restart(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-srcrestart")
+    create(source.bootstrap, topic, 3)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
+    try:
+        produce_plain(source.bootstrap, topic, 500)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
+        source.kill_broker(1, signal.SIGKILL)
+        time.sleep(2)
+        source.start_broker(1)
+        produce_plain(source.bootstrap, topic, 500, start=500)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
+        assert_equal(source, destination, topic, 3)
+        assert proxy.alive()
+    finally:
+        assert proxy.stop() == 0
+        if 1 not in source.procs:
+            source.start_broker(1)
+
+
+def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring(clusters, workdir):
+    source, destination = clusters
+    doomed, healthy = unique("mir-doomed"), unique("mir-healthy")
+    for t in (doomed, healthy):
+        create(source.bootstrap, t, 2)
+        produce_plain(source.bootstrap, t, 100)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [doomed, healthy])).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {doomed: 2, healthy: 2})
+        kept = read_all(destination.bootstrap, doomed, 2, "read_uncommitted")
+        admin = AdminClient({"bootstrap.servers": source.bootstrap})
+        admin.delete_topics([doomed])[doomed].result(30)
+        deadline, failed = time.time() + 60, []
+        while time.time() < deadline:
+            _, text = proxy.http("/metrics")
+            failed = [l for l in text.splitlines() if l.startswith("kmp_mirror_failed{") and f'topic="{doomed}"' in l and l.endswith(" 1")]
+            if len(failed) == 2:
+                break
+            time.sleep(0.5)
+        assert len(failed) == 2, f"both partitions of the deleted source topic are FAILED: {failed}"
+        assert "was deleted" in proxy.log(), "the reason is logged"
+        produce_plain(source.bootstrap, healthy, 100, start=100)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {healthy: 2})
+        assert_equal(source, destination, healthy, 2)
+        assert read_all(destination.bootstrap, doomed, 2, "read_uncommitted") == kept, "the destination data stays"
+    finally:
+        assert proxy.stop() == 0
