@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README "Run" command: a local source and destination Kafka (KRaft, on loopback), the proxy
-# in front of the destination, and Kafka's own tools talking to the destination *through* the
-# proxy. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
+# in front of the destination mirroring a source topic at identical offsets, and Kafka's own
+# tools talking to the destination *through* the proxy. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${KMP_DEMO_DIR:-/tmp/kmp-demo}
@@ -23,8 +23,19 @@ echo "==> starting source (1 broker, :19092) and destination (3 brokers, :29092-
 python3 tests/harness/kafka_cluster.py down --dir "$dir"
 python3 tests/harness/kafka_cluster.py up --dir "$dir" --source-port 19092 --dest-port 29092
 
-echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin)"
-./target/release/kafka-mirror-proxy run --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
+echo "==> creating topic 'orders' on the source and producing 6 records to it"
+kt org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --create --topic orders --partitions 1 --replication-factor 1
+printf 'order-1\norder-2\norder-3\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
+printf 'order-4\norder-5\norder-6\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
+cat >"$dir/proxy.toml" <<TOML
+[[mirrors]]
+name = "demo"
+source_bootstrap_servers = ["127.0.0.1:19092"]
+topics = ["orders"]
+TOML
+
+echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin), mirroring 'orders'"
+./target/release/kafka-mirror-proxy run --config "$dir/proxy.toml" --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
   --listen "127.0.0.1:$listen_port" --admin-listen "$admin" >"$dir/proxy.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 100); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
@@ -39,8 +50,19 @@ printf 'hello\nfrom\nkafka-mirror-proxy\nvia\nthe destination\n' |
   kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic demo --producer-property compression.type=lz4
 kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic demo --from-beginning \
   --max-messages 5 --group demo-group --property print.partition=true --property print.offset=true 2>/dev/null
+echo "==> 'orders' as mirrored into the destination, read through the proxy: same offsets as on the source"
+for _ in $(seq 100); do
+  curl -s "http://$admin/metrics" | grep -q '^kmp_mirror_destination_next_offset{mirror="demo",topic="orders",partition="0"} 6' && break
+  sleep 0.2
+done
+echo "--- source:"
+kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server 127.0.0.1:19092 --topic orders --from-beginning \
+  --max-messages 6 --property print.offset=true 2>/dev/null
+echo "--- destination, through the proxy:"
+kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic orders --from-beginning \
+  --max-messages 6 --property print.offset=true 2>/dev/null
 echo "==> a few proxy metrics"
-curl -s "http://$admin/metrics" | grep -E '^kmp_(requests_total|open_connections|known_brokers|bytes_total)' | head -12
+curl -s "http://$admin/metrics" | grep -E '^kmp_(requests_total|open_connections|known_brokers|bytes_total|mirror_lag_records)' | head -14
 if [[ "${KMP_DEMO_KEEP:-0}" == 1 ]]; then
   echo "==> left running: proxy pid $proxy_pid, clusters in $dir (stop: python3 tests/harness/kafka_cluster.py down --dir $dir)"
 fi

@@ -98,17 +98,22 @@ def transactions(bootstrap: str, prefix: str) -> tuple[list[str], list[str]]:
         p.flush(30)
         (p.commit_transaction if commit else p.abort_transaction)(30)
 
+    # Read up to the log end (read_uncommitted high watermark), not the current LSO:
+    # commit_transaction() returns before the markers are written.
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("probe"), "isolation.level": "read_uncommitted"})
+    ends = [probe.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in (0, 1)]
+    probe.close()
+
     def read(isolation: str) -> list[str]:
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "isolation.level": isolation,
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False, "enable.partition.eof": True})
-        c.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
-        out, eof, deadline = [], set(), time.time() + 30
-        while len(eof) < 2 and time.time() < deadline:
-            for m in c.consume(100, 0.2):
-                if m.error():
-                    eof.add(m.partition())
-                else:
-                    out.append(m.value().decode())
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        tps = [TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)]
+        c.assign(tps)
+        out, deadline = [], time.time() + 30
+        while time.time() < deadline:
+            out += [m.value().decode() for m in c.consume(100, 0.2) if not m.error()]
+            if all(tp.offset >= end for tp, end in zip(c.position(tps), ends)):
+                break
         c.close()
         return out
 

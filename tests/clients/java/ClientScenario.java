@@ -152,7 +152,14 @@ public class ClientScenario {
             List<TopicPartition> tps = List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1));
             c.assign(tps);
             c.seekToBeginning(tps);
-            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            // Read up to the log end, not the current LSO: commitTransaction() returns before the
+            // markers are written, so a read_committed LSO can still be short of the last commit.
+            Map<TopicPartition, Long> end;
+            Properties ru = (Properties) common.clone();
+            ru.put("isolation.level", "read_uncommitted");
+            try (Consumer<String, String> probe = new KafkaConsumer<>(ru, new StringDeserializer(), new StringDeserializer())) {
+                end = probe.endOffsets(tps);
+            }
             long deadline = System.currentTimeMillis() + 30_000;
             while (System.currentTimeMillis() < deadline && tps.stream().anyMatch(tp -> c.position(tp) < end.get(tp)))
                 for (ConsumerRecord<String, String> r : c.poll(Duration.ofMillis(200))) out.add(r.value());
