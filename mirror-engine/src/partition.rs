@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use kmp_protocol::reencode::{Piece, split_holes};
+
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
@@ -121,12 +123,25 @@ impl PartitionTask {
                             s.bytes_mirrored += batch.len() as u64;
                         });
                     }
-                    Action::Holes { base, header } => {
-                        return Err(MirrorError::Unsupported(format!(
-                            "compacted batch at offset {base} has {} records over {} offsets; re-encoding such batches is not implemented yet",
-                            header.records_count,
-                            header.last_offset_delta + 1
-                        )));
+                    Action::Holes { header, batch, .. } => {
+                        // Compaction removed records inside this batch: each contiguous run is
+                        // re-encoded as its own batch and the holes become fillers.
+                        for piece in split_holes(&batch, &header).map_err(MirrorError::Source)? {
+                            match piece {
+                                Piece::Run { base: run_base, records, batch } => {
+                                    sink.write_batch(&batch, records, run_base).await?;
+                                    self.status.update(&self.key, |s| {
+                                        s.records_mirrored += records as u64;
+                                        s.bytes_mirrored += batch.len() as u64;
+                                    });
+                                }
+                                Piece::Gap { base: gap_base, count, timestamp } => {
+                                    self.fill(&mut sink, gap_base, count, timestamp).await?;
+                                }
+                            }
+                        }
+                        next = header.next_offset();
+                        self.status.update(&self.key, |s| s.reencoded_batches += 1);
                     }
                 }
             }

@@ -14,8 +14,8 @@ pub enum Action {
     Fill { base: i64, count: i64, timestamp: i64 },
     /// A source batch (contiguous, non-control, not aborted) written at its own base offset.
     Write { base: i64, header: BatchHeader, batch: Bytes },
-    /// A batch whose records have holes (compaction): needs re-encoding, not supported yet.
-    Holes { base: i64, header: BatchHeader },
+    /// A batch whose records have holes (compaction): re-encoded into runs and fillers.
+    Holes { base: i64, header: BatchHeader, batch: Bytes },
 }
 
 /// Tracks transactions that the source reported aborted, across fetches.
@@ -78,8 +78,7 @@ pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTra
         } else if h.is_control() || aborted || h.records_count == 0 {
             out.push(Action::Fill { base: next, count: end - next, timestamp: h.base_timestamp });
         } else if !h.is_contiguous() {
-            out.push(Action::Holes { base: next, header: h });
-            return (out, next);
+            out.push(Action::Holes { base: next, header: h, batch });
         } else {
             out.push(Action::Write { base: next, header: h, batch });
         }
@@ -146,10 +145,10 @@ mod tests {
     }
 
     #[test]
-    fn refetched_batches_below_the_log_end_are_skipped_and_holes_stop_the_plan() {
+    fn refetched_batches_below_the_log_end_are_skipped_and_batches_with_holes_are_marked() {
         let (a, next) = plan(3, vec![h(0, 3, 2, -1, false, false), h(3, 2, 4, -1, false, false), h(8, 1, 0, -1, false, false)], &mut AbortTracker::default());
-        assert_eq!(kinds(&a), vec![('H', 3, 0)]);
-        assert_eq!(next, 3, "nothing past a batch with holes is planned");
+        assert_eq!(kinds(&a), vec![('H', 3, 0), ('W', 8, 1)]);
+        assert_eq!(next, 9);
     }
 
     #[test]

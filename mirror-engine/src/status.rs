@@ -40,6 +40,8 @@ pub struct PartitionStatus {
     pub records_mirrored: u64,
     pub filler_records: u64,
     pub bytes_mirrored: u64,
+    /// Source batches with compaction holes that were re-encoded into runs and fillers.
+    pub reencoded_batches: u64,
     pub last_error: Option<String>,
 }
 
@@ -53,6 +55,7 @@ impl Default for PartitionStatus {
             records_mirrored: 0,
             filler_records: 0,
             bytes_mirrored: 0,
+            reencoded_batches: 0,
             last_error: None,
         }
     }

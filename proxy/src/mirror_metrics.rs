@@ -9,7 +9,7 @@ use kmp_mirror_engine::{PartitionState, StatusBoard};
 pub(crate) fn render(board: &StatusBoard) -> String {
     let snapshot = board.snapshot();
     let mut out = String::new();
-    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 7] = [
+    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 8] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
             (s.source_last_stable_offset - s.destination_next_offset).max(0)
         }),
@@ -20,6 +20,9 @@ pub(crate) fn render(board: &StatusBoard) -> String {
         ("kmp_mirror_records", "Source records written to the destination", |s| s.records_mirrored as i64),
         ("kmp_mirror_filler_records", "Filler records written for offsets without visible source data", |s| s.filler_records as i64),
         ("kmp_mirror_bytes", "Record batch bytes written to the destination", |s| s.bytes_mirrored as i64),
+        ("kmp_mirror_reencoded_batches", "Source batches with compaction holes re-encoded into runs and fillers", |s| {
+            s.reencoded_batches as i64
+        }),
         ("kmp_mirror_failed", "1 when the partition is FAILED (see logs / describe for the reason)", |s| {
             i64::from(s.state == PartitionState::Failed)
         }),

@@ -155,6 +155,7 @@ class KafkaCluster:
             "transaction.state.log.min.isr": 1,
             "transaction.state.log.num.partitions": 6,
             "group.initial.rebalance.delay.ms": 0,
+            "log.cleaner.backoff.ms": 1000,  # compaction tests need the cleaner to run soon
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": 1,
         }

@@ -23,7 +23,15 @@ def test_kafka_python_full_scenario_through_proxy(proxy):
     topic, group = f"{prefix}-topic", f"{prefix}-group"
     admin = KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
     admin.create_topics([NewTopic(topic, PARTITIONS, 3)])
-    described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+    deadline = time.time() + 15
+    while True:  # the new topic may not have reached every broker's metadata yet (same direct)
+        try:
+            described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+        except Exception:  # noqa: BLE001 - UnknownTopicOrPartitionError, retried below
+            described = None
+        if (described and "cleanup.policy" in repr(described)) or time.time() > deadline:
+            break
+        time.sleep(0.2)
     text = repr(described)
     assert "cleanup.policy" in text and "delete" in text, f"describe_configs through proxy: {text[:500]}"
 

@@ -31,7 +31,15 @@ def scenario(bootstrap: str, prefix: str, compression: str) -> dict:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     create_topic(admin, topic)
     res = ConfigResource("topic", topic)
-    configs = admin.describe_configs([res])[res].result(30)
+    deadline = time.time() + 15
+    while True:  # the new topic may not have reached every broker's metadata yet (same direct)
+        try:
+            configs = admin.describe_configs([res])[res].result(30)
+            break
+        except KafkaException as e:
+            if e.args[0].code() != 3 or time.time() > deadline:
+                raise
+            time.sleep(0.2)
     assert configs["cleanup.policy"].value == "delete", f"describe_configs: {configs.get('cleanup.policy')}"
 
     p = Producer({"bootstrap.servers": bootstrap, "compression.type": compression, "acks": "all"})

@@ -199,3 +199,40 @@ def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring
         assert read_all(destination.bootstrap, doomed, 2, "read_uncommitted") == kept, "the destination data stays"
     finally:
         assert proxy.stop() == 0
+
+
+def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-compacted")
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    from confluent_kafka.admin import NewTopic
+    config = {"cleanup.policy": "compact", "segment.ms": "100", "min.cleanable.dirty.ratio": "0.01",
+              "min.compaction.lag.ms": "0", "delete.retention.ms": "100"}
+    admin.create_topics([NewTopic(topic, 1, 1, config=config)])[topic].result(30)
+    p = Producer({"bootstrap.servers": source.bootstrap, "linger.ms": 50, "compression.type": "zstd"})
+    for i in range(30):
+        # One batch each; "shared" keys are superseded by later batches, leaving holes inside.
+        for key in (f"u{i}-a", "shared", f"u{i}-b", "shared2"):
+            p.produce(topic, key=key.encode(), value=f"{key}@{i}".encode(), partition=0)
+        p.flush(30)
+    time.sleep(0.3)
+    p.produce(topic, key=b"roll", value=b"roll", partition=0)  # rolls the segment so the cleaner takes it
+    p.flush(30)
+    deadline, records = time.time() + 60, []
+    while time.time() < deadline:
+        records = read_all(source.bootstrap, topic, 1, "read_uncommitted")
+        if len(records) == 30 * 2 + 2 + 1:
+            break
+        time.sleep(1)
+    assert len(records) == 63, f"the source's log cleaner compacted the topic ({len(records)} records left of 121)"
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        assert_equal(source, destination, topic, 1)
+        fillers = [r for r in read_all(destination.bootstrap, topic, 1, "read_uncommitted") if r[2] == b"__kmp_filler"]
+        assert len(fillers) == 121 - 63, "every offset the cleaner removed is a filler on the destination"
+        _, text = proxy.http("/metrics")
+        reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{")]
+        assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
+    finally:
+        assert proxy.stop() == 0

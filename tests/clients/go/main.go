@@ -75,13 +75,19 @@ func main() {
 	if _, err := adm.CreateTopic(ctx, partitions, 3, nil, topic); err != nil {
 		fail("create topic: %v", err)
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		fail("describe configs: %v", err)
-	}
-	rc, err := rcs.On(topic, nil)
-	if err != nil || rc.Err != nil {
-		fail("describe configs of %s: %v %v", topic, err, rc.Err)
+	// The new topic may not have reached every broker's metadata yet (same direct): retry.
+	var rc kadm.ResourceConfig
+	for until := time.Now().Add(15 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err == nil {
+			rc, err = rcs.On(topic, nil)
+		}
+		if err == nil && rc.Err == nil {
+			break
+		}
+		if time.Now().After(until) {
+			fail("describe configs of %s: %v %v", topic, err, rc.Err)
+		}
 	}
 	found := false
 	for _, c := range rc.Configs {

@@ -31,7 +31,17 @@ public class ClientScenario {
         try (Admin admin = Admin.create(common)) {
             admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, (short) 3))).all().get();
             ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
-            Config cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
+            Config cfg = null;
+            for (long until = System.currentTimeMillis() + 15_000; cfg == null; ) {
+                try {
+                    cfg = admin.describeConfigs(List.of(res)).all().get().get(res);
+                } catch (java.util.concurrent.ExecutionException e) {
+                    // The new topic may not have reached every broker's metadata yet (same direct).
+                    if (!(e.getCause() instanceof org.apache.kafka.common.errors.UnknownTopicOrPartitionException)
+                        || System.currentTimeMillis() > until) throw e;
+                    Thread.sleep(200);
+                }
+            }
             check(cfg.get("cleanup.policy") != null && cfg.get("cleanup.policy").value().equals("delete"),
                   "describeConfigs returns cleanup.policy=delete, got " + cfg.get("cleanup.policy"));
 
