@@ -5,6 +5,7 @@ killed and restarted mid-stream. After each, the destination equals the source a
 offsets."""
 
 import random
+from contextlib import contextmanager
 import signal
 import threading
 import time
@@ -22,6 +23,23 @@ def mirror_config(workdir, source, topics, name="faults"):
     listed = ", ".join(f'"{t}"' for t in topics)
     path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = [{listed}]\n')
     return ["--config", str(path)]
+
+
+@contextmanager
+def mirroring_proxy(source, destination, workdir, topics):
+    """The proxy in front of ``destination`` mirroring ``topics``; must stop cleanly (exit 0)."""
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, topics)).start()
+    try:
+        yield proxy
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
+
+
+def wait_for_low_watermark(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> int:
+    deadline = time.time() + timeout
+    while (lo := low_watermark(bootstrap, topic)) != expected and time.time() < deadline:
+        time.sleep(0.2)
+    return lo
 
 
 def low_watermark(bootstrap: str, topic: str, partition: int = 0) -> int:
@@ -51,24 +69,15 @@ def test_source_log_start_above_zero_is_filled_and_then_followed(clusters, workd
     create(source.bootstrap, topic, 1)
     produce_plain(source.bootstrap, topic, 200)
     delete_records(source.bootstrap, topic, 120)
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
-    try:
+    with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
-        deadline = time.time() + 30
-        while low_watermark(destination.bootstrap, topic) != 120 and time.time() < deadline:
-            time.sleep(0.2)
-        assert low_watermark(destination.bootstrap, topic) == 120, "destination log start follows the source's (120)"
+        assert wait_for_low_watermark(destination.bootstrap, topic, 120) == 120, "destination log start follows the source's (120)"
         assert_equal(source, destination, topic, 1)
         produce_plain(source.bootstrap, topic, 100, start=200)
         delete_records(source.bootstrap, topic, 250)
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
-        deadline = time.time() + 30
-        while low_watermark(destination.bootstrap, topic) != 250 and time.time() < deadline:
-            time.sleep(0.2)
-        assert low_watermark(destination.bootstrap, topic) == 250, "a later DeleteRecords on the source is followed"
+        assert wait_for_low_watermark(destination.bootstrap, topic, 250) == 250, "a later DeleteRecords on the source is followed"
         assert_equal(source, destination, topic, 1)
-    finally:
-        assert proxy.stop() == 0
 
 
 def test_a_topic_with_32_partitions_is_mirrored(clusters, workdir):
@@ -76,12 +85,9 @@ def test_a_topic_with_32_partitions_is_mirrored(clusters, workdir):
     topic = unique("mir-wide")
     create(source.bootstrap, topic, 32)
     produce_plain(source.bootstrap, topic, 3200, **{"compression.type": "zstd"})
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
-    try:
+    with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 32})
         assert_equal(source, destination, topic, 32)
-    finally:
-        assert proxy.stop() == 0
 
 
 class BackgroundProducer:
@@ -155,21 +161,20 @@ def test_mirroring_survives_a_source_broker_kill_and_restart(clusters, workdir):
     source, destination = clusters
     topic = unique("mir-srcrestart")
     create(source.bootstrap, topic, 3)
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
-    try:
-        produce_plain(source.bootstrap, topic, 500)
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
-        source.kill_broker(1, signal.SIGKILL)
-        time.sleep(2)
-        source.start_broker(1)
-        produce_plain(source.bootstrap, topic, 500, start=500)
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
-        assert_equal(source, destination, topic, 3)
-        assert proxy.alive()
-    finally:
-        assert proxy.stop() == 0
-        if 1 not in source.procs:
+    with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
+        try:
+            produce_plain(source.bootstrap, topic, 500)
+            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
+            source.kill_broker(1, signal.SIGKILL)
+            time.sleep(2)
             source.start_broker(1)
+            produce_plain(source.bootstrap, topic, 500, start=500)
+            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 3})
+            assert_equal(source, destination, topic, 3)
+            assert proxy.alive()
+        finally:
+            if 1 not in source.procs:
+                source.start_broker(1)
 
 
 def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring(clusters, workdir):
@@ -178,8 +183,7 @@ def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring
     for t in (doomed, healthy):
         create(source.bootstrap, t, 2)
         produce_plain(source.bootstrap, t, 100)
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [doomed, healthy])).start()
-    try:
+    with mirroring_proxy(source, destination, workdir, [doomed, healthy]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {doomed: 2, healthy: 2})
         kept = read_all(destination.bootstrap, doomed, 2, "read_uncommitted")
         admin = AdminClient({"bootstrap.servers": source.bootstrap})
@@ -197,8 +201,6 @@ def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring
         wait_caught_up(source.bootstrap, destination.bootstrap, {healthy: 2})
         assert_equal(source, destination, healthy, 2)
         assert read_all(destination.bootstrap, doomed, 2, "read_uncommitted") == kept, "the destination data stays"
-    finally:
-        assert proxy.stop() == 0
 
 
 def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(clusters, workdir):
@@ -225,8 +227,7 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
             break
         time.sleep(1)
     assert len(records) == 63, f"the source's log cleaner compacted the topic ({len(records)} records left of 121)"
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic])).start()
-    try:
+    with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
         assert_equal(source, destination, topic, 1)
         fillers = [r for r in read_all(destination.bootstrap, topic, 1, "read_uncommitted") if r[2] == b"__kmp_filler"]
@@ -234,5 +235,3 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
         _, text = proxy.http("/metrics")
         reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{")]
         assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
-    finally:
-        assert proxy.stop() == 0
