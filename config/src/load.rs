@@ -179,6 +179,14 @@ mod tests {
     }
 
     #[test]
+    fn several_addresses_in_one_list_entry_are_rejected() {
+        let c = parse_toml("[upstream]\nbootstrap_servers = [\"a:1,b:2\"]\n[[mirrors]]\nname = \"m\"\nsource_bootstrap_servers = [\"x:1, y:2\"]\ntopics = [\"t\"]\n").unwrap();
+        let ConfigErrors(errs) = c.validate().expect_err("comma-joined addresses are invalid");
+        let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, vec!["upstream.bootstrap_servers[0]", "mirrors[0].source_bootstrap_servers"]);
+    }
+
+    #[test]
     fn unknown_keys_in_file_are_rejected() {
         let err = parse_toml("[listener]\nlisen = \"x:1\"\n").expect_err("typo must be an error");
         assert!(err.contains("lisen"), "error names the unknown key: {err}");

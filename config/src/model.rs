@@ -125,7 +125,8 @@ impl ListenerConfig {
 pub(crate) fn split_host_port(addr: &str) -> Option<(&str, u16)> {
     let (host, port) = addr.rsplit_once(':')?;
     let port = port.parse().ok()?;
-    if host.is_empty() {
+    // A comma means several addresses were given as one (list them separately).
+    if host.is_empty() || host.contains(|c: char| c == ',' || c.is_whitespace()) {
         return None;
     }
     Some((host, port))

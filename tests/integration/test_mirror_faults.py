@@ -21,7 +21,8 @@ from test_mirror_engine import (create, high_watermarks, high_watermarks_or_none
 def mirror_config(workdir, source, topics, name="faults"):
     path = workdir / f"{name}-{unique('cfg')}.toml"
     listed = ", ".join(f'"{t}"' for t in topics)
-    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = [{listed}]\n')
+    servers = ", ".join(f'"{s}"' for s in source.bootstrap.split(","))
+    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = [{servers}]\ntopics = [{listed}]\n')
     return ["--config", str(path)]
 
 
@@ -235,3 +236,33 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
         _, text = proxy.http("/metrics")
         reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{")]
         assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
+
+
+def test_mirroring_from_a_3_broker_source_survives_killing_the_source_partition_leader(clusters, workdir):
+    """Roles reversed for this test: the 3-broker cluster is the source, the 1-broker cluster is
+    the destination behind its own proxy, so a source partition leader can be killed while the
+    source stays available."""
+    one_broker, three_brokers = clusters
+    topic = unique("mir-src3")
+    admin = AdminClient({"bootstrap.servers": three_brokers.bootstrap})
+    from confluent_kafka.admin import NewTopic
+    admin.create_topics([NewTopic(topic, 3, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    victim = None
+    with mirroring_proxy(three_brokers, one_broker, workdir, [topic]):
+        try:
+            with BackgroundProducer(three_brokers.bootstrap, topic, 3) as producer:
+                deadline = time.time() + 60
+                while sum(high_watermarks_or_none(one_broker.bootstrap, topic, 3) or [0]) < 1000:
+                    assert time.time() < deadline, "mirroring started before the kill"
+                    time.sleep(0.2)
+                victim = admin.list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+                three_brokers.kill_broker(victim, signal.SIGKILL)
+                time.sleep(3)
+                three_brokers.start_broker(victim)
+                time.sleep(2)
+            assert not producer.errors, producer.errors[:3]
+            wait_caught_up(three_brokers.bootstrap, one_broker.bootstrap, {topic: 3})
+            assert_equal(three_brokers, one_broker, topic, 3)
+        finally:
+            if victim is not None and victim not in three_brokers.procs:
+                three_brokers.start_broker(victim)
