@@ -25,7 +25,7 @@ use tracing::{Instrument, info_span, warn};
 pub use cluster::ClusterClient;
 pub use error::MirrorError;
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard};
-pub use topics::FORCED_CONFIGS;
+pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
 
 use partition::PartitionTask;
 

@@ -266,3 +266,24 @@ def test_mirroring_from_a_3_broker_source_survives_killing_the_source_partition_
         finally:
             if victim is not None and victim not in three_brokers.procs:
                 three_brokers.start_broker(victim)
+
+
+def test_source_topic_configs_are_copied_except_the_excluded_and_forced_ones(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-configs")
+    from confluent_kafka.admin import ConfigResource, NewTopic
+    src_admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    config = {"retention.ms": "987654321", "max.message.bytes": "2000000", "compression.type": "zstd",
+              "unclean.leader.election.enable": "true"}
+    src_admin.create_topics([NewTopic(topic, 2, 1, config=config)])[topic].result(30)
+    produce_plain(source.bootstrap, topic, 50)
+    with mirroring_proxy(source, destination, workdir, [topic]):
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+        dst_admin = AdminClient({"bootstrap.servers": destination.bootstrap})
+        res = ConfigResource("topic", topic)
+        got = {k: v.value for k, v in dst_admin.describe_configs([res])[res].result(30).items()}
+        assert got["retention.ms"] == "987654321" and got["max.message.bytes"] == "2000000", "explicit source configs are copied"
+        assert got["compression.type"] == "producer", "compression.type is forced so batches are not recompressed"
+        assert got["message.timestamp.type"] == "CreateTime"
+        assert got["unclean.leader.election.enable"] == "false", "cluster-local settings are not copied"
+        assert_equal(source, destination, topic, 2)
