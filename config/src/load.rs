@@ -194,6 +194,21 @@ mod tests {
 }
 
 #[cfg(test)]
+mod mirror_rules {
+    use crate::ConfigErrors;
+
+    #[test]
+    fn bad_patterns_and_empty_selections_are_reported_together() {
+        let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
+            [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ninclude = [\"(unclosed\"]\nexclude = [\"[z-a]\"]\n\
+            [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\n";
+        let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid mirrors");
+        let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, vec!["mirrors[0].include", "mirrors[0].exclude", "mirrors[1].name", "mirrors[1].topics"]);
+    }
+}
+
+#[cfg(test)]
 mod example_file {
     #[test]
     fn the_shipped_example_config_parses_and_validates() {

@@ -15,6 +15,18 @@ pub struct MirrorConfig {
     /// Source topics to mirror, by exact name. Default: none.
     #[serde(default)]
     pub topics: Vec<String>,
+    /// Regular expressions (Rust `regex` syntax, matched against the whole name) selecting more
+    /// source topics; topics created on the source later are picked up within
+    /// `topic_refresh_interval_ms`. Internal topics (`__…`) never match. Default: none.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Regular expressions of source topics never mirrored, even if listed or included.
+    /// Default: none.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Milliseconds between looks for new source topics matching `include`. Default 10000.
+    #[serde(default = "default_topic_refresh")]
+    pub topic_refresh_interval_ms: u64,
     /// Where a partition starts when the destination has nothing yet: `earliest` (default; the
     /// source log start, with the offsets below it filled) — the only position that keeps
     /// offsets identical.
@@ -33,6 +45,9 @@ pub struct MirrorConfig {
     pub fetch_max_bytes: i32,
 }
 
+fn default_topic_refresh() -> u64 {
+    10_000
+}
 fn default_start() -> String {
     "earliest".to_owned()
 }

@@ -78,8 +78,18 @@ impl Config {
                     err(&key("source_bootstrap_servers"), format!("`{s}` is not host:port"));
                 }
             }
-            if m.topics.is_empty() {
-                err(&key("topics"), "name at least one topic".to_owned());
+            if m.topics.is_empty() && m.include.is_empty() {
+                err(&key("topics"), "name at least one topic or an `include` pattern".to_owned());
+            }
+            for (field, patterns) in [("include", &m.include), ("exclude", &m.exclude)] {
+                for p in patterns {
+                    if let Err(e) = regex::Regex::new(&format!("^(?:{p})$")) {
+                        err(&key(field), format!("`{p}` is not a valid regular expression: {e}"));
+                    }
+                }
+            }
+            if m.topic_refresh_interval_ms < 100 {
+                err(&key("topic_refresh_interval_ms"), "must be at least 100".to_owned());
             }
             if m.start_position != "earliest" {
                 err(&key("start_position"), format!("`{}`: only `earliest` keeps offsets identical", m.start_position));

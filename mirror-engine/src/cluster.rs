@@ -75,6 +75,16 @@ impl ClusterClient {
         Ok(TopicLayout { error_code: t.error_code, partitions, brokers })
     }
 
+    /// Names of every topic on the cluster.
+    pub async fn topic_names(&self) -> Result<Vec<String>, MirrorError> {
+        let mut conn = self.connect_any().await?;
+        let mut req = MetadataRequest::default();
+        req.topics = None; // all topics
+        req.allow_auto_topic_creation = false;
+        let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
+        Ok(resp.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned())).collect())
+    }
+
     /// A connection to the current leader of `topic`-`partition`.
     pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<Connection, MirrorError> {
         let layout = self.layout(topic).await?;

@@ -287,3 +287,28 @@ def test_source_topic_configs_are_copied_except_the_excluded_and_forced_ones(clu
         assert got["message.timestamp.type"] == "CreateTime"
         assert got["unclean.leader.election.enable"] == "false", "cluster-local settings are not copied"
         assert_equal(source, destination, topic, 2)
+
+
+def test_include_and_exclude_patterns_select_topics_and_pick_up_new_ones(clusters, workdir):
+    source, destination = clusters
+    prefix = unique("rx")
+    early, skipped, late = f"{prefix}-early", f"{prefix}-skip", f"{prefix}-late"
+    for t in (early, skipped):
+        create(source.bootstrap, t, 2)
+        produce_plain(source.bootstrap, t, 50)
+    path = workdir / f"{prefix}.toml"
+    path.write_text(f'[[mirrors]]\nname = "rx"\nsource_bootstrap_servers = ["{source.bootstrap}"]\n'
+                    f'include = ["{prefix}-.*"]\nexclude = ["{prefix}-skip"]\ntopic_refresh_interval_ms = 500\n')
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(path)]).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {early: 2})
+        create(source.bootstrap, late, 3)
+        produce_plain(source.bootstrap, late, 60)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {late: 3})
+        assert_equal(source, destination, early, 2)
+        assert_equal(source, destination, late, 3)
+        names = AdminClient({"bootstrap.servers": destination.bootstrap}).list_topics(timeout=30).topics
+        assert skipped not in names, "an excluded topic is not mirrored"
+        assert "new source topic matches the mirror" in proxy.log()
+    finally:
+        assert proxy.stop() == 0

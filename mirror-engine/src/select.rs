@@ -1,0 +1,68 @@
+//! Which source topics a mirror copies: exact names plus `include` patterns, minus `exclude`
+//! patterns, never internal topics. Patterns match whole names. Discovering topics on the
+//! source and starting them is `lib`'s; this module only decides.
+
+use regex::Regex;
+
+use crate::error::MirrorError;
+
+/// A compiled topic selection.
+#[derive(Debug, Clone)]
+pub struct TopicSelector {
+    names: Vec<String>,
+    include: Vec<Regex>,
+    exclude: Vec<Regex>,
+}
+
+fn compile(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
+    patterns
+        .iter()
+        .map(|p| Regex::new(&format!("^(?:{p})$")).map_err(|e| MirrorError::Unsupported(format!("topic pattern `{p}`: {e}"))))
+        .collect()
+}
+
+impl TopicSelector {
+    pub fn new(names: &[String], include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
+        Ok(Self { names: names.to_vec(), include: compile(include)?, exclude: compile(exclude)? })
+    }
+
+    /// Whether `topic` is mirrored.
+    pub fn matches(&self, topic: &str) -> bool {
+        if topic.starts_with("__") || self.exclude.iter().any(|r| r.is_match(topic)) {
+            return false;
+        }
+        self.names.iter().any(|n| n == topic) || self.include.iter().any(|r| r.is_match(topic))
+    }
+
+    /// Whether the selection can grow as topics appear on the source.
+    pub fn has_patterns(&self) -> bool {
+        !self.include.is_empty()
+    }
+
+    /// Exact names that are not excluded.
+    pub fn named(&self) -> impl Iterator<Item = &String> {
+        self.names.iter().filter(|n| self.matches(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| (*x).to_owned()).collect()
+    }
+
+    #[test]
+    fn names_and_patterns_select_exclusions_and_internal_topics_win() {
+        let sel = TopicSelector::new(&s(&["orders", "skip-me"]), &s(&["pay-.*", "logs"]), &s(&["skip-.*", "pay-test"])).unwrap();
+        for t in ["orders", "pay-eu", "logs"] {
+            assert!(sel.matches(t), "{t} selected");
+        }
+        for t in ["skip-me", "pay-test", "logs-2", "xorders", "__consumer_offsets", "__kmp_mirror_state"] {
+            assert!(!sel.matches(t), "{t} not selected");
+        }
+        assert_eq!(sel.named().collect::<Vec<_>>(), vec!["orders"]);
+        assert!(sel.has_patterns());
+    }
+}
