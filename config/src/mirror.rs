@@ -37,14 +37,25 @@ pub struct MirrorConfig {
     #[serde(default = "default_rf")]
     pub replication_factor: i16,
     /// Most filler records (offsets without visible source data) in one produced batch; larger
-    /// gaps are filled with several batches. Default 100000.
+    /// gaps are filled with several batches. A filler record takes about 36 bytes, so the batch
+    /// must stay under the destination topic's `max.message.bytes` (1 MiB by default).
+    /// Default 20000 (about 720 KB).
     #[serde(default = "default_max_filler")]
     pub max_filler_batch_records: i32,
+    /// Largest run of offsets without visible source data (a retention prefix, a huge compaction
+    /// gap) the engine fills; a larger one turns the partition FAILED with a reason instead of
+    /// breaking the identical-offset invariant. Default 100000000 (see docs/mirroring.md for the
+    /// measured fill rate).
+    #[serde(default = "default_max_fill")]
+    pub max_fill_offsets: i64,
     /// Bytes fetched per source partition per request; default 1048576 (1 MiB).
     #[serde(default = "default_fetch_bytes")]
     pub fetch_max_bytes: i32,
 }
 
+fn default_max_fill() -> i64 {
+    100_000_000
+}
 fn default_topic_refresh() -> u64 {
     10_000
 }
@@ -55,7 +66,7 @@ fn default_rf() -> i16 {
     -1
 }
 fn default_max_filler() -> i32 {
-    100_000
+    20_000
 }
 fn default_fetch_bytes() -> i32 {
     1024 * 1024

@@ -100,6 +100,9 @@ impl Config {
             if m.max_filler_batch_records < 1 {
                 err(&key("max_filler_batch_records"), "must be at least 1".to_owned());
             }
+            if m.max_fill_offsets < 1 {
+                err(&key("max_fill_offsets"), "must be at least 1".to_owned());
+            }
             if m.fetch_max_bytes < 1024 {
                 err(&key("fetch_max_bytes"), "must be at least 1024".to_owned());
             }

@@ -25,7 +25,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 pub use cluster::ClusterClient;
 pub use error::MirrorError;
-pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard};
+pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
 
 use partition::PartitionTask;
@@ -126,6 +126,7 @@ fn start_topic(ctx: TopicContext, topic: String) {
                     destination: destination.clone(),
                     fetch_max_bytes: m.fetch_max_bytes,
                     max_filler_batch_records: m.max_filler_batch_records,
+                    max_fill_offsets: m.max_fill_offsets,
                     status: status.clone(),
                 };
                 tokio::spawn(task.run(stop.clone()).instrument(info_span!("partition", partition = p)));

@@ -16,7 +16,7 @@ use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
 use crate::sink::PartitionSink;
 use crate::source::fetch;
-use crate::status::{PartitionKey, PartitionState, StatusBoard};
+use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
 /// What a partition task needs.
 pub struct PartitionTask {
@@ -25,6 +25,7 @@ pub struct PartitionTask {
     pub destination: ClusterClient,
     pub fetch_max_bytes: i32,
     pub max_filler_batch_records: i32,
+    pub max_fill_offsets: i64,
     pub status: StatusBoard,
 }
 
@@ -121,6 +122,7 @@ impl PartitionTask {
                         self.status.update(&self.key, |s| {
                             s.records_mirrored += header.records_count as u64;
                             s.bytes_mirrored += batch.len() as u64;
+                            s.record_write(header.max_timestamp, now_ms());
                         });
                     }
                     Action::Holes { header, batch, .. } => {
@@ -141,7 +143,10 @@ impl PartitionTask {
                             }
                         }
                         next = header.next_offset();
-                        self.status.update(&self.key, |s| s.reencoded_batches += 1);
+                        self.status.update(&self.key, |s| {
+                            s.reencoded_batches += 1;
+                            s.record_write(header.max_timestamp, now_ms());
+                        });
                     }
                 }
             }
@@ -161,6 +166,14 @@ impl PartitionTask {
 
     /// Writes `count` fillers from `base` in batches; returns the new log end.
     async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
+        if count > self.max_fill_offsets {
+            return Err(MirrorError::FillTooLarge { base, count, limit: self.max_fill_offsets });
+        }
+        let long = count > i64::from(self.max_filler_batch_records);
+        if long {
+            info!(base, count, "filling offsets without visible source data");
+            self.status.update(&self.key, |s| s.state = PartitionState::Filling);
+        }
         let mut next = base;
         let end = base + count;
         while next < end {
@@ -168,6 +181,9 @@ impl PartitionTask {
             sink.write_fillers(n, timestamp, next).await?;
             next += i64::from(n);
             self.status.update(&self.key, |s| s.filler_records += n as u64);
+        }
+        if long {
+            self.status.update(&self.key, |s| s.state = PartitionState::Mirroring);
         }
         Ok(next)
     }

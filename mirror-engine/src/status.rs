@@ -12,6 +12,8 @@ pub enum PartitionState {
     Preparing,
     /// Copying.
     Mirroring,
+    /// Writing a run of fillers that takes several batches (e.g. a retention prefix).
+    Filling,
     /// Waiting to retry after a transient error.
     Retrying,
     /// Stopped for good with a reason (see `last_error`).
@@ -23,6 +25,7 @@ impl PartitionState {
         match self {
             Self::Preparing => "preparing",
             Self::Mirroring => "mirroring",
+            Self::Filling => "filling",
             Self::Retrying => "retrying",
             Self::Failed => "failed",
         }
@@ -42,6 +45,10 @@ pub struct PartitionStatus {
     pub bytes_mirrored: u64,
     /// Source batches with compaction holes that were re-encoded into runs and fillers.
     pub reencoded_batches: u64,
+    /// Newest source record timestamp (ms) written to the destination; -1 before the first.
+    pub last_mirrored_timestamp_ms: i64,
+    /// Wall-clock time of that write minus that timestamp (ms): how old data is when it lands.
+    pub replication_latency_ms: i64,
     pub last_error: Option<String>,
 }
 
@@ -56,9 +63,40 @@ impl Default for PartitionStatus {
             filler_records: 0,
             bytes_mirrored: 0,
             reencoded_batches: 0,
+            last_mirrored_timestamp_ms: -1,
+            replication_latency_ms: 0,
             last_error: None,
         }
     }
+}
+
+impl PartitionStatus {
+    /// Records the source is ahead of the destination (by the last stable offset).
+    pub fn lag_records(&self) -> i64 {
+        (self.source_last_stable_offset - self.destination_next_offset).max(0)
+    }
+
+    /// Seconds the destination is behind in time: 0 when caught up, otherwise the age (at `now_ms`)
+    /// of the newest record already mirrored — an upper bound of how stale the destination is.
+    pub fn lag_seconds(&self, now_ms: i64) -> f64 {
+        if self.lag_records() == 0 || self.last_mirrored_timestamp_ms < 0 {
+            return 0.0;
+        }
+        (now_ms - self.last_mirrored_timestamp_ms).max(0) as f64 / 1000.0
+    }
+
+    /// Notes that a batch whose newest record has `max_timestamp` was written at `now_ms`.
+    pub fn record_write(&mut self, max_timestamp: i64, now_ms: i64) {
+        if max_timestamp > self.last_mirrored_timestamp_ms {
+            self.last_mirrored_timestamp_ms = max_timestamp;
+        }
+        self.replication_latency_ms = (now_ms - max_timestamp).max(0);
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `(mirror, topic, partition)`.
@@ -78,5 +116,21 @@ impl StatusBoard {
         let mut v: Vec<_> = self.0.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_lag_is_zero_when_caught_up_and_the_age_of_the_newest_copy_otherwise() {
+        let mut s = PartitionStatus { source_last_stable_offset: 10, destination_next_offset: 10, ..Default::default() };
+        s.record_write(1_000, 1_250);
+        assert_eq!(s.replication_latency_ms, 250);
+        assert_eq!(s.lag_seconds(5_000), 0.0, "caught up");
+        s.source_last_stable_offset = 20;
+        assert_eq!(s.lag_records(), 10);
+        assert_eq!(s.lag_seconds(5_000), 4.0);
     }
 }

@@ -8,10 +8,12 @@ use kmp_mirror_engine::{PartitionState, StatusBoard};
 /// OpenMetrics lines for every mirrored partition (no trailing `# EOF`).
 pub(crate) fn render(board: &StatusBoard) -> String {
     let snapshot = board.snapshot();
+    let now = kmp_mirror_engine::now_ms();
     let mut out = String::new();
-    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 8] = [
-        ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
-            (s.source_last_stable_offset - s.destination_next_offset).max(0)
+    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 10] = [
+        ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| s.lag_records()),
+        ("kmp_mirror_replication_latency_ms", "Write time minus the source timestamp of the newest record of the last batch written", |s| {
+            s.replication_latency_ms
         }),
         ("kmp_mirror_source_high_watermark", "Source high watermark at the last fetch", |s| s.source_high_watermark),
         ("kmp_mirror_destination_next_offset", "Next destination offset (identical to the source offset copied up to)", |s| {
@@ -23,10 +25,20 @@ pub(crate) fn render(board: &StatusBoard) -> String {
         ("kmp_mirror_reencoded_batches", "Source batches with compaction holes re-encoded into runs and fillers", |s| {
             s.reencoded_batches as i64
         }),
+        ("kmp_mirror_filling", "1 while the partition writes a fill that takes several batches", |s| {
+            i64::from(s.state == PartitionState::Filling)
+        }),
         ("kmp_mirror_failed", "1 when the partition is FAILED (see logs / describe for the reason)", |s| {
             i64::from(s.state == PartitionState::Failed)
         }),
     ];
+    let _ = writeln!(
+        out,
+        "# HELP kmp_mirror_lag_seconds Age of the newest mirrored record while the partition lags (0 when caught up).\n# TYPE kmp_mirror_lag_seconds gauge"
+    );
+    for ((mirror, topic, partition), s) in &snapshot {
+        let _ = writeln!(out, "kmp_mirror_lag_seconds{{mirror=\"{mirror}\",topic=\"{topic}\",partition=\"{partition}\"}} {}", s.lag_seconds(now));
+    }
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge");
         for ((mirror, topic, partition), s) in &snapshot {
