@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,17 @@ class ProxyProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+@contextmanager
+def running_cluster(name: str, brokers: int, workdir: Path, **kwargs):
+    """A dedicated cluster for one test module (ports picked free), stopped afterwards."""
+    cluster = KafkaCluster(name, brokers, free_port_block(151 if kwargs.get("sasl_users") else 100 + brokers), workdir, **kwargs)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 
-from conftest import PROXY_BIN, REPO, ProxyProcess, free_port_block, unique
-from kafka_cluster import KafkaCluster, classpath
+from conftest import PROXY_BIN, REPO, ProxyProcess, running_cluster, unique
+from kafka_cluster import classpath
 from test_librdkafka_client import RECORDS, scenario
 
 NEWER = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
@@ -16,10 +16,8 @@ NEWER = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
 
 @pytest.fixture(scope="module")
 def newer_cluster(workdir):
-    cluster = KafkaCluster("newer", 3, free_port_block(104), workdir, version=NEWER)
-    cluster.start()
-    yield cluster
-    cluster.stop()
+    with running_cluster("newer", 3, workdir, version=NEWER) as cluster:
+        yield cluster
 
 
 def test_newer_broker_versions_are_clamped_and_clients_still_work(newer_cluster, workdir):

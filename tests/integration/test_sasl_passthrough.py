@@ -8,18 +8,15 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from conftest import ProxyProcess, free_port_block, unique
-from kafka_cluster import KafkaCluster
+from conftest import ProxyProcess, running_cluster, unique
 
 USERS = {"alice": "alice-secret"}
 
 
 @pytest.fixture(scope="module")
 def sasl_cluster(workdir):
-    cluster = KafkaCluster("sasl", 1, free_port_block(151), workdir, sasl_users=USERS)
-    cluster.start()
-    yield cluster
-    cluster.stop()
+    with running_cluster("sasl", 1, workdir, sasl_users=USERS) as cluster:
+        yield cluster
 
 
 def conf(bootstrap: str, password: str) -> dict:
