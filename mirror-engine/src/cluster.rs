@@ -39,7 +39,7 @@ impl ClusterClient {
     }
 
     pub(crate) fn wrap(&self, e: kmp_protocol::ProtocolError) -> MirrorError {
-        if self.side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) }
+        side_error(self.side, e)
     }
 
     /// A connection to the first reachable bootstrap broker.
@@ -101,6 +101,11 @@ impl ClusterClient {
     }
 }
 
+/// A protocol error attributed to `side` ("source" or "destination").
+fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
+    if side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) }
+}
+
 /// `(log start, high watermark)` of a partition, read on a connection to its leader.
 pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
     let mut out = [0i64; 2];
@@ -116,7 +121,7 @@ pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, par
         req.replica_id = BrokerId(-1);
         req.topics = vec![t];
         let what = || format!("ListOffsets {topic}-{partition}");
-        let resp = conn.send(&req, 7).await.map_err(|e| if side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) })?;
+        let resp = conn.send(&req, 7).await.map_err(|e| side_error(side, e))?;
         match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
             Some(p) if p.error_code == 0 => out[i] = p.offset,
             Some(p) => return Err(MirrorError::Broker { side, what: what(), code: p.error_code }),

@@ -117,13 +117,8 @@ impl PartitionTask {
                 match action {
                     Action::Fill { base, count, timestamp } => next = self.fill(&mut sink, base, count, timestamp).await?,
                     Action::Write { base, header, batch } => {
-                        sink.write_batch(&batch, header.records_count, base).await?;
+                        self.write(&mut sink, &batch, header.records_count, base, header.max_timestamp).await?;
                         next = header.next_offset();
-                        self.status.update(&self.key, |s| {
-                            s.records_mirrored += header.records_count as u64;
-                            s.bytes_mirrored += batch.len() as u64;
-                            s.record_write(header.max_timestamp, now_ms());
-                        });
                     }
                     Action::Holes { header, batch, .. } => {
                         // Compaction removed records inside this batch: each contiguous run is
@@ -131,11 +126,7 @@ impl PartitionTask {
                         for piece in split_holes(&batch, &header).map_err(MirrorError::Source)? {
                             match piece {
                                 Piece::Run { base: run_base, records, batch } => {
-                                    sink.write_batch(&batch, records, run_base).await?;
-                                    self.status.update(&self.key, |s| {
-                                        s.records_mirrored += records as u64;
-                                        s.bytes_mirrored += batch.len() as u64;
-                                    });
+                                    self.write(&mut sink, &batch, records, run_base, header.max_timestamp).await?;
                                 }
                                 Piece::Gap { base: gap_base, count, timestamp } => {
                                     self.fill(&mut sink, gap_base, count, timestamp).await?;
@@ -143,10 +134,7 @@ impl PartitionTask {
                             }
                         }
                         next = header.next_offset();
-                        self.status.update(&self.key, |s| {
-                            s.reencoded_batches += 1;
-                            s.record_write(header.max_timestamp, now_ms());
-                        });
+                        self.status.update(&self.key, |s| s.reencoded_batches += 1);
                     }
                 }
             }
@@ -162,6 +150,17 @@ impl PartitionTask {
                 s.destination_next_offset = next;
             });
         }
+    }
+
+    /// Writes one batch of real records at `base` and accounts for it.
+    async fn write(&self, sink: &mut PartitionSink, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
+        sink.write_batch(batch, records, base).await?;
+        self.status.update(&self.key, |s| {
+            s.records_mirrored += records as u64;
+            s.bytes_mirrored += batch.len() as u64;
+            s.record_write(max_timestamp, now_ms());
+        });
+        Ok(())
     }
 
     /// Writes `count` fillers from `base` in batches; returns the new log end.

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
+use prometheus_client::metrics::counter::Counter;
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::{ProtocolError, Side, peek, rewrite, versions};
@@ -128,9 +129,14 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 fn client_error(shared: &Shared, e: ProtocolError) -> ProxyError {
+    frame_error(&shared.metrics.client_frame_errors, "bad frame", e)
+}
+
+/// Counts and logs a malformed frame (plain I/O errors are neither) and closes the connection.
+fn frame_error(counter: &Counter, what: &str, e: ProtocolError) -> ProxyError {
     if !matches!(e, ProtocolError::Io { .. }) {
-        shared.metrics.client_frame_errors.inc();
-        warn!(error = %e, "closing client connection: bad frame");
+        counter.inc();
+        warn!(error = %e, "closing client connection: {what}");
     }
     e.into()
 }
@@ -173,11 +179,7 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 }
 
 fn broker_error(shared: &Shared, e: ProtocolError) -> ProxyError {
-    if !matches!(e, ProtocolError::Io { .. }) {
-        shared.metrics.broker_frame_errors.inc();
-        warn!(error = %e, "closing client connection: bad response from broker");
-    }
-    e.into()
+    frame_error(&shared.metrics.broker_frame_errors, "bad response from broker", e)
 }
 
 /// Applies the response-side rewrites the API needs; everything else is returned as is.
