@@ -1,4 +1,4 @@
-//! A small internal Kafka client: one TCP connection, one request at a time, typed with
+//! A small internal Kafka client: one TCP connection, requests one at a time or pipelined, typed with
 //! kafka-protocol. The proxy uses it for its own Metadata refreshes and readiness probe; the
 //! mirror engine builds its fetcher and producer on it.
 //!
@@ -20,6 +20,14 @@ use crate::peek;
 
 /// Largest response the internal client accepts (bytes).
 const MAX_RESPONSE: u32 = 512 * 1024 * 1024;
+
+/// A request written on a connection whose response has not been read yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Sent {
+    correlation_id: i32,
+    key: ApiKey,
+    version: i16,
+}
 
 /// One connection to one broker.
 pub struct Connection {
@@ -55,6 +63,13 @@ impl Connection {
 
     /// Sends `req` at `version` and waits for its response.
     pub async fn send<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        let sent = self.send_request(req, version).await?;
+        self.receive::<R>(sent).await
+    }
+
+    /// Writes `req` without waiting for its response (pipelining). Responses arrive in request
+    /// order; each must be collected with [`Connection::receive`] in that order.
+    pub async fn send_request<R: Request>(&mut self, req: &R, version: i16) -> Result<Sent, ProtocolError> {
         let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
             what: "request",
             detail: format!("unknown api key {}", R::KEY),
@@ -69,12 +84,17 @@ impl Connection {
         header.client_id = Some(self.client_id.clone());
         let frame = encode_request(&header, key, req)?;
         self.writer.write_all(&frame).await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        Ok(Sent { correlation_id, key, version })
+    }
+
+    /// Reads the response to the oldest request sent with [`Connection::send_request`].
+    pub async fn receive<R: Request>(&mut self, sent: Sent) -> Result<R::Response, ProtocolError> {
         let resp = self.read_frame().await?;
         let got = peek::response_correlation_id(&resp)?;
-        if got != correlation_id {
-            return Err(ProtocolError::CorrelationMismatch { expected: correlation_id, got });
+        if got != sent.correlation_id {
+            return Err(ProtocolError::CorrelationMismatch { expected: sent.correlation_id, got });
         }
-        Ok(decode_response::<R::Response>(&resp, key, version)?.1)
+        Ok(decode_response::<R::Response>(&resp, sent.key, sent.version)?.1)
     }
 
     /// Sends an already-encoded request frame and returns the raw response frame.

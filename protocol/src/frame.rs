@@ -109,8 +109,8 @@ mod tests {
     #[test]
     fn splits_back_to_back_frames_and_keeps_the_prefix() {
         let mut bytes = with_prefix(b"hello").to_vec();
-        bytes.extend_from_slice(&with_prefix(b"").to_vec());
-        bytes.extend_from_slice(&with_prefix(b"xy").to_vec());
+        bytes.extend_from_slice(&with_prefix(b""));
+        bytes.extend_from_slice(&with_prefix(b"xy"));
         let got = frames_of(bytes, 100);
         assert_eq!(got.len(), 4);
         assert_eq!(got[0].as_ref().unwrap().as_ref().unwrap().as_ref(), b"\0\0\0\x05hello");

@@ -11,6 +11,7 @@ mod names;
 pub mod error;
 pub mod frame;
 pub mod peek;
+pub mod records;
 pub mod reencode;
 pub mod rewrite;
 pub mod scan;

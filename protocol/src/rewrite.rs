@@ -69,11 +69,9 @@ pub fn rewrite_response(frame: Bytes, key: ApiKey, version: i16, nodes: &dyn Nod
             true
         }),
         ApiKey::FindCoordinator => apply::<FindCoordinatorResponse>(frame, key, version, |r| {
-            if version <= 3 {
-                if r.error_code == 0 && !set(nodes, r.node_id.0, &mut r.host, &mut r.port) {
-                    // No listener for the coordinator: let the client look again later.
-                    r.error_code = 15; // COORDINATOR_NOT_AVAILABLE
-                }
+            if version <= 3 && r.error_code == 0 && !set(nodes, r.node_id.0, &mut r.host, &mut r.port) {
+                // No listener for the coordinator: let the client look again later.
+                r.error_code = 15; // COORDINATOR_NOT_AVAILABLE
             }
             for c in &mut r.coordinators {
                 if c.error_code == 0 && !set(nodes, c.node_id.0, &mut c.host, &mut c.port) {
