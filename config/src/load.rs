@@ -206,6 +206,16 @@ mod mirror_rules {
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["mirrors[0].include", "mirrors[0].exclude", "mirrors[1].name", "mirrors[1].topics"]);
     }
+
+    #[test]
+    fn engine_settings_are_checked_with_the_mirrors_that_depend_on_them() {
+        let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
+            [engine]\nstate_topic = \"bad name\"\nmax_buffer_bytes = 1000000\nmax_in_flight_per_partition = 0\n\
+            [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_max_bytes = 2000000\n";
+        let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid engine");
+        let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, vec!["engine.state_topic", "engine.max_in_flight_per_partition", "mirrors[0].fetch_max_bytes"]);
+    }
 }
 
 #[cfg(test)]

@@ -2,10 +2,41 @@
 //! plain data; mirrors created at runtime through the admin APIs (a later issue) use the same
 //! shape. Validation rules for them live in `validate`.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+/// Settings shared by every mirror of this proxy (`[engine]`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Compacted topic on the destination holding mirror definitions, topic ownership and
+    /// per-partition state. Created on first start (compacted, one partition, the
+    /// destination's default replication factor). Default `__kmp_mirror_state`.
+    pub state_topic: String,
+    /// Bytes of fetched source data all mirrors together may hold before it is acknowledged by the
+    /// destination; a partition waits for room before its next Fetch, so a slow destination slows
+    /// the source reads instead of growing memory. Must be at least every mirror's
+    /// `fetch_max_bytes`. Default 268435456 (256 MiB).
+    pub max_buffer_bytes: u64,
+    /// Produce requests each mirrored partition keeps in flight to its destination leader
+    /// (pipelined on one connection). Default 5, like Kafka's idempotent producer.
+    pub max_in_flight_per_partition: u16,
+    /// Milliseconds between writes of changed per-partition state to the state topic. Default 5000.
+    pub state_flush_interval_ms: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            state_topic: "__kmp_mirror_state".to_owned(),
+            max_buffer_bytes: 256 * 1024 * 1024,
+            max_in_flight_per_partition: 5,
+            state_flush_interval_ms: 5_000,
+        }
+    }
+}
 
 /// One mirror: topics copied from a source cluster into the destination at identical offsets.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct MirrorConfig {
     /// Mirror name, unique within the proxy. Required.

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 
 /// Whole-process configuration, as read from the TOML file (all sections optional).
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// Where clients connect and which addresses they are told about.
@@ -13,19 +13,10 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     /// The HTTP admin endpoint (health, readiness, metrics).
     pub admin: AdminConfig,
+    /// Settings shared by all mirrors (`[engine]`).
+    pub engine: crate::EngineConfig,
     /// Mirrors declared in the file (`[[mirrors]]`); default none.
     pub mirrors: Vec<crate::MirrorConfig>,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Self {
-            listener: ListenerConfig::default(),
-            upstream: UpstreamConfig::default(),
-            admin: AdminConfig::default(),
-            mirrors: Vec::new(),
-        }
-    }
 }
 
 /// Client-facing listeners.

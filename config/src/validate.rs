@@ -29,10 +29,10 @@ impl Config {
         if split_host_port(&self.listener.listen).is_none() {
             err("listener.listen", format!("`{}` is not host:port", self.listener.listen));
         }
-        if let Some(h) = &self.listener.advertised_host {
-            if h.trim().is_empty() || h.contains(char::is_whitespace) {
-                err("listener.advertised_host", format!("`{h}` is not a host name"));
-            }
+        if let Some(h) = &self.listener.advertised_host
+            && (h.trim().is_empty() || h.contains(char::is_whitespace))
+        {
+            err("listener.advertised_host", format!("`{h}` is not a host name"));
         }
         if self.listener.effective_node_port_base().is_none() {
             err("listener.node_port_base", "cannot be derived from listener.listen; set it".to_owned());
@@ -57,10 +57,20 @@ impl Config {
         if self.upstream.max_response_frame_bytes < 64 {
             err("upstream.max_response_frame_bytes", "must be at least 64".to_owned());
         }
-        if let Some(a) = &self.admin.listen {
-            if split_host_port(a).is_none() {
-                err("admin.listen", format!("`{a}` is not host:port"));
-            }
+        if let Some(a) = &self.admin.listen
+            && split_host_port(a).is_none()
+        {
+            err("admin.listen", format!("`{a}` is not host:port"));
+        }
+        let e = &self.engine;
+        if e.state_topic.is_empty() || e.state_topic.len() > 249 || !e.state_topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            err("engine.state_topic", format!("`{}` is not a legal Kafka topic name", e.state_topic));
+        }
+        if e.max_in_flight_per_partition == 0 {
+            err("engine.max_in_flight_per_partition", "must be at least 1".to_owned());
+        }
+        if e.state_flush_interval_ms < 100 {
+            err("engine.state_flush_interval_ms", "must be at least 100".to_owned());
         }
         let mut names = std::collections::HashSet::new();
         for (i, m) in self.mirrors.iter().enumerate() {
@@ -105,6 +115,8 @@ impl Config {
             }
             if m.fetch_max_bytes < 1024 {
                 err(&key("fetch_max_bytes"), "must be at least 1024".to_owned());
+            } else if u64::try_from(m.fetch_max_bytes).unwrap_or(0) > e.max_buffer_bytes {
+                err(&key("fetch_max_bytes"), format!("{} is larger than engine.max_buffer_bytes = {}: the partition could never fetch", m.fetch_max_bytes, e.max_buffer_bytes));
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(ConfigErrors(errors)) }

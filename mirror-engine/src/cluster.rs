@@ -18,8 +18,8 @@ use crate::error::MirrorError;
 pub struct TopicLayout {
     /// Kafka error code for the topic (0 = exists).
     pub error_code: i16,
-    /// `(partition, leader node id)`, sorted by partition.
-    pub partitions: Vec<(i32, i32)>,
+    /// `(partition, leader node id, leader epoch)`, sorted by partition.
+    pub partitions: Vec<(i32, i32, i32)>,
     /// `node id → host:port`.
     pub brokers: HashMap<i32, String>,
 }
@@ -36,6 +36,11 @@ impl ClusterClient {
     /// `side` ("source"/"destination") labels errors.
     pub fn new(side: &'static str, bootstrap: Vec<String>, timeout: Duration) -> Self {
         Self { side, bootstrap, timeout }
+    }
+
+    /// Connect timeout used for every connection to this cluster.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     pub(crate) fn wrap(&self, e: kmp_protocol::ProtocolError) -> MirrorError {
@@ -70,7 +75,7 @@ impl ClusterClient {
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
             return Ok(TopicLayout { error_code: 3, partitions: Vec::new(), brokers });
         };
-        let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0)).collect();
+        let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
         partitions.sort_unstable();
         Ok(TopicLayout { error_code: t.error_code, partitions, brokers })
     }
@@ -85,19 +90,21 @@ impl ClusterClient {
         Ok(resp.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned())).collect())
     }
 
-    /// A connection to the current leader of `topic`-`partition`.
-    pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<Connection, MirrorError> {
+    /// A connection to the current leader of `topic`-`partition`, and that leader's epoch (sent
+    /// with fetches so a deposed leader answers FENCED_LEADER_EPOCH instead of stale data).
+    pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         let layout = self.layout(topic).await?;
         if layout.error_code != 0 {
             return Err(MirrorError::Broker { side: self.side, what: format!("metadata of {topic}"), code: layout.error_code });
         }
-        let leader = layout.partitions.iter().find(|(p, _)| *p == partition).map(|(_, l)| *l).unwrap_or(-1);
+        let (leader, epoch) = layout.partitions.iter().find(|(p, _, _)| *p == partition).map(|&(_, l, e)| (l, e)).unwrap_or((-1, -1));
         let addr = layout.brokers.get(&leader).ok_or(MirrorError::Broker {
             side: self.side,
             what: format!("leader of {topic}-{partition}"),
             code: 5, // LEADER_NOT_AVAILABLE
         })?;
-        Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await.map_err(|e| self.wrap(e))
+        let conn = Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await.map_err(|e| self.wrap(e))?;
+        Ok((conn, epoch))
     }
 }
 

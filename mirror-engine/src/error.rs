@@ -18,9 +18,10 @@ pub enum MirrorError {
     /// The destination wrote a batch at another offset than the source's: the invariant broke.
     #[error("offset drift: batch written at destination offset {got}, expected {expected}")]
     OffsetMismatch { expected: i64, got: i64 },
-    /// The destination topic holds data the mirror did not write.
-    #[error("destination topic {topic} already exists with {partitions} partitions (source has {source_partitions}) or is not empty; refusing to append")]
-    DestinationConflict { topic: String, partitions: usize, source_partitions: usize },
+    /// The destination topic exists and holds data the mirror did not write, or has another
+    /// partition count.
+    #[error("destination topic {topic} already exists and is not this mirror's: {reason}; refusing to append (delete it or choose another topic)")]
+    DestinationConflict { topic: String, reason: String },
     /// The source topic disappeared after mirroring started; the destination data stays.
     #[error("source topic {0} was deleted; the mirrored data on the destination is kept")]
     SourceTopicDeleted(String),
@@ -54,6 +55,12 @@ const RETRIABLE: &[i16] = &[
 ];
 
 impl MirrorError {
+    /// Whether a FAILED partition must stay FAILED across restarts (the state topic keeps it):
+    /// the invariant broke or the source is gone, and only an operator can decide what next.
+    pub fn is_sticky(&self) -> bool {
+        matches!(self, Self::OffsetMismatch { .. } | Self::SourceTopicDeleted(_))
+    }
+
     /// Whether retrying with backoff can help.
     pub fn is_retriable(&self) -> bool {
         match self {

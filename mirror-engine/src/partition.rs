@@ -1,6 +1,7 @@
 //! One mirrored partition: resume at the destination's high watermark (offsets are identical,
-//! so that is also the source offset to read next), fetch read_committed from the source leader,
-//! plan, write fillers and batches through the partition's idempotent producer, and retry
+//! so that is also the source offset to read next), fetch read_committed from the source leader
+//! (within the engine's memory budget, overlapping the previous Fetch's acknowledgements), plan,
+//! pipeline fillers and batches through the partition's idempotent producer, and retry
 //! transient failures with exponential backoff. A non-retriable error turns this partition
 //! FAILED; the others keep going.
 
@@ -14,8 +15,9 @@ use kmp_protocol::reencode::{Piece, split_holes};
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
-use crate::sink::PartitionSink;
-use crate::source::fetch;
+use crate::budget::{Budget, Reservation};
+use crate::sink::{PartitionSink, Written};
+use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
 /// What a partition task needs.
@@ -26,6 +28,10 @@ pub struct PartitionTask {
     pub fetch_max_bytes: i32,
     pub max_filler_batch_records: i32,
     pub max_fill_offsets: i64,
+    /// Produce requests pipelined to the destination leader.
+    pub max_in_flight: usize,
+    /// Engine-wide room for fetched data.
+    pub budget: Budget,
     pub status: StatusBoard,
 }
 
@@ -36,14 +42,19 @@ const UNKNOWN_TOPIC_ID: i16 = 100;
 /// the log end (a write of a previous run may still be replicating; see `settled_offsets`).
 const SETTLE: Duration = Duration::from_millis(700);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
+const IDLE_FETCH_BYTES: i32 = 64 * 1024;
 
 impl PartitionTask {
     /// Mirrors until `stop` is set or a non-retriable error.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let mut backoff = Duration::from_millis(100);
+        // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
+        // log end tells which of them landed, so the counters stay exact across retries.
+        let mut uncertain = Vec::new();
         loop {
             let result = tokio::select! {
-                r = self.copy() => r,
+                r = self.copy(&mut uncertain) => r,
                 _ = stop.changed() => return,
             };
             match result {
@@ -65,6 +76,7 @@ impl PartitionTask {
                     self.status.update(&self.key, |s| {
                         s.state = PartitionState::Failed;
                         s.last_error = Some(e.to_string());
+                        s.sticky = e.is_sticky();
                     });
                     return;
                 }
@@ -72,22 +84,58 @@ impl PartitionTask {
         }
     }
 
-    async fn copy(&self) -> Result<(), MirrorError> {
+    async fn copy(&self, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
-        let mut dest_conn = self.destination.connect_leader(topic, partition).await?;
-        let (mut dest_log_start, mut next) = settled_offsets(&mut dest_conn, topic, partition).await?;
-        let mut sink = PartitionSink::open(dest_conn, topic, partition).await?;
-        let mut src = self.source.connect_leader(topic, partition).await?;
+        let (mut dest_conn, _) = self.destination.connect_leader(topic, partition).await?;
+        let (dest_log_start, next) = settled_offsets(&mut dest_conn, topic, partition).await?;
+        self.account(uncertain.drain(..).filter(|w| w.base + i64::from(w.records) <= next).collect());
+        let mut sink = PartitionSink::open(dest_conn, topic, partition, self.max_in_flight).await?;
+        let result = self.stream(&mut sink, dest_log_start, next).await;
+        if result.is_err() {
+            let (acknowledged, in_flight) = sink.abandon();
+            self.account(acknowledged);
+            *uncertain = in_flight;
+        }
+        result
+    }
+
+    /// Copies from `next` on through `sink` until an error.
+    async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64) -> Result<(), MirrorError> {
+        let (_, topic, partition) = &self.key;
+        let (topic, partition) = (topic.as_str(), *partition);
+        let (mut src, leader_epoch) = self.source.connect_leader(topic, partition).await?;
         let mut aborts = AbortTracker::default();
-        info!(next, "mirroring from the destination's high watermark");
+        info!(next, leader_epoch, "mirroring from the destination's high watermark");
         self.status.update(&self.key, |s| {
             s.state = PartitionState::Mirroring;
             s.destination_next_offset = next;
             s.last_error = None;
         });
+        // Budget held by the previous Fetch's data until the destination acknowledged all of it.
+        let mut held: Option<Reservation> = None;
+        // Bytes asked for: the full fetch size while catching up, little while idle, so
+        // long-polling idle partitions do not sit on the shared budget.
+        let mut want = self.fetch_max_bytes;
         loop {
-            let fetched = match fetch(&mut src, topic, partition, next, self.fetch_max_bytes, 500).await {
+            // The next Fetch overlaps the acknowledgements of what the previous one produced.
+            let previous = held.take();
+            let at = FetchAt { topic, partition, offset: next, leader_epoch, max_bytes: want, max_wait_ms: 500 };
+            let (fetched, flushed) = tokio::join!(
+                async {
+                    let room = self.budget.reserve(u64::try_from(want).unwrap_or(0)).await;
+                    (room, fetch(&mut src, at).await)
+                },
+                async {
+                    let r = sink.flush().await;
+                    self.account(sink.take_acknowledged());
+                    drop(previous);
+                    r
+                }
+            );
+            flushed?;
+            let (room, fetched) = fetched;
+            let fetched = match fetched {
                 Err(MirrorError::Broker { code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID, .. })
                     if self.source.layout(topic).await?.error_code == UNKNOWN_TOPIC_OR_PARTITION =>
                 {
@@ -98,7 +146,7 @@ impl PartitionTask {
                     let (start, end) = offsets("source", &mut src, topic, partition).await?;
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
-                        next = self.fill(&mut sink, next, start - next, 0).await?;
+                        next = self.fill(sink, next, start - next, 0).await?;
                         continue;
                     }
                     return Err(MirrorError::Unsupported(format!(
@@ -107,17 +155,24 @@ impl PartitionTask {
                 }
                 other => other?,
             };
+            // A first batch larger than asked for still comes back whole (KIP-74): account it if
+            // there is room; it is at most one batch over.
+            let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
+            let mut room = room;
+            room.grow_to(got as u64);
+            held = Some(room);
+            want = if got.saturating_mul(2) >= usize::try_from(want).unwrap_or(0) { self.fetch_max_bytes } else { IDLE_FETCH_BYTES.min(self.fetch_max_bytes) };
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
-                next = self.fill(&mut sink, next, fetched.log_start_offset - next, 0).await?;
+                next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
                 continue;
             }
             aborts.extend(fetched.aborted.iter().copied());
             let (actions, _) = plan(next, fetched.batches, &mut aborts);
             for action in actions {
                 match action {
-                    Action::Fill { base, count, timestamp } => next = self.fill(&mut sink, base, count, timestamp).await?,
+                    Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
                     Action::Write { base, header, batch } => {
-                        self.write(&mut sink, &batch, header.records_count, base, header.max_timestamp).await?;
+                        sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
                         next = header.next_offset();
                     }
                     Action::Holes { header, batch, .. } => {
@@ -126,10 +181,10 @@ impl PartitionTask {
                         for piece in split_holes(&batch, &header).map_err(MirrorError::Source)? {
                             match piece {
                                 Piece::Run { base: run_base, records, batch } => {
-                                    self.write(&mut sink, &batch, records, run_base, header.max_timestamp).await?;
+                                    sink.write_batch(&batch, records, run_base, header.max_timestamp).await?;
                                 }
                                 Piece::Gap { base: gap_base, count, timestamp } => {
-                                    self.fill(&mut sink, gap_base, count, timestamp).await?;
+                                    self.fill(sink, gap_base, count, timestamp).await?;
                                 }
                             }
                         }
@@ -142,28 +197,37 @@ impl PartitionTask {
             let follow = fetched.log_start_offset.min(next);
             if follow > dest_log_start {
                 sink.delete_records_before(follow).await?;
+                self.account(sink.take_acknowledged());
                 dest_log_start = follow;
             }
             self.status.update(&self.key, |s| {
                 s.source_high_watermark = fetched.high_watermark;
                 s.source_last_stable_offset = fetched.last_stable_offset;
-                s.destination_next_offset = next;
             });
         }
     }
 
-    /// Writes one batch of real records at `base` and accounts for it.
-    async fn write(&self, sink: &mut PartitionSink, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
-        sink.write_batch(batch, records, base).await?;
+    /// Accounts batches the destination acknowledged (in offset order).
+    fn account(&self, acknowledged: Vec<Written>) {
+        if acknowledged.is_empty() {
+            return;
+        }
+        let now = now_ms();
         self.status.update(&self.key, |s| {
-            s.records_mirrored += records as u64;
-            s.bytes_mirrored += batch.len() as u64;
-            s.record_write(max_timestamp, now_ms());
+            for w in &acknowledged {
+                if w.filler {
+                    s.filler_records += w.records as u64;
+                } else {
+                    s.records_mirrored += w.records as u64;
+                    s.bytes_mirrored += w.bytes as u64;
+                    s.record_write(w.max_timestamp, now);
+                }
+                s.destination_next_offset = s.destination_next_offset.max(w.base + i64::from(w.records));
+            }
         });
-        Ok(())
     }
 
-    /// Writes `count` fillers from `base` in batches; returns the new log end.
+    /// Sends `count` fillers from `base` in batches; returns the new planned log end.
     async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
         if count > self.max_fill_offsets {
             return Err(MirrorError::FillTooLarge { base, count, limit: self.max_fill_offsets });
@@ -179,9 +243,11 @@ impl PartitionTask {
             let n = (end - next).min(i64::from(self.max_filler_batch_records)) as i32;
             sink.write_fillers(n, timestamp, next).await?;
             next += i64::from(n);
-            self.status.update(&self.key, |s| s.filler_records += n as u64);
+            self.account(sink.take_acknowledged());
         }
         if long {
+            sink.flush().await?;
+            self.account(sink.take_acknowledged());
             self.status.update(&self.key, |s| s.state = PartitionState::Mirroring);
         }
         Ok(next)

@@ -1,10 +1,14 @@
 //! Writing to a destination partition with the engine's own idempotent producer: a producer id
-//! from the destination (InitProducerId), one batch per Produce request, acks=all, and a check
-//! that every batch lands at the offset the plan expects. Deciding what to write is `plan`'s.
+//! from the destination (InitProducerId), one batch per Produce request, acks=all, up to
+//! `max_in_flight` requests pipelined on the leader connection, and a check that every batch
+//! lands at the offset the plan expects. Deciding what to write is `plan`'s; accounting what was
+//! acknowledged is `partition`'s.
+
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
-use kmp_protocol::client::Connection;
+use kmp_protocol::client::{Connection, Sent};
 use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
 use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
@@ -15,6 +19,19 @@ use crate::error::MirrorError;
 const PRODUCE_VERSION: i16 = 9;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
+/// One produced batch, reported back once the destination acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Destination offset the batch had to land at.
+    pub base: i64,
+    pub records: i32,
+    /// Bytes of the batch as sent.
+    pub bytes: usize,
+    /// The batch's max timestamp (for replication latency).
+    pub max_timestamp: i64,
+    pub filler: bool,
+}
+
 /// An idempotent producer bound to one destination partition leader.
 pub struct PartitionSink {
     conn: Connection,
@@ -23,11 +40,14 @@ pub struct PartitionSink {
     producer_id: i64,
     producer_epoch: i16,
     next_sequence: i32,
+    max_in_flight: usize,
+    in_flight: VecDeque<(Sent, Written)>,
+    acknowledged: Vec<Written>,
 }
 
 impl PartitionSink {
     /// Initialises a producer id on the destination and binds it to the partition's leader.
-    pub async fn open(mut conn: Connection, topic: &str, partition: i32) -> Result<Self, MirrorError> {
+    pub async fn open(mut conn: Connection, topic: &str, partition: i32, max_in_flight: usize) -> Result<Self, MirrorError> {
         let mut req = InitProducerIdRequest::default();
         // kafka-protocol defaults this to Some(""), which brokers reject as INVALID_REQUEST.
         req.transactional_id = None;
@@ -45,6 +65,9 @@ impl PartitionSink {
             producer_id: resp.producer_id.0,
             producer_epoch: resp.producer_epoch,
             next_sequence: 0,
+            max_in_flight: max_in_flight.max(1),
+            in_flight: VecDeque::new(),
+            acknowledged: Vec::new(),
         })
     }
 
@@ -52,19 +75,25 @@ impl PartitionSink {
         ProducerFields { producer_id: self.producer_id, producer_epoch: self.producer_epoch, base_sequence: self.next_sequence }
     }
 
-    /// Writes a source batch (header rewritten, payload untouched) that must land at `expected`.
-    pub async fn write_batch(&mut self, batch: &[u8], records: i32, expected: i64) -> Result<(), MirrorError> {
+    /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
+    pub async fn write_batch(&mut self, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
         let out = batch::rewrite_for_produce(batch, self.fields()).map_err(MirrorError::Source)?;
-        self.produce(out, records, expected).await
+        let w = Written { base, records, bytes: out.len(), max_timestamp, filler: false };
+        self.produce(out, w).await
     }
 
-    /// Writes `count` filler records starting at `expected`.
-    pub async fn write_fillers(&mut self, count: i32, timestamp: i64, expected: i64) -> Result<(), MirrorError> {
+    /// Sends `count` filler records starting at `base`.
+    pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
         let out = batch::filler_batch(count, timestamp, self.fields()).map_err(MirrorError::Destination)?;
-        self.produce(out, count, expected).await
+        let w = Written { base, records: count, bytes: out.len(), max_timestamp: timestamp, filler: true };
+        self.produce(out, w).await
     }
 
-    async fn produce(&mut self, records_blob: Bytes, records: i32, expected: i64) -> Result<(), MirrorError> {
+    /// Pipelines one Produce request, first waiting for the oldest if the window is full.
+    async fn produce(&mut self, records_blob: Bytes, w: Written) -> Result<(), MirrorError> {
+        while self.in_flight.len() >= self.max_in_flight {
+            self.ack_oldest().await?;
+        }
         let mut pd = PartitionProduceData::default();
         pd.index = self.partition;
         pd.records = Some(records_blob);
@@ -75,7 +104,35 @@ impl PartitionSink {
         req.acks = -1;
         req.timeout_ms = PRODUCE_TIMEOUT_MS;
         req.topic_data = vec![td];
-        let resp = self.conn.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+        let sent = self.conn.send_request(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+        self.next_sequence = self.next_sequence.wrapping_add(w.records);
+        self.in_flight.push_back((sent, w));
+        Ok(())
+    }
+
+    /// Waits for every request in flight; an error means some may not have been written.
+    pub async fn flush(&mut self) -> Result<(), MirrorError> {
+        while !self.in_flight.is_empty() {
+            self.ack_oldest().await?;
+        }
+        Ok(())
+    }
+
+    /// Batches acknowledged since the last call, in offset order.
+    pub fn take_acknowledged(&mut self) -> Vec<Written> {
+        std::mem::take(&mut self.acknowledged)
+    }
+
+    /// Gives up on this producer after an error: the batches acknowledged but not yet taken,
+    /// and those still in flight (whether they were written is unknown).
+    pub fn abandon(&mut self) -> (Vec<Written>, Vec<Written>) {
+        (std::mem::take(&mut self.acknowledged), self.in_flight.drain(..).map(|(_, w)| w).collect())
+    }
+
+    async fn ack_oldest(&mut self) -> Result<(), MirrorError> {
+        // Popped only once acknowledged: on error it stays for `abandon` to report.
+        let Some(&(sent, w)) = self.in_flight.front() else { return Ok(()) };
+        let resp = self.conn.receive::<ProduceRequest>(sent).await.map_err(MirrorError::Destination)?;
         let p = resp
             .responses
             .iter()
@@ -86,10 +143,11 @@ impl PartitionSink {
             let what = format!("produce to {}-{}: {}", self.topic.0.as_str(), self.partition, p.error_message.as_ref().map_or("", |m| m.as_str()));
             return Err(MirrorError::Broker { side: "destination", what, code: p.error_code });
         }
-        self.next_sequence = self.next_sequence.wrapping_add(records);
-        if p.base_offset != expected {
-            return Err(MirrorError::OffsetMismatch { expected, got: p.base_offset });
+        if p.base_offset != w.base {
+            return Err(MirrorError::OffsetMismatch { expected: w.base, got: p.base_offset });
         }
+        self.in_flight.pop_front();
+        self.acknowledged.push(w);
         Ok(())
     }
 }
@@ -97,6 +155,7 @@ impl PartitionSink {
 impl PartitionSink {
     /// Moves the destination log start to `offset` (DeleteRecords), following the source's.
     pub async fn delete_records_before(&mut self, offset: i64) -> Result<(), MirrorError> {
+        self.flush().await?;
         let mut p = DeleteRecordsPartition::default();
         p.partition_index = self.partition;
         p.offset = offset;

@@ -25,19 +25,25 @@ pub struct Fetched {
     pub batches: Vec<(BatchHeader, Bytes)>,
 }
 
-/// Fetches `topic`-`partition` from `offset` on a connection to its leader.
-pub async fn fetch(
-    conn: &mut Connection,
-    topic: &str,
-    partition: i32,
-    offset: i64,
-    max_bytes: i32,
-    max_wait_ms: i32,
-) -> Result<Fetched, MirrorError> {
+/// Where and how much to fetch.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchAt<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    /// Leader epoch from the metadata used to find the leader, or -1.
+    pub leader_epoch: i32,
+    pub max_bytes: i32,
+    pub max_wait_ms: i32,
+}
+
+/// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader.
+pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
+    let FetchAt { topic, partition, offset, leader_epoch, max_bytes, max_wait_ms } = at;
     let mut p = FetchPartition::default();
     p.partition = partition;
     p.fetch_offset = offset;
-    p.current_leader_epoch = -1;
+    p.current_leader_epoch = leader_epoch;
     p.last_fetched_epoch = -1;
     p.log_start_offset = -1;
     p.partition_max_bytes = max_bytes;

@@ -50,6 +50,8 @@ pub struct PartitionStatus {
     /// Wall-clock time of that write minus that timestamp (ms): how old data is when it lands.
     pub replication_latency_ms: i64,
     pub last_error: Option<String>,
+    /// FAILED for a reason that survives restarts (see `MirrorError::is_sticky`).
+    pub sticky: bool,
 }
 
 impl Default for PartitionStatus {
@@ -66,6 +68,7 @@ impl Default for PartitionStatus {
             last_mirrored_timestamp_ms: -1,
             replication_latency_ms: 0,
             last_error: None,
+            sticky: false,
         }
     }
 }

@@ -39,7 +39,7 @@ pub const EXCLUDED_CONFIGS: &[&str] = &[
 /// Prefixes of configs never copied (vendor extensions).
 const EXCLUDED_PREFIXES: &[&str] = &["confluent."];
 
-const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
 const TOPIC_RESOURCE: i8 = 2;
 /// `config_source` of a value set on the topic itself.
 const DYNAMIC_TOPIC_CONFIG: i8 = 1;
@@ -71,31 +71,28 @@ async fn source_configs(source: &ClusterClient, topic: &str) -> Result<Vec<(Stri
         .collect())
 }
 
-/// Makes sure `topic` exists on the destination with the source's partition count; returns it.
-pub async fn ensure_destination_topic(
-    source: &ClusterClient,
-    destination: &ClusterClient,
-    topic: &str,
-    replication_factor: i16,
-) -> Result<usize, MirrorError> {
-    let src = source.layout(topic).await?;
-    if src.error_code != 0 {
-        return Err(MirrorError::Broker { side: "source", what: format!("metadata of {topic}"), code: src.error_code });
-    }
-    let partitions = src.partitions.len();
+/// A topic to create.
+pub struct TopicSpec<'a> {
+    pub name: &'a str,
+    pub partitions: i32,
+    /// -1 = the cluster's default.
+    pub replication_factor: i16,
+    pub configs: Vec<(String, String)>,
+}
+
+/// Sends CreateTopics for `spec`; returns the Kafka error code (0 = created).
+pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> Result<i16, MirrorError> {
     let mut t = CreatableTopic::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.num_partitions = partitions as i32;
-    t.replication_factor = replication_factor;
-    let copied = source_configs(source, topic).await?;
-    let forced = FORCED_CONFIGS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
-    t.configs = copied
-        .into_iter()
-        .chain(forced)
+    t.name = TopicName(StrBytes::from_string(spec.name.to_owned()));
+    t.num_partitions = spec.partitions;
+    t.replication_factor = spec.replication_factor;
+    t.configs = spec
+        .configs
+        .iter()
         .map(|(k, v)| {
             let mut c = CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(k);
-            c.value = Some(StrBytes::from_string(v));
+            c.name = StrBytes::from_string(k.clone());
+            c.value = Some(StrBytes::from_string(v.clone()));
             c
         })
         .collect();
@@ -104,19 +101,71 @@ pub async fn ensure_destination_topic(
     req.timeout_ms = 30_000;
     let mut conn = destination.connect_any().await?;
     let resp = conn.send(&req, 7).await.map_err(MirrorError::Destination)?;
-    let code = resp.topics.first().map_or(0, |t| t.error_code);
-    match code {
-        0 => Ok(partitions),
+    Ok(resp.topics.first().map_or(0, |t| t.error_code))
+}
+
+/// How a destination topic came to be the mirror's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Prepared {
+    /// The engine created it now.
+    Created(usize),
+    /// It existed, with the source's partition count and no data: safe to fill.
+    AdoptedEmpty(usize),
+    /// The state topic already records it as this mirror's.
+    Owned(usize),
+}
+
+impl Prepared {
+    pub fn partitions(self) -> usize {
+        match self {
+            Self::Created(n) | Self::AdoptedEmpty(n) | Self::Owned(n) => n,
+        }
+    }
+}
+
+/// Makes sure `topic` exists on the destination with the source's partition count. `owned`:
+/// the state topic says this mirror already owns it. An existing topic the mirror does not own
+/// is accepted only if every partition is empty (high watermark 0): appending to data the mirror
+/// did not write would break the identical-offset invariant.
+pub async fn ensure_destination_topic(
+    source: &ClusterClient,
+    destination: &ClusterClient,
+    topic: &str,
+    replication_factor: i16,
+    owned: bool,
+) -> Result<Prepared, MirrorError> {
+    let src = source.layout(topic).await?;
+    if src.error_code != 0 {
+        return Err(MirrorError::Broker { side: "source", what: format!("metadata of {topic}"), code: src.error_code });
+    }
+    let partitions = src.partitions.len();
+    let copied = source_configs(source, topic).await?;
+    let forced = FORCED_CONFIGS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    let spec = TopicSpec { name: topic, partitions: partitions as i32, replication_factor, configs: copied.into_iter().chain(forced).collect() };
+    match create_topic(destination, &spec).await? {
+        0 => Ok(Prepared::Created(partitions)),
         TOPIC_ALREADY_EXISTS => {
             let dst = destination.layout(topic).await?;
             if dst.partitions.len() != partitions {
                 return Err(MirrorError::DestinationConflict {
                     topic: topic.to_owned(),
-                    partitions: dst.partitions.len(),
-                    source_partitions: partitions,
+                    reason: format!("it has {} partitions, the source has {partitions}", dst.partitions.len()),
                 });
             }
-            Ok(partitions)
+            if owned {
+                return Ok(Prepared::Owned(partitions));
+            }
+            for p in 0..partitions as i32 {
+                let (mut conn, _) = destination.connect_leader(topic, p).await?;
+                let (_, end) = crate::cluster::offsets("destination", &mut conn, topic, p).await?;
+                if end > 0 {
+                    return Err(MirrorError::DestinationConflict {
+                        topic: topic.to_owned(),
+                        reason: format!("partition {p} already holds offsets up to {end} that this mirror did not write"),
+                    });
+                }
+            }
+            Ok(Prepared::AdoptedEmpty(partitions))
         }
         code => Err(MirrorError::Broker { side: "destination", what: format!("create topic {topic}"), code }),
     }

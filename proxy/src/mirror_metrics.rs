@@ -3,14 +3,25 @@
 
 use std::fmt::Write;
 
-use kmp_mirror_engine::{PartitionState, StatusBoard};
+use kmp_mirror_engine::{Engine, PartitionState};
 
-/// OpenMetrics lines for every mirrored partition (no trailing `# EOF`).
-pub(crate) fn render(board: &StatusBoard) -> String {
-    let snapshot = board.snapshot();
+/// Reads one gauge's value from a partition's status.
+type Gauge = fn(&kmp_mirror_engine::PartitionStatus) -> i64;
+
+/// OpenMetrics lines for the engine and every mirrored partition (no trailing `# EOF`).
+pub(crate) fn render(engine: &Engine) -> String {
+    let snapshot = engine.status.snapshot();
     let now = kmp_mirror_engine::now_ms();
     let mut out = String::new();
-    let gauges: [(&str, &str, fn(&kmp_mirror_engine::PartitionStatus) -> i64); 10] = [
+    let b = &engine.budget;
+    for (name, help, value) in [
+        ("kmp_mirror_buffer_bytes", "Fetched source bytes reserved until the destination acknowledges them", b.in_use()),
+        ("kmp_mirror_buffer_peak_bytes", "Most fetched source bytes reserved at once since start", b.peak()),
+        ("kmp_mirror_buffer_limit_bytes", "engine.max_buffer_bytes", b.limit()),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
+    }
+    let gauges: [(&str, &str, Gauge); 10] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| s.lag_records()),
         ("kmp_mirror_replication_latency_ms", "Write time minus the source timestamp of the newest record of the last batch written", |s| {
             s.replication_latency_ms

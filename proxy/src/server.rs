@@ -28,8 +28,8 @@ pub(crate) struct Shared {
     pub(crate) connector: Connector,
     /// Set once the upstream answered a metadata refresh; cleared when refreshes fail.
     pub(crate) ready: AtomicBool,
-    /// Progress of the mirrors declared in the config (empty board when there are none).
-    pub(crate) mirrors: kmp_mirror_engine::StatusBoard,
+    /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
+    pub(crate) mirrors: kmp_mirror_engine::Engine,
     next_connection_id: AtomicU64,
 }
 
@@ -40,6 +40,9 @@ pub struct Listeners {
     /// Admin HTTP listener, if the admin endpoint is enabled.
     pub admin: Option<TcpListener>,
 }
+
+/// Longest wait for the mirror engine's final state write at shutdown.
+const MIRROR_STATE_FLUSH: Duration = Duration::from_secs(5);
 
 /// Runs the proxy until `shutdown` completes, then drains in-flight requests (bounded by
 /// `listener.drain_timeout_ms`) and returns.
@@ -53,9 +56,10 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mirrors = if config.mirrors.is_empty() {
-        kmp_mirror_engine::StatusBoard::default()
+        kmp_mirror_engine::Engine::idle(&config.engine)
     } else {
         kmp_mirror_engine::start(
+            &config.engine,
             config.mirrors.clone(),
             config.upstream.bootstrap_servers.clone(),
             Duration::from_millis(config.upstream.connect_timeout_ms),
@@ -111,6 +115,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let drain = Duration::from_millis(shared.config.listener.drain_timeout_ms);
     if tokio::time::timeout(drain, drain_rx.recv()).await.is_err() {
         warn!(?drain, "drain timeout reached; closing remaining connections");
+    }
+    if tokio::time::timeout(MIRROR_STATE_FLUSH, shared.mirrors.stopped()).await.is_err() {
+        warn!(timeout = ?MIRROR_STATE_FLUSH, "mirror state not written before shutdown; partitions resume from the destination anyway");
     }
     info!("kafka-mirror-proxy stopped");
     Ok(())

@@ -156,6 +156,7 @@ class KafkaCluster:
             "transaction.state.log.num.partitions": 6,
             "group.initial.rebalance.delay.ms": 0,
             "log.cleaner.backoff.ms": 1000,  # compaction tests need the cleaner to run soon
+            "log.retention.check.interval.ms": 1000,  # retention tests need deletion to run soon
             "share.coordinator.state.topic.replication.factor": rf,
             "share.coordinator.state.topic.min.isr": 1,
         }

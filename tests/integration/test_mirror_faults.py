@@ -11,7 +11,7 @@ import threading
 import time
 
 from confluent_kafka import Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
 from test_mirror_engine import (create, high_watermarks, high_watermarks_or_none, produce_plain, read_all, strip_fillers,
@@ -79,6 +79,34 @@ def test_source_log_start_above_zero_is_filled_and_then_followed(clusters, workd
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
         assert wait_for_low_watermark(destination.bootstrap, topic, 250) == 250, "a later DeleteRecords on the source is followed"
         assert_equal(source, destination, topic, 1)
+
+
+def test_source_log_start_advanced_by_time_retention_before_mirroring_is_filled(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-retention")
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    # Segments roll every second, so the first records end up in closed segments retention can delete.
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.ms": "1000"})])[topic].result(30)
+    produce_plain(source.bootstrap, topic, 150)
+    time.sleep(1.5)
+    produce_plain(source.bootstrap, topic, 150, start=150)
+    time.sleep(1.5)
+    produce_plain(source.bootstrap, topic, 50, start=300)  # rolls again: the first two segments are closed
+    set_topic_config(admin, topic, "retention.ms", "1000")
+    start = wait_for_low_watermark(source.bootstrap, topic, 300, timeout=60)
+    assert start == 300, f"time retention deleted the first two segments on the source (log start {start})"
+    set_topic_config(admin, topic, "retention.ms", "-1")  # nothing more disappears while we compare
+    with mirroring_proxy(source, destination, workdir, [topic]):
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        assert wait_for_low_watermark(destination.bootstrap, topic, 300) == 300, "destination log start equals the source's (300)"
+        assert_equal(source, destination, topic, 1)
+
+
+def set_topic_config(admin, topic: str, name: str, value: str) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)])
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
 
 
 def test_a_topic_with_32_partitions_is_mirrored(clusters, workdir):

@@ -1,0 +1,265 @@
+//! The engine's state on the destination, in one compacted topic (`engine.state_topic`, default
+//! `__kmp_mirror_state`) — no other database. Keys and JSON values:
+//!
+//! - `mirror/<name>` → [`MirrorRecord`]: the definition and where it came from;
+//! - `topic/<topic>` → [`TopicRecord`]: the destination topic belongs to this mirror (written once
+//!   the engine created it or adopted it empty; a destination topic with data and no such record
+//!   is refused);
+//! - `partition/<topic>/<p>` → [`PartitionRecord`]: state and progress, written every
+//!   `engine.state_flush_interval_ms` when changed and on shutdown.
+//!
+//! Where a partition resumes is *not* stored: offsets are identical, so the destination's high
+//! watermark is the resume point. Loading, writing and the flush loop live here; deciding what the
+//! records mean belongs to `lib` (startup) and `topics` (ownership).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kmp_config::MirrorConfig;
+use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::records;
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, watch};
+use tracing::warn;
+
+use crate::cluster::{ClusterClient, offsets};
+use crate::error::MirrorError;
+use crate::source::{FetchAt, fetch};
+use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
+use crate::topics::{TopicSpec, create_topic};
+
+/// A mirror definition as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MirrorRecord {
+    /// `config` (declared in the config file) — the admin APIs will add `api`.
+    pub origin: String,
+    pub definition: MirrorConfig,
+}
+
+/// Ownership of a destination topic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub mirror: String,
+    pub partitions: usize,
+    /// `created` (the engine created it) or `adopted` (it existed and was empty).
+    pub how: String,
+    pub at_ms: i64,
+}
+
+/// State and progress of one mirrored partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub mirror: String,
+    pub state: String,
+    /// Next destination offset at the time of writing (informational; resume uses the log end).
+    pub next_offset: i64,
+    pub source_high_watermark: i64,
+    pub records: u64,
+    pub fillers: u64,
+    pub bytes: u64,
+    pub error: Option<String>,
+    /// A FAILED partition that must stay FAILED after a restart (offset drift, deleted source).
+    pub sticky: bool,
+}
+
+impl PartitionRecord {
+    fn of(mirror: &str, s: &PartitionStatus) -> Self {
+        Self {
+            mirror: mirror.to_owned(),
+            state: s.state.as_str().to_owned(),
+            next_offset: s.destination_next_offset,
+            source_high_watermark: s.source_high_watermark,
+            records: s.records_mirrored,
+            fillers: s.filler_records,
+            bytes: s.bytes_mirrored,
+            error: s.last_error.clone(),
+            sticky: s.sticky,
+        }
+    }
+}
+
+/// The loaded state plus a connection for writing more.
+pub struct StateStore {
+    destination: ClusterClient,
+    topic: String,
+    entries: std::sync::Mutex<HashMap<String, Bytes>>,
+    writer: Mutex<Option<Connection>>,
+}
+
+const PRODUCE_VERSION: i16 = 9;
+
+impl StateStore {
+    /// Creates the state topic if needed and reads it to the end.
+    pub async fn open(destination: ClusterClient, topic: &str) -> Result<Self, MirrorError> {
+        let spec = TopicSpec {
+            name: topic,
+            partitions: 1,
+            replication_factor: -1,
+            configs: vec![("cleanup.policy".into(), "compact".into()), ("min.compaction.lag.ms".into(), "0".into())],
+        };
+        let code = create_topic(&destination, &spec).await?;
+        if code != 0 && code != crate::topics::TOPIC_ALREADY_EXISTS {
+            return Err(MirrorError::Broker { side: "destination", what: format!("create state topic {topic}"), code });
+        }
+        let store = Self { destination, topic: topic.to_owned(), entries: Default::default(), writer: Mutex::new(None) };
+        store.load().await?;
+        Ok(store)
+    }
+
+    async fn load(&self) -> Result<(), MirrorError> {
+        let (mut conn, epoch) = self.destination.connect_leader(&self.topic, 0).await?;
+        let (start, end) = offsets("destination", &mut conn, &self.topic, 0).await?;
+        let mut next = start;
+        let mut entries = HashMap::new();
+        while next < end {
+            let at = FetchAt { topic: &self.topic, partition: 0, offset: next, leader_epoch: epoch, max_bytes: 4 << 20, max_wait_ms: 100 };
+            let fetched = fetch(&mut conn, at).await?;
+            let Some((last, _)) = fetched.batches.last() else { break };
+            next = last.next_offset();
+            for (_, b) in &fetched.batches {
+                for (_, key, value) in records::decode(b).map_err(MirrorError::Destination)? {
+                    let Some(key) = key.and_then(|k| String::from_utf8(k.to_vec()).ok()) else { continue };
+                    match value {
+                        Some(v) => entries.insert(key, v),
+                        None => entries.remove(&key),
+                    };
+                }
+            }
+        }
+        *self.lock() = entries;
+        Ok(())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bytes>> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get<T: for<'de> Deserialize<'de>>(&self, key: &str) -> Option<T> {
+        let raw = self.lock().get(key).cloned()?;
+        match serde_json::from_slice(&raw) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                warn!(key, error = %e, "unreadable state record ignored");
+                None
+            }
+        }
+    }
+
+    /// Who owns destination `topic`, if anyone.
+    pub fn topic_owner(&self, topic: &str) -> Option<TopicRecord> {
+        self.get(&format!("topic/{topic}"))
+    }
+
+    /// The stored state of `topic`-`partition`.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<PartitionRecord> {
+        self.get(&format!("partition/{topic}/{partition}"))
+    }
+
+    /// Every stored mirror definition.
+    pub fn mirrors(&self) -> Vec<MirrorRecord> {
+        let keys: Vec<String> = self.lock().keys().filter(|k| k.starts_with("mirror/")).cloned().collect();
+        keys.iter().filter_map(|k| self.get(k)).collect()
+    }
+
+    pub async fn put_topic(&self, topic: &str, r: &TopicRecord) -> Result<(), MirrorError> {
+        self.write(vec![(format!("topic/{topic}"), Some(json(r)?))]).await
+    }
+
+    pub async fn put_mirror(&self, r: &MirrorRecord) -> Result<(), MirrorError> {
+        self.write(vec![(format!("mirror/{}", r.definition.name), Some(json(r)?))]).await
+    }
+
+    pub async fn delete_mirror(&self, name: &str) -> Result<(), MirrorError> {
+        self.write(vec![(format!("mirror/{name}"), None)]).await
+    }
+
+    /// Writes `entries` (`None` = tombstone) as one batch, acks=all, and applies them locally.
+    async fn write(&self, entries: Vec<(String, Option<Bytes>)>) -> Result<(), MirrorError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let encoded: Vec<(Bytes, Option<Bytes>)> = entries.iter().map(|(k, v)| (Bytes::from(k.clone()), v.clone())).collect();
+        let blob = records::encode(&encoded, now_ms()).map_err(MirrorError::Destination)?;
+        let mut guard = self.writer.lock().await;
+        let result = self.produce(&mut guard, blob).await;
+        if result.is_err() {
+            *guard = None; // reconnect to the (maybe new) leader next time
+        }
+        result?;
+        let mut map = self.lock();
+        for (k, v) in entries {
+            match v {
+                Some(v) => map.insert(k, v),
+                None => map.remove(&k),
+            };
+        }
+        Ok(())
+    }
+
+    async fn produce(&self, conn: &mut Option<Connection>, blob: Bytes) -> Result<(), MirrorError> {
+        if conn.is_none() {
+            *conn = Some(self.destination.connect_leader(&self.topic, 0).await?.0);
+        }
+        let Some(c) = conn.as_mut() else { return Ok(()) };
+        let mut pd = PartitionProduceData::default();
+        pd.index = 0;
+        pd.records = Some(blob);
+        let mut td = TopicProduceData::default();
+        td.name = TopicName(StrBytes::from_string(self.topic.clone()));
+        td.partition_data = vec![pd];
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = 30_000;
+        req.topic_data = vec![td];
+        let resp = c.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+        let code = resp.responses.iter().flat_map(|t| t.partition_responses.iter()).map(|p| p.error_code).next().unwrap_or(3);
+        if code != 0 {
+            return Err(MirrorError::Broker { side: "destination", what: format!("write state to {}", self.topic), code });
+        }
+        Ok(())
+    }
+
+    /// Writes the records of partitions whose state or progress changed since the last call.
+    async fn flush_partitions(&self, board: &StatusBoard, written: &mut HashMap<String, PartitionRecord>) -> Result<(), MirrorError> {
+        let mut changed = Vec::new();
+        for ((mirror, topic, partition), s) in board.snapshot() {
+            if partition < 0 || s.state == PartitionState::Preparing {
+                continue;
+            }
+            let key = format!("partition/{topic}/{partition}");
+            let r = PartitionRecord::of(&mirror, &s);
+            if written.get(&key) != Some(&r) {
+                changed.push((key, r));
+            }
+        }
+        let entries = changed.iter().map(|(k, r)| Ok((k.clone(), Some(json(r)?)))).collect::<Result<Vec<_>, MirrorError>>()?;
+        self.write(entries).await?;
+        written.extend(changed);
+        Ok(())
+    }
+}
+
+fn json<T: Serialize>(v: &T) -> Result<Bytes, MirrorError> {
+    serde_json::to_vec(v).map(Bytes::from).map_err(|e| MirrorError::Unsupported(format!("cannot serialise state: {e}")))
+}
+
+/// Writes changed partition state every `interval` until `stop`, then once more.
+pub async fn persist(store: std::sync::Arc<StateStore>, board: StatusBoard, interval: Duration, mut stop: watch::Receiver<bool>) {
+    let mut written = HashMap::new();
+    loop {
+        let stopping = tokio::select! {
+            _ = tokio::time::sleep(interval) => false,
+            _ = stop.changed() => true,
+        };
+        if let Err(e) = store.flush_partitions(&board, &mut written).await {
+            warn!(error = %e, "cannot write mirror state; retrying at the next interval");
+        }
+        if stopping {
+            return;
+        }
+    }
+}
