@@ -1,0 +1,258 @@
+"""Mirror benchmark: kafka-mirror-proxy vs Apache Kafka MirrorMaker 2, same data, same machine,
+same run.
+
+    python3 bench/mirror_bench.py [--records 1048576] [--partitions 8] [--out docs/mirror-benchmark.md]
+
+Starts a 1-broker source and a 1-broker destination KRaft cluster (tests/harness), fills the
+source topic ``bench`` with ``--records`` 1 KiB records (lz4, Kafka's ProducerPerformance), then:
+
+1. destination ceiling: ProducerPerformance straight into the destination (same records, same
+   producer settings, acks=all) — the most the destination takes from one producer here;
+2. kafka-mirror-proxy (release build) mirrors ``bench``; then MirrorMaker 2 (connect-mirror jars
+   from Maven Central via bench/mm2-jars.sh, dedicated mode, IdentityReplicationPolicy) mirrors
+   the same topic after the destination copy was deleted.
+
+For each mirror: records/s and MB/s (uncompressed record bytes) from the first record arriving on
+the destination until the destination holds every record, CPU seconds of the mirroring process
+(/proc utime+stime, start to caught-up), throughput per CPU second, then end-to-end lag
+(destination receive time minus the record's CreateTime) under a steady ``--rate`` producer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "harness"))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from proxy_bench import PRODUCER_RE, cpu_seconds, java  # noqa: E402
+
+TOPIC = "bench"
+
+
+def producer_perf(cp: str, bootstrap: str, topic: str, records: int, rate: int = -1, timeout: int = 1800) -> dict:
+    out = subprocess.run(["java", "-Xmx1g", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
+                          "--num-records", str(records), "--record-size", "1024", "--throughput", str(rate),
+                          "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "compression.type=lz4",
+                          "linger.ms=10", "batch.size=131072"], capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"ProducerPerformance failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    m = PRODUCER_RE.findall(out.stdout)[-1]
+    return {"rec_s": float(m[1]), "mb_s": float(m[2])}
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{time.time_ns()}"})
+    try:
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+def create_topic(cp: str, bootstrap: str, topic: str, partitions: int) -> None:
+    java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
+         "--partitions", str(partitions), "--replication-factor", "1")
+
+
+def delete_topic(cp: str, bootstrap: str, topic: str, partitions: int) -> None:
+    java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--delete", "--topic", topic)
+    deadline = time.time() + 60
+    while watermarks(bootstrap, topic, partitions) is not None and time.time() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+
+
+def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partitions: int, expected: list[int]) -> dict:
+    """Waits until the destination holds ``expected`` records per partition."""
+    first = None
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"mirroring process exited with {proc.returncode}")
+        hw = watermarks(dst, TOPIC, partitions)
+        now = time.time()
+        if hw and sum(hw) > 0 and first is None:
+            first = now
+        if hw and sum(hw) >= sum(expected):
+            done = now
+            break
+        if now - started > 3600:
+            raise RuntimeError("mirror did not catch up within an hour")
+        time.sleep(0.25)
+    cpu = cpu_seconds(proc.pid)
+    return {"startup_s": first - started, "copy_s": done - first, "cpu_s": cpu, "identical": hw == expected}
+
+
+def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds: int) -> dict:
+    """Produces ``rate`` rec/s for ``seconds`` into the source; measures receive time minus
+    CreateTime on the destination for every record."""
+    from confluent_kafka import Consumer, TopicPartition
+    ends = watermarks(dst, TOPIC, partitions) or [0] * partitions
+    c = Consumer({"bootstrap.servers": dst, "group.id": f"lag-{time.time_ns()}", "enable.auto.commit": False,
+                  "fetch.wait.max.ms": 10})
+    c.assign([TopicPartition(TOPIC, p, ends[p]) for p in range(partitions)])
+    lags: list[float] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            for m in c.consume(1000, 0.1):
+                if not m.error():
+                    lags.append(time.time() * 1000 - m.timestamp()[1])
+    t = threading.Thread(target=read)
+    t.start()
+    producer_perf(cp, src, TOPIC, rate * seconds, rate)
+    expected = sum(watermarks(src, TOPIC, partitions) or [])
+    deadline = time.time() + 120
+    while sum(watermarks(dst, TOPIC, partitions) or []) < expected and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)
+    stop.set()
+    t.join()
+    c.close()
+    lags.sort()
+    q = lambda f: lags[min(len(lags) - 1, int(f * len(lags)))] if lags else float("nan")  # noqa: E731
+    return {"lag_p50_ms": q(0.50), "lag_p99_ms": q(0.99), "lag_max_ms": lags[-1] if lags else float("nan"), "lag_n": len(lags)}
+
+
+def mm2_config(work: Path, src: str, dst: str, tasks: int) -> Path:
+    path = work / "mm2.properties"
+    path.write_text(f"""clusters = src, dst
+src.bootstrap.servers = {src}
+dst.bootstrap.servers = {dst}
+src->dst.enabled = true
+src->dst.topics = {TOPIC}
+dst->src.enabled = false
+replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
+tasks.max = {tasks}
+replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+emit.heartbeats.enabled = false
+emit.checkpoints.enabled = false
+sync.topic.acls.enabled = false
+sync.topic.configs.enabled = false
+refresh.topics.interval.seconds = 5
+dst.producer.compression.type = lz4
+dst.producer.linger.ms = 10
+dst.producer.batch.size = 131072
+""")
+    return path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_048_576, help="1 KiB records in the data set (default 1 GiB)")
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--rate", type=int, default=5_000, help="records/s of the steady load for the lag measurement")
+    ap.add_argument("--lag-seconds", type=int, default=30)
+    ap.add_argument("--mm2-tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (2 cores here)")
+    ap.add_argument("--out", default=str(REPO / "docs" / "mirror-benchmark.md"))
+    args = ap.parse_args()
+
+    from conftest import free_port, free_port_block  # noqa: E402
+
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
+    mm2_libs = subprocess.run([str(REPO / "bench" / "mm2-jars.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix="kmp-mirror-bench-"))
+    src = KafkaCluster("bench-src", 1, free_port_block(101), work).start()
+    dst = KafkaCluster("bench-dst", 1, free_port_block(101), work).start()
+    cp = classpath()
+    n, parts = args.records, args.partitions
+    mb = n * 1024 / 1e6
+    results: dict[str, dict] = {}
+    try:
+        create_topic(cp, src.bootstrap, TOPIC, parts)
+        t = time.time()
+        prep = producer_perf(cp, src.bootstrap, TOPIC, n)
+        print(f"source filled: {n} records in {time.time() - t:.0f}s ({prep['mb_s']:.1f} MB/s)", flush=True)
+        expected = watermarks(src.bootstrap, TOPIC, parts) or []
+
+        create_topic(cp, dst.bootstrap, "ceiling", parts)
+        results["ceiling"] = producer_perf(cp, dst.bootstrap, "ceiling", n)
+        delete_topic(cp, dst.bootstrap, "ceiling", parts)
+        print(f"destination ceiling: {results['ceiling']}", flush=True)
+
+        cfg = work / "proxy.toml"
+        cfg.write_text(f'[[mirrors]]\nname = "bench"\nsource_bootstrap_servers = ["{src.bootstrap}"]\ntopics = ["{TOPIC}"]\n')
+        port, admin = free_port(), free_port()
+        started = time.time()
+        proxy = subprocess.Popen([str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
+                                  "--listen", f"127.0.0.1:{port}", "--node-port-base", str(free_port_block(4) - 1),
+                                  "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"],
+                                 stdout=open(work / "proxy.log", "wb"), stderr=subprocess.STDOUT)
+        try:
+            results["kafka-mirror-proxy"] = copy_run(proxy, started, src.bootstrap, dst.bootstrap, parts, expected)
+            print(f"kafka-mirror-proxy: {results['kafka-mirror-proxy']}", flush=True)
+            results["kafka-mirror-proxy"] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
+        finally:
+            proxy.terminate()
+            proxy.wait(60)
+        expected = watermarks(src.bootstrap, TOPIC, parts) or []
+        delete_topic(cp, dst.bootstrap, TOPIC, parts)
+
+        props = mm2_config(work, src.bootstrap, dst.bootstrap, args.mm2_tasks)
+        started = time.time()
+        mm2 = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{mm2_libs}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
+                               stdout=open(work / "mm2.log", "wb"), stderr=subprocess.STDOUT)
+        try:
+            results["MirrorMaker 2"] = copy_run(mm2, started, src.bootstrap, dst.bootstrap, parts, expected)
+            print(f"MirrorMaker 2: {results['MirrorMaker 2']}", flush=True)
+            results["MirrorMaker 2"] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
+        finally:
+            mm2.terminate()
+            mm2.wait(60)
+    finally:
+        src.stop()
+        dst.stop()
+
+    ceiling = results["ceiling"]
+    lines = [f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, Kafka 4.1.2, 1-broker source and"
+             f" 1-broker destination on loopback, topic `{TOPIC}`: {parts} partitions, {n:,} records of 1 KiB ({mb / 1000:.2f} GB),"
+             " lz4, produced by ProducerPerformance (acks=all, linger.ms=10, batch.size=131072).",
+             f"Command: `python3 bench/mirror_bench.py --records {n} --partitions {parts} --rate {args.rate} --lag-seconds {args.lag_seconds}"
+             f" --mm2-tasks {args.mm2_tasks}`", "",
+             f"Destination produce ceiling (ProducerPerformance straight into the destination, same settings): "
+             f"{ceiling['rec_s']:,.0f} records/s, {ceiling['mb_s']:.1f} MB/s.", "",
+             "| mirror | startup s | copy s | records/s | MB/s | % of ceiling | CPU s | MB per CPU s | offsets identical |"
+             f" lag p50 / p99 / max at {args.rate} rec/s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    per_cpu = {}
+    for name in ("kafka-mirror-proxy", "MirrorMaker 2"):
+        r = results[name]
+        rec_s, mb_s = n / r["copy_s"], mb / r["copy_s"]
+        per_cpu[name] = mb / r["cpu_s"]
+        lines.append(f"| {name} | {r['startup_s']:.1f} | {r['copy_s']:.1f} | {rec_s:,.0f} | {mb_s:.1f} | {100 * rec_s / ceiling['rec_s']:.0f} % |"
+                     f" {r['cpu_s']:.1f} | {per_cpu[name]:.1f} | {'yes' if r['identical'] else 'no'} |"
+                     f" {r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} ms |")
+    lines += ["", f"Throughput per CPU second, kafka-mirror-proxy / MirrorMaker 2: "
+              f"**{per_cpu['kafka-mirror-proxy'] / per_cpu['MirrorMaker 2']:.1f}×**.", "",
+              "MB = 10^6 bytes of record payload (uncompressed). Copy time runs from the first record on the destination to",
+              "the last; startup is process start to the first record. CPU seconds cover the mirroring process from start",
+              f"to caught-up. MirrorMaker 2 ran with tasks.max = {args.mm2_tasks}, lz4, linger.ms = 10, batch.size = 131072;",
+              "it decompresses and recompresses every batch, kafka-mirror-proxy forwards the compressed batches."]
+    report = "\n".join(lines)
+    print("\n" + report)
+    out = Path(args.out)
+    out.write_text("# Mirror benchmark: kafka-mirror-proxy vs MirrorMaker 2\n\n" + report + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
