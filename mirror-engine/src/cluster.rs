@@ -22,6 +22,8 @@ pub struct TopicLayout {
     pub partitions: Vec<(i32, i32, i32)>,
     /// `node id → host:port`.
     pub brokers: HashMap<i32, String>,
+    /// The topic id (all zero if the topic does not exist).
+    pub topic_id: [u8; 16],
 }
 
 /// One cluster reached through its bootstrap brokers.
@@ -73,11 +75,11 @@ impl ClusterClient {
         let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
-            return Ok(TopicLayout { error_code: 3, partitions: Vec::new(), brokers });
+            return Ok(TopicLayout { error_code: 3, partitions: Vec::new(), brokers, topic_id: [0; 16] });
         };
         let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
         partitions.sort_unstable();
-        Ok(TopicLayout { error_code: t.error_code, partitions, brokers })
+        Ok(TopicLayout { error_code: t.error_code, partitions, brokers, topic_id: *t.topic_id.as_bytes() })
     }
 
     /// Names of every topic on the cluster.

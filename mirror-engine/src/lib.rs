@@ -13,6 +13,7 @@ mod cluster;
 mod error;
 mod partition;
 mod plan;
+mod registry;
 mod select;
 mod sink;
 mod source;
@@ -31,6 +32,7 @@ pub use budget::Budget;
 pub use cluster::ClusterClient;
 pub use error::MirrorError;
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
+pub use registry::{MirrorTopic, MirrorTopics};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
 
@@ -46,6 +48,8 @@ pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
 pub struct Engine {
     pub status: StatusBoard,
     pub budget: Budget,
+    /// Destination topics owned by mirrors (read-only for clients).
+    pub topics: MirrorTopics,
     /// Closed once the engine wrote its final state after `stop` (or never started).
     done: watch::Receiver<()>,
 }
@@ -54,7 +58,7 @@ impl Engine {
     /// An engine with no mirrors (nothing configured).
     pub fn idle(engine: &EngineConfig) -> Self {
         let (_, done) = watch::channel(());
-        Self { status: StatusBoard::default(), budget: Budget::new(engine.max_buffer_bytes), done }
+        Self { status: StatusBoard::default(), budget: Budget::new(engine.max_buffer_bytes), topics: MirrorTopics::default(), done }
     }
 
     /// Resolves once the engine has written its final state after the stop signal.
@@ -80,6 +84,7 @@ pub fn start(
         destination,
         status: handle.status.clone(),
         budget: handle.budget.clone(),
+        topics: handle.topics.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
         stop,
     };
@@ -94,6 +99,7 @@ struct Shared {
     destination: ClusterClient,
     status: StatusBoard,
     budget: Budget,
+    topics: MirrorTopics,
     max_in_flight: usize,
     stop: watch::Receiver<bool>,
 }
@@ -116,6 +122,10 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         }
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
+    // Topics the state records as a mirror's are read-only from now on, before any is prepared.
+    for (topic, owner) in store.owned_topics() {
+        shared.topics.register(&topic, &owner.mirror, [0; 16]);
+    }
     record_definitions(&store, &mirrors).await;
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
@@ -250,6 +260,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
             Err(e) => return Err(e),
         }
     };
+    register_topic_id(ctx, topic).await;
     let how = match prepared {
         Prepared::Owned(n) => return Ok(n),
         Prepared::Created(_) => "created",
@@ -265,6 +276,28 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
     Ok(prepared.partitions())
+}
+
+/// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
+/// id). A just-created topic may take a moment to appear in metadata: retried for a while; until
+/// the id is known, Produce by name is still refused.
+async fn register_topic_id(ctx: &TopicContext, topic: &str) {
+    let m = &ctx.mirror;
+    ctx.shared.topics.register(topic, &m.name, [0; 16]);
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..40 {
+        match ctx.shared.destination.layout(topic).await {
+            Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => {
+                ctx.shared.topics.register(topic, &m.name, l.topic_id);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot read the destination topic id yet"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+    warn!("destination topic id still unknown; Produce requests naming the topic by id are not checked");
 }
 
 /// The partition count of an owned topic whose every partition is stored as FAILED for good.

@@ -154,6 +154,12 @@ impl StateStore {
         self.get(&format!("topic/{topic}"))
     }
 
+    /// Every destination topic recorded as a mirror's.
+    pub fn owned_topics(&self) -> Vec<(String, TopicRecord)> {
+        let keys: Vec<String> = self.lock().keys().filter(|k| k.starts_with("topic/")).cloned().collect();
+        keys.iter().filter_map(|k| Some((k.strip_prefix("topic/")?.to_owned(), self.get(k)?))).collect()
+    }
+
     /// The stored state of `topic`-`partition`.
     pub fn partition(&self, topic: &str, partition: i32) -> Option<PartitionRecord> {
         self.get(&format!("partition/{topic}/{partition}"))

@@ -41,6 +41,23 @@ impl<'a> Cursor<'a> {
         self.take(2).map(|mut b| b.get_i16())
     }
 
+    pub(crate) fn i32(&mut self) -> Result<i32, ProtocolError> {
+        self.take(4).map(|mut b| b.get_i32())
+    }
+
+    /// A zig-zag signed varint (record fields).
+    pub(crate) fn varint(&mut self) -> Result<i64, ProtocolError> {
+        let mut value: u64 = 0;
+        for i in 0..10 {
+            let byte = self.take(1)?[0];
+            value |= u64::from(byte & 0x7f) << (7 * i);
+            if byte & 0x80 == 0 {
+                return Ok(((value >> 1) as i64) ^ -((value & 1) as i64));
+            }
+        }
+        Err(self.malformed("varint longer than 10 bytes".into()))
+    }
+
     pub(crate) fn uvarint(&mut self) -> Result<u32, ProtocolError> {
         let mut value: u32 = 0;
         for i in 0..5 {

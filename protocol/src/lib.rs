@@ -9,6 +9,7 @@ pub mod codec;
 mod cursor;
 mod names;
 pub mod error;
+pub mod fillers;
 pub mod frame;
 pub mod peek;
 pub mod records;

@@ -11,6 +11,7 @@ mod cluster;
 mod error;
 mod metrics;
 mod mirror_metrics;
+mod readonly;
 mod refresh;
 mod server;
 mod session;

@@ -52,6 +52,8 @@ pub(crate) struct Metrics {
     pub(crate) metadata_refreshes: Counter,
     pub(crate) metadata_refresh_errors: Counter,
     pub(crate) known_brokers: Gauge,
+    pub(crate) masked_fetch_responses: Counter,
+    pub(crate) refused_produce_partitions: Counter,
 }
 
 impl Metrics {
@@ -86,6 +88,11 @@ impl Metrics {
         let known_brokers = Gauge::default();
         registry.register("known_brokers", "Brokers listed in the upstream cluster's latest metadata refresh", known_brokers.clone());
 
+        let masked_fetch_responses = Counter::default();
+        registry.register("masked_fetch_responses", "Fetch responses in which mirror filler batches were replaced by empty batches", masked_fetch_responses.clone());
+        let refused_produce_partitions = Counter::default();
+        registry.register("refused_produce_partitions", "Produce partitions refused because their topic is a read-only mirror topic", refused_produce_partitions.clone());
+
         let bytes_from_clients = bytes.get_or_create(&DirectionLabel { direction: "from_clients" }).clone();
         let bytes_to_clients = bytes.get_or_create(&DirectionLabel { direction: "to_clients" }).clone();
         let client_frame_errors = frame_errors.get_or_create(&SideLabel { side: "client" }).clone();
@@ -105,6 +112,8 @@ impl Metrics {
             metadata_refreshes,
             metadata_refresh_errors,
             known_brokers,
+            masked_fetch_responses,
+            refused_produce_partitions,
             registry,
         })
     }

@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     pub(crate) ready: AtomicBool,
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
     pub(crate) mirrors: kmp_mirror_engine::Engine,
+    /// Whether Fetch responses are checked for filler batches (mirrors are declared).
+    pub(crate) masks_fillers: bool,
     next_connection_id: AtomicU64,
 }
 
@@ -74,6 +76,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             Duration::from_millis(config.upstream.connect_timeout_ms),
         ),
         ready: AtomicBool::new(false),
+        masks_fillers: !config.mirrors.is_empty(),
         mirrors,
         next_connection_id: AtomicU64::new(1),
         config,

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
-use kmp_protocol::{ProtocolError, Side, peek, rewrite, versions};
+use kmp_protocol::{ProtocolError, Side, fillers, peek, rewrite, versions};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
 use crate::api_versions;
+use crate::readonly;
 use crate::error::ProxyError;
 use crate::server::Shared;
 
@@ -31,8 +32,9 @@ const MAX_IN_FLIGHT: usize = 1024;
 
 /// What the response side must do next, in request order.
 enum Pending {
-    /// Read the next upstream response; it must carry `correlation_id`.
-    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant },
+    /// Read the next upstream response; it must carry `correlation_id`. `refused`: mirror-topic
+    /// partitions taken out of a Produce, to merge back into its response.
+    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant, refused: Option<Box<readonly::Refused>> },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
 }
@@ -115,9 +117,30 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             warn!(api_key = p.api_key, version = p.api_version, "closing connection: request for an API or version the proxy does not offer");
             return Err(ProxyError::UnsupportedRequest { api_key: p.api_key, api_version: p.api_version });
         }
+        let mut frame = frame;
+        let mut refused = None;
+        if p.api_key == ApiKey::Produce as i16 && !shared.mirrors.topics.is_empty() {
+            match readonly::check(&frame, p.api_version, &shared.mirrors.topics).map_err(|e| client_error(shared, e))? {
+                readonly::Decision::Forward => {}
+                readonly::Decision::Refuse(response, partitions) => {
+                    m.refused_produce_partitions.inc_by(partitions);
+                    if let Some(frame) = response
+                        && tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err()
+                    {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                readonly::Decision::Split { frame: rest, refused: r } => {
+                    m.refused_produce_partitions.inc_by(r.partitions);
+                    frame = rest;
+                    refused = Some(Box::new(r));
+                }
+            }
+        }
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
-            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started };
+            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started, refused };
             if tx.send(pending).await.is_err() {
                 return Ok(());
             }
@@ -152,7 +175,7 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     while let Some(pending) = rx.recv().await {
         let (api_key, frame, started) = match pending {
             Pending::Local { api_key, frame, started } => (api_key, frame, started),
-            Pending::Forwarded { api_key, api_version, correlation_id, started } => {
+            Pending::Forwarded { api_key, api_version, correlation_id, started, refused } => {
                 let frame = match reader.next().await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
@@ -165,6 +188,10 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if got != correlation_id {
                     return Err(broker_error(&shared, ProtocolError::CorrelationMismatch { expected: correlation_id, got }));
                 }
+                let frame = match refused {
+                    Some(r) => readonly::merge(frame, api_version, *r).map_err(|e| broker_error(&shared, e))?,
+                    None => frame,
+                };
                 (api_key, adjust_response(frame, api_key, api_version, &shared).map_err(|e| broker_error(&shared, e))?, started)
             }
         };
@@ -188,6 +215,13 @@ fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared
     if key == ApiKey::ApiVersions {
         return api_versions::clamp_response(frame, api_version);
     }
+    // Filler records exist only in topics the engine wrote, so only a proxy with mirrors looks.
+    let frame = if key == ApiKey::Fetch && shared.masks_fillers && fillers::fetch_has_fillers(&frame, api_version)? {
+        shared.metrics.masked_fetch_responses.inc();
+        fillers::mask_fetch_response(&frame, api_version)?
+    } else {
+        frame
+    };
     if rewrite::needs_rewrite(key, api_version) {
         return rewrite::rewrite_response(frame, key, api_version, &shared.cluster);
     }

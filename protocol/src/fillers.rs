@@ -1,0 +1,297 @@
+//! Hiding the mirror engine's filler records from clients of the proxy. A filler batch (made by
+//! [`crate::batch::filler_batch`]: uncompressed, first record keyed `__kmp_filler`) is replaced in
+//! Fetch responses by a transaction COMMIT marker batch over the same offsets (same base offset
+//! and last offset delta, one control record at the last offset). Every client skips control
+//! batches and moves its position past them, exactly as over the source's own transaction
+//! markers — even when a whole response is fillers. (A zero-record batch is skipped too, but
+//! librdkafka then leaves its reported position before the skipped offsets, unlike directly
+//! against Kafka; the marker form keeps clients' positions identical to the source's.)
+//!
+//! Sans-io. Finding fillers in a response without decoding it is [`fetch_has_fillers`]; the
+//! response rewrite that uses [`mask_records`] lives in `rewrite`.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use kafka_protocol::messages::{ApiKey, FetchResponse};
+
+use crate::batch::{FILLER_KEY, HEADER_SIZE, parse_header};
+use crate::codec::{decode_response, encode_response};
+use crate::cursor::Cursor;
+use crate::error::{ProtocolError, Side};
+use crate::frame::PREFIX;
+
+/// Whether `batch` (a whole v2 batch) is a filler batch.
+pub fn is_filler_batch(batch: &[u8]) -> bool {
+    let Ok(h) = parse_header(batch) else { return false };
+    if h.compression() != 0 || h.is_control() || h.records_count <= 0 || batch.len() <= HEADER_SIZE {
+        return false;
+    }
+    // First record: length, attributes, timestamp delta, offset delta, key length, key.
+    let mut c = Cursor::new(batch, HEADER_SIZE, "record", Side::Broker);
+    let key = (|| -> Result<&[u8], ProtocolError> {
+        c.varint()?;
+        c.skip(1)?;
+        c.varint()?;
+        c.varint()?;
+        let len = c.varint()?;
+        if len != FILLER_KEY.len() as i64 {
+            return Ok(&[]);
+        }
+        c.take(FILLER_KEY.len())
+    })();
+    matches!(key, Ok(k) if k == FILLER_KEY)
+}
+
+/// Whether a records blob (as in a Fetch response) holds at least one filler batch.
+pub fn records_have_fillers(records: &[u8]) -> bool {
+    batches(records).any(|(_, b)| is_filler_batch(b))
+}
+
+/// Whole batches of a records blob with their start position (a trailing partial batch ends it).
+fn batches(records: &[u8]) -> impl Iterator<Item = (usize, &[u8])> {
+    let mut pos = 0usize;
+    std::iter::from_fn(move || {
+        let rest = records.get(pos..)?;
+        let h = parse_header(rest).ok()?;
+        let size = h.size();
+        let b = rest.get(..size)?;
+        let at = pos;
+        pos += size;
+        Some((at, b))
+    })
+}
+
+/// `records` with every filler batch replaced by a COMMIT marker batch over the same offsets.
+pub fn mask_records(records: &Bytes) -> Bytes {
+    let mut out = BytesMut::with_capacity(records.len());
+    let mut end = 0usize;
+    for (at, b) in batches(records) {
+        if is_filler_batch(b) {
+            out.put_slice(&marker_batch_like(b));
+        } else {
+            out.put_slice(b);
+        }
+        end = at + b.len();
+    }
+    out.put_slice(&records[end..]); // a trailing partial batch stays as the broker sent it
+    out.freeze()
+}
+
+/// A COMMIT marker batch over `batch`'s offsets: its base offset, last offset delta, timestamps
+/// and producer fields, one control record at the last offset, CRC recomputed.
+fn marker_batch_like(batch: &[u8]) -> BytesMut {
+    let last_delta = i32::from_be_bytes([batch[23], batch[24], batch[25], batch[26]]);
+    let mut record = BytesMut::new();
+    record.put_i8(0); // attributes
+    put_varint(&mut record, 0); // timestamp delta
+    put_varint(&mut record, i64::from(last_delta));
+    put_varint(&mut record, 4);
+    record.put_i16(0); // control key version
+    record.put_i16(COMMIT);
+    put_varint(&mut record, 6);
+    record.put_i16(0); // control value version
+    record.put_i32(0); // coordinator epoch
+    put_varint(&mut record, 0); // no headers
+    let mut b = BytesMut::with_capacity(HEADER_SIZE + record.len() + 1);
+    b.put_slice(&batch[..HEADER_SIZE]);
+    let mut len = BytesMut::new();
+    put_varint(&mut len, record.len() as i64);
+    let batch_length = (HEADER_SIZE - 12 + len.len() + record.len()) as i32;
+    b[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    b[21..23].copy_from_slice(&(TRANSACTIONAL | CONTROL).to_be_bytes());
+    b[57..61].copy_from_slice(&1i32.to_be_bytes());
+    b.put_slice(&len);
+    b.put_slice(&record);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    b
+}
+
+/// Control record type of a transaction commit marker.
+const COMMIT: i16 = 1;
+const TRANSACTIONAL: i16 = 1 << 4;
+const CONTROL: i16 = 1 << 5;
+
+fn put_varint(buf: &mut BytesMut, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        buf.put_u8((z as u8) | 0x80);
+        z >>= 7;
+    }
+    buf.put_u8(z as u8);
+}
+
+/// Rewrites a Fetch response frame (prefix included) with every filler batch masked. Call only
+/// when [`fetch_has_fillers`] said so: this decodes and re-encodes the whole response.
+pub fn mask_fetch_response(frame: &Bytes, version: i16) -> Result<Bytes, ProtocolError> {
+    let (header, mut resp) = decode_response::<FetchResponse>(frame, ApiKey::Fetch, version)?;
+    for t in &mut resp.responses {
+        for p in &mut t.partitions {
+            if let Some(r) = &p.records
+                && records_have_fillers(r)
+            {
+                p.records = Some(mask_records(r));
+            }
+        }
+    }
+    encode_response(header.correlation_id, ApiKey::Fetch, version, &resp)
+}
+
+/// Whether any partition of a Fetch response frame (prefix included) carries a filler batch.
+/// Walks the response without allocating, for every Fetch version the proxy offers (4+).
+pub fn fetch_has_fillers(frame: &[u8], version: i16) -> Result<bool, ProtocolError> {
+    let flexible = version >= 12;
+    let mut c = Cursor::new(frame, PREFIX + 4, "Fetch response", Side::Broker);
+    if flexible {
+        c.skip_tagged_fields()?; // response header v1
+    }
+    c.skip(4)?; // throttle_time_ms
+    if version >= 7 {
+        c.skip(2 + 4)?; // error_code, session_id
+    }
+    let array = |c: &mut Cursor<'_>| if flexible { c.compact_array_len().map(i64::from) } else { c.i32().map(i64::from) };
+    for _ in 0..array(&mut c)?.max(0) {
+        if version >= 13 {
+            c.skip(16)?;
+        } else if flexible {
+            c.skip_compact_bytes()?;
+        } else {
+            let n = c.i16()?;
+            c.skip(n.max(0) as usize)?;
+        }
+        for _ in 0..array(&mut c)?.max(0) {
+            c.skip(4 + 2 + 8 + 8)?; // index, error, high watermark, last stable offset
+            if version >= 5 {
+                c.skip(8)?; // log start offset
+            }
+            for _ in 0..array(&mut c)?.max(0) {
+                c.skip(8 + 8)?;
+                if flexible {
+                    c.skip_tagged_fields()?;
+                }
+            }
+            if version >= 11 {
+                c.skip(4)?; // preferred_read_replica
+            }
+            let len = if flexible { i64::from(c.uvarint()?) - 1 } else { i64::from(c.i32()?) };
+            if len > 0 && records_have_fillers(c.take(len as usize)?) {
+                return Ok(true);
+            }
+            if flexible {
+                c.skip_tagged_fields()?;
+            }
+        }
+        if flexible {
+            c.skip_tagged_fields()?;
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{ProducerFields, filler_batch, split};
+    use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    fn fields() -> ProducerFields {
+        ProducerFields { producer_id: 9, producer_epoch: 0, base_sequence: 0 }
+    }
+
+    fn real_batch(base: i64, n: i64, key: &'static [u8]) -> Bytes {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: base + i,
+                sequence: -1 + i as i32,
+                timestamp: 1000,
+                key: Some(Bytes::from_static(key)),
+                value: Some(Bytes::from_static(b"v")),
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+        buf.freeze()
+    }
+
+    fn filler_at(base: i64, n: i32) -> Bytes {
+        let mut b = BytesMut::from(&filler_batch(n, 1000, fields()).unwrap()[..]);
+        b[0..8].copy_from_slice(&base.to_be_bytes());
+        b.freeze()
+    }
+
+    fn fetch_response(records: Bytes, topics: usize) -> kafka_protocol::messages::FetchResponse {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        let mut r = kafka_protocol::messages::FetchResponse::default();
+        for t in 0..topics {
+            let mut topic = FetchableTopicResponse::default();
+            topic.topic = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(format!("t{t}")));
+            for p in 0..2 {
+                let mut pd = PartitionData::default();
+                pd.partition_index = p;
+                pd.high_watermark = 10;
+                pd.aborted_transactions = Some(vec![]);
+                // Only the last partition of the last topic carries `records`.
+                pd.records = Some(if t + 1 == topics && p == 1 { records.clone() } else { real_batch(0, 1, b"x") });
+                topic.partitions.push(pd);
+            }
+            r.responses.push(topic);
+        }
+        r
+    }
+
+    #[test]
+    fn the_scanner_finds_fillers_in_every_fetch_version_and_masking_removes_them() {
+        let mut with = BytesMut::new();
+        with.put_slice(&real_batch(0, 2, b"a"));
+        with.put_slice(&filler_at(2, 3));
+        let with = with.freeze();
+        for v in 4..=18 {
+            let plain = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(real_batch(0, 3, b"a"), 2)).unwrap();
+            assert!(!fetch_has_fillers(&plain, v).unwrap(), "v{v}: no fillers");
+            let frame = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(with.clone(), 2)).unwrap();
+            assert!(fetch_has_fillers(&frame, v).unwrap(), "v{v}: fillers found");
+            let masked = mask_fetch_response(&frame, v).unwrap();
+            assert!(!fetch_has_fillers(&masked, v).unwrap(), "v{v}: masked");
+            let (_, r) = decode_response::<FetchResponse>(&masked, ApiKey::Fetch, v).unwrap();
+            let recs = r.responses[1].partitions[1].records.clone().unwrap();
+            let shape: Vec<_> = split(&recs).unwrap().iter().map(|(h, _)| (h.base_offset, h.records_count)).collect();
+            assert_eq!(shape, vec![(0, 2), (2, 1)], "v{v}");
+        }
+    }
+
+    #[test]
+    fn filler_batches_are_recognised_and_real_ones_are_not() {
+        assert!(is_filler_batch(&filler_at(0, 3)));
+        assert!(!is_filler_batch(&real_batch(0, 2, b"k")));
+        assert!(!is_filler_batch(&real_batch(0, 1, b"__kmp_fillex")), "same length, other key");
+    }
+
+    #[test]
+    fn masking_keeps_offsets_and_real_batches_and_empties_fillers() {
+        let mut blob = BytesMut::new();
+        blob.put_slice(&real_batch(0, 2, b"a"));
+        blob.put_slice(&filler_at(2, 5));
+        blob.put_slice(&real_batch(7, 1, b"b"));
+        blob.put_slice(&filler_at(8, 1)[..20]); // partial trailing batch
+        let masked = mask_records(&blob.freeze());
+        let batches = split(&masked).unwrap();
+        let shape: Vec<_> = batches.iter().map(|(h, _)| (h.base_offset, h.last_offset_delta, h.records_count, h.is_control())).collect();
+        assert_eq!(shape, vec![(0, 1, 2, false), (2, 4, 1, true), (7, 0, 1, false)]);
+        assert!(batches.iter().all(|(_, b)| crate::batch::crc_is_valid(b)), "CRCs valid");
+        let decoded = RecordBatchDecoder::decode(&mut batches[1].1.clone()).unwrap();
+        assert_eq!(decoded.records.len(), 1);
+        let marker = &decoded.records[0];
+        assert!(marker.control && marker.transactional);
+        assert_eq!(marker.offset, 6, "the marker sits on the last filled offset");
+        assert_eq!(marker.key.as_deref(), Some(&[0u8, 0, 0, 1][..]), "COMMIT control key");
+        assert!(!records_have_fillers(&masked));
+    }
+}

@@ -1,0 +1,166 @@
+//! Read-only mirror topics: a Produce that writes to a topic the mirror engine owns (in any
+//! state but stopped) is refused for those partitions only; other topics in the same request go
+//! to the broker as usual and the two answers are merged into one response.
+//!
+//! Error code: no Produce version a client can negotiate today (3–13) knows KIP-1279's
+//! READ_ONLY_TOPIC (134) — a client would map it to an unknown error — so every version gets
+//! TOPIC_AUTHORIZATION_FAILED (29): non-retriable in Java, librdkafka, kafka-python and franz-go,
+//! so the producer fails the batch at once instead of retrying. The per-partition error message
+//! (Produce v8+) names the mirror and how to make the topic writable. Which topics are mirror
+//! topics is the engine's (`MirrorTopics`); sessions only call [`check`] and [`merge`].
+
+use bytes::Bytes;
+use kmp_mirror_engine::MirrorTopics;
+use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::ProtocolError;
+
+/// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
+pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
+
+/// What to do with one Produce request.
+pub(crate) enum Decision {
+    /// No mirror topic in it: forward the original frame.
+    Forward,
+    /// Only mirror topics: answer with this response (`None` for acks=0: no response at all);
+    /// the number of partitions refused.
+    Refuse(Option<Bytes>, u64),
+    /// Forward `frame` (the request without its mirror topics), then [`merge`] `refused` into
+    /// the broker's response.
+    Split { frame: Bytes, refused: Refused },
+}
+
+/// Refused topics to add to a forwarded Produce's response.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    topics: Vec<TopicProduceResponse>,
+    /// Partitions refused (for the metric).
+    pub(crate) partitions: u64,
+}
+
+/// Decides what to do with a Produce request frame (prefix included).
+pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
+    let (header, mut req) = decode_request::<ProduceRequest>(frame, ApiKey::Produce, version)?;
+    let mut refused = Vec::new();
+    let mut partitions = 0u64;
+    req.topic_data.retain(|t| {
+        let owner = if version >= 13 {
+            topics.read_only_id(t.topic_id.as_bytes())
+        } else {
+            topics.read_only(t.name.0.as_str()).map(|m| (t.name.0.as_str().to_owned(), m))
+        };
+        let Some((name, mirror)) = owner else { return true };
+        let message = format!(
+            "topic {name} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {name}) to make it writable"
+        );
+        let mut r = TopicProduceResponse::default();
+        r.name = t.name.clone();
+        r.topic_id = t.topic_id;
+        r.partition_responses = t
+            .partition_data
+            .iter()
+            .map(|p| {
+                let mut pr = PartitionProduceResponse::default();
+                pr.index = p.index;
+                pr.error_code = REFUSED_CODE;
+                pr.base_offset = -1;
+                pr.log_append_time_ms = -1;
+                pr.log_start_offset = -1;
+                pr.error_message = Some(StrBytes::from_string(message.clone()));
+                pr
+            })
+            .collect();
+        partitions += r.partition_responses.len() as u64;
+        refused.push(r);
+        false
+    });
+    if refused.is_empty() {
+        return Ok(Decision::Forward);
+    }
+    let refused = Refused { topics: refused, partitions };
+    if req.topic_data.is_empty() {
+        if req.acks == 0 {
+            return Ok(Decision::Refuse(None, refused.partitions));
+        }
+        let mut resp = ProduceResponse::default();
+        resp.responses = refused.topics;
+        return Ok(Decision::Refuse(Some(encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?), partitions));
+    }
+    Ok(Decision::Split { frame: encode_request(&header, ApiKey::Produce, &req)?, refused })
+}
+
+/// Adds the refused topics to the broker's response to the split request.
+pub(crate) fn merge(frame: Bytes, version: i16, refused: Refused) -> Result<Bytes, ProtocolError> {
+    let (header, mut resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, version)?;
+    resp.responses.extend(refused.topics);
+    encode_response(header.correlation_id, ApiKey::Produce, version, &resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
+
+    fn request(topics: &[&str], acks: i16, version: i16) -> Bytes {
+        let mut req = ProduceRequest::default();
+        req.acks = acks;
+        req.timeout_ms = 1000;
+        for t in topics {
+            let mut td = TopicProduceData::default();
+            td.name = TopicName(StrBytes::from_string((*t).to_owned()));
+            for p in 0..2 {
+                let mut pd = PartitionProduceData::default();
+                pd.index = p;
+                pd.records = Some(Bytes::from_static(b"batch"));
+                td.partition_data.push(pd);
+            }
+            req.topic_data.push(td);
+        }
+        let mut h = RequestHeader::default();
+        h.request_api_key = 0;
+        h.request_api_version = version;
+        h.correlation_id = 42;
+        encode_request(&h, ApiKey::Produce, &req).unwrap()
+    }
+
+    fn registry() -> MirrorTopics {
+        let r = MirrorTopics::default();
+        r.register("mirrored", "dr", [0; 16]);
+        r
+    }
+
+    #[test]
+    fn requests_without_mirror_topics_are_forwarded_untouched() {
+        assert!(matches!(check(&request(&["plain"], 1, 9), 9, &registry()).unwrap(), Decision::Forward));
+    }
+
+    #[test]
+    fn a_request_for_mirror_topics_only_is_answered_with_the_refusal_and_acks_0_gets_nothing() {
+        let Decision::Refuse(Some(frame), 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("refused") };
+        let (h, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 9).unwrap();
+        assert_eq!(h.correlation_id, 42);
+        let parts = &resp.responses[0].partition_responses;
+        assert_eq!(parts.len(), 2);
+        assert!(parts.iter().all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr"))));
+        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &registry()).unwrap(), Decision::Refuse(None, 2)));
+    }
+
+    #[test]
+    fn a_mixed_request_forwards_the_other_topics_and_merges_the_refusal_into_the_response() {
+        let Decision::Split { frame, refused } = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("split") };
+        let (_, fwd) = decode_request::<ProduceRequest>(&frame, ApiKey::Produce, 9).unwrap();
+        assert_eq!(fwd.topic_data.len(), 1);
+        assert_eq!(fwd.topic_data[0].name.0.as_str(), "plain");
+        let mut broker = ProduceResponse::default();
+        let mut t = TopicProduceResponse::default();
+        t.name = TopicName(StrBytes::from_static_str("plain"));
+        broker.responses.push(t);
+        let merged = merge(encode_response(42, ApiKey::Produce, 9, &broker).unwrap(), 9, refused).unwrap();
+        let (_, resp) = decode_response::<ProduceResponse>(&merged, ApiKey::Produce, 9).unwrap();
+        let names: Vec<_> = resp.responses.iter().map(|t| t.name.0.as_str().to_owned()).collect();
+        assert_eq!(names, vec!["plain", "mirrored"]);
+    }
+}
