@@ -61,6 +61,19 @@ kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server 127.0.0.1:
 echo "--- destination, through the proxy:"
 kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic orders --from-beginning \
   --max-messages 6 --property print.offset=true 2>/dev/null
+echo "==> the mirror as the KIP-1279 CLI shows it (kafka-mirror-proxy mirrors, Kafka RPCs to the proxy)"
+./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --list
+./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --describe --mirror demo
+echo "==> producing to the mirror topic through the proxy is refused (read-only until failover)"
+printf 'not-allowed\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic orders \
+  --producer-property retries=0 2>&1 | grep -m1 -o 'TopicAuthorizationException.*' || true
+echo "==> failover: stop mirroring 'orders' once it has no lag; it becomes writable"
+./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --stop --mirror demo --topics orders --graceful-timeout-ms 30000
+printf 'order-7-after-failover\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic orders
+echo "--- 'orders' through the proxy after failover: the producer continued at offset 6"
+kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic orders --from-beginning \
+  --max-messages 7 --property print.offset=true 2>/dev/null
+curl -s "http://$admin/v1/mirrors/demo"; echo
 echo "==> a few proxy metrics"
 curl -s "http://$admin/metrics" | grep -E '^kmp_(requests_total|open_connections|known_brokers|bytes_total|mirror_lag_records)' | head -14
 if [[ "${KMP_DEMO_KEEP:-0}" == 1 ]]; then

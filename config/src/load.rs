@@ -64,6 +64,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_ADVERTISED_HOST", "listener.advertised_host"),
     ("KMP_NODE_PORT_BASE", "listener.node_port_base"),
     ("KMP_ADMIN_LISTEN", "admin.listen"),
+    ("KMP_ADMIN_TOKEN", "admin.token"),
 ];
 
 /// Loads file (optional) + env + flags and validates the result.
@@ -92,6 +93,10 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     };
     apply(&mut config, &env_flags);
     apply(&mut config, flags);
+    // A secret: only from the file or the environment (never a flag, which `ps` would show).
+    if let Some(t) = env.var("KMP_ADMIN_TOKEN") {
+        config.admin.token = Some(t);
+    }
     match config.validate() {
         Ok(()) if errors.is_empty() => Ok(config),
         Ok(()) => Err(ConfigErrors(errors).into()),
@@ -215,6 +220,18 @@ mod mirror_rules {
         let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid engine");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["engine.state_topic", "engine.max_in_flight_per_partition", "mirrors[0].fetch_max_bytes"]);
+    }
+}
+
+#[cfg(test)]
+mod secrets {
+    #[test]
+    fn the_admin_token_comes_from_the_environment_and_never_shows_in_debug_output() {
+        let env: std::collections::HashMap<String, String> =
+            [("KMP_UPSTREAM", "d:1"), ("KMP_ADMIN_TOKEN", "s3cret")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let c = super::load(None, &env, &super::Overrides::default()).expect("valid");
+        assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
+        assert!(!format!("{c:?}").contains("s3cret"), "Debug redacts the token");
     }
 }
 

@@ -83,12 +83,23 @@ impl Default for UpstreamConfig {
     }
 }
 
-/// HTTP admin endpoint.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+/// HTTP admin endpoint. `Debug` redacts the token.
+#[derive(Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct AdminConfig {
-    /// `host:port` for `/healthz`, `/readyz` and `/metrics`. Default: unset, no admin endpoint.
+    /// `host:port` for `/healthz`, `/readyz`, `/metrics` and the `/v1` mirror management API.
+    /// Default: unset, no admin endpoint.
     pub listen: Option<String>,
+    /// Bearer token that authorizes mutating `/v1` routes from non-loopback callers
+    /// (`Authorization: Bearer <token>`). Default: unset — only loopback callers may mutate.
+    /// A secret: never logged or returned.
+    pub token: Option<String>,
+}
+
+impl std::fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminConfig").field("listen", &self.listen).field("token", &self.token.as_ref().map(|_| "<redacted>")).finish()
+    }
 }
 
 impl ListenerConfig {

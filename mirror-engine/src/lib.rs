@@ -10,6 +10,8 @@
 
 mod budget;
 mod cluster;
+mod control;
+mod lifecycle;
 mod error;
 mod partition;
 mod plan;
@@ -30,15 +32,14 @@ use tracing::{Instrument, info, info_span, warn};
 
 pub use budget::Budget;
 pub use cluster::ClusterClient;
+pub use control::{Control, Desired, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
 
-use partition::PartitionTask;
 use select::TopicSelector;
-use topics::Prepared;
 
 /// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -50,6 +51,8 @@ pub struct Engine {
     pub budget: Budget,
     /// Destination topics owned by mirrors (read-only for clients).
     pub topics: MirrorTopics,
+    /// Pause / resume / stop and the list / describe views.
+    pub control: Control,
     /// Closed once the engine wrote its final state after `stop` (or never started).
     done: watch::Receiver<()>,
 }
@@ -58,7 +61,9 @@ impl Engine {
     /// An engine with no mirrors (nothing configured).
     pub fn idle(engine: &EngineConfig) -> Self {
         let (_, done) = watch::channel(());
-        Self { status: StatusBoard::default(), budget: Budget::new(engine.max_buffer_bytes), topics: MirrorTopics::default(), done }
+        let (status, topics) = (StatusBoard::default(), MirrorTopics::default());
+        let control = Control::new(status.clone(), topics.clone());
+        Self { status, budget: Budget::new(engine.max_buffer_bytes), topics, control, done }
     }
 
     /// Resolves once the engine has written its final state after the stop signal.
@@ -85,6 +90,7 @@ pub fn start(
         status: handle.status.clone(),
         budget: handle.budget.clone(),
         topics: handle.topics.clone(),
+        control: handle.control.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
         stop,
     };
@@ -95,13 +101,14 @@ pub fn start(
 
 /// What every mirror shares.
 #[derive(Clone)]
-struct Shared {
-    destination: ClusterClient,
-    status: StatusBoard,
-    budget: Budget,
-    topics: MirrorTopics,
-    max_in_flight: usize,
-    stop: watch::Receiver<bool>,
+pub(crate) struct Shared {
+    pub(crate) destination: ClusterClient,
+    pub(crate) status: StatusBoard,
+    pub(crate) budget: Budget,
+    pub(crate) topics: MirrorTopics,
+    pub(crate) control: Control,
+    pub(crate) max_in_flight: usize,
+    pub(crate) stop: watch::Receiver<bool>,
 }
 
 /// `done` is dropped when the final state is written (or the engine stops before starting).
@@ -127,6 +134,10 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
     }
     record_definitions(&store, &mirrors).await;
+    shared.control.set_store(store.clone());
+    for m in &mirrors {
+        shared.control.add_mirror(&m.name, m.source_bootstrap_servers.clone());
+    }
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
         async move {
@@ -167,11 +178,11 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
 
 /// What starting one topic of a mirror needs.
 #[derive(Clone)]
-struct TopicContext {
-    mirror: MirrorConfig,
-    source: ClusterClient,
-    shared: Shared,
-    store: Arc<StateStore>,
+pub(crate) struct TopicContext {
+    pub(crate) mirror: MirrorConfig,
+    pub(crate) source: ClusterClient,
+    pub(crate) shared: Shared,
+    pub(crate) store: Arc<StateStore>,
 }
 
 /// Starts the named topics, then (with include patterns) looks for new matching source topics
@@ -180,7 +191,7 @@ async fn discover(ctx: TopicContext, selector: TopicSelector) {
     let mut started = std::collections::HashSet::new();
     for topic in selector.named() {
         started.insert(topic.clone());
-        start_topic(ctx.clone(), topic.clone());
+        lifecycle::start_topic(ctx.clone(), topic.clone());
     }
     if !selector.has_patterns() {
         return;
@@ -193,7 +204,7 @@ async fn discover(ctx: TopicContext, selector: TopicSelector) {
                 for topic in names {
                     if selector.matches(&topic) && started.insert(topic.clone()) {
                         info!(mirror = %ctx.mirror.name, %topic, "new source topic matches the mirror; starting it");
-                        start_topic(ctx.clone(), topic);
+                        lifecycle::start_topic(ctx.clone(), topic);
                     }
                 }
             }
@@ -204,140 +215,4 @@ async fn discover(ctx: TopicContext, selector: TopicSelector) {
             _ = stop.changed() => return,
         }
     }
-}
-
-/// Prepares the destination topic, then spawns one task per partition.
-fn start_topic(ctx: TopicContext, topic: String) {
-    let span = info_span!("mirror", mirror = %ctx.mirror.name, %topic);
-    tokio::spawn(
-        async move {
-            let status = ctx.shared.status.clone();
-            let m = &ctx.mirror;
-            if let Some(n) = all_partitions_failed_for_good(&ctx, &topic) {
-                // E.g. the source topic was deleted before this restart: nothing to prepare.
-                for p in 0..n as i32 {
-                    start_partition(&ctx, &topic, p);
-                }
-                return;
-            }
-            match prepare_topic(&ctx, &topic).await {
-                Ok(partitions) => {
-                    for p in 0..partitions as i32 {
-                        start_partition(&ctx, &topic, p);
-                    }
-                }
-                Err(e) => {
-                    warn!(error = %e, "mirror topic FAILED");
-                    status.update(&(m.name.clone(), topic.clone(), -1), |s| {
-                        s.state = PartitionState::Failed;
-                        s.last_error = Some(e.to_string());
-                    });
-                }
-            }
-        }
-        .instrument(span),
-    );
-}
-
-/// Creates or adopts the destination topic (retrying transient errors) and records ownership.
-async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorError> {
-    let m = &ctx.mirror;
-    let owner = ctx.store.topic_owner(topic);
-    if let Some(o) = &owner
-        && o.mirror != m.name
-    {
-        return Err(MirrorError::DestinationConflict { topic: topic.to_owned(), reason: format!("the state topic records it as mirror `{}`'s", o.mirror) });
-    }
-    let mut backoff = Duration::from_millis(200);
-    let prepared = loop {
-        match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some()).await {
-            Ok(p) => break p,
-            Err(e) if e.is_retriable() => {
-                warn!(error = %e, "cannot prepare the destination topic yet; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e),
-        }
-    };
-    register_topic_id(ctx, topic).await;
-    let how = match prepared {
-        Prepared::Owned(n) => return Ok(n),
-        Prepared::Created(_) => "created",
-        Prepared::AdoptedEmpty(_) => "adopted",
-    };
-    info!(how, partitions = prepared.partitions(), "destination topic is the mirror's");
-    let record = TopicRecord { mirror: m.name.clone(), partitions: prepared.partitions(), how: how.into(), at_ms: now_ms() };
-    // Without this record a restart would see a non-empty topic it does not own and refuse it.
-    let mut backoff = Duration::from_millis(200);
-    while let Err(e) = ctx.store.put_topic(topic, &record).await {
-        warn!(error = %e, "cannot record topic ownership yet; retrying");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-    Ok(prepared.partitions())
-}
-
-/// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
-/// id). A just-created topic may take a moment to appear in metadata: retried for a while; until
-/// the id is known, Produce by name is still refused.
-async fn register_topic_id(ctx: &TopicContext, topic: &str) {
-    let m = &ctx.mirror;
-    ctx.shared.topics.register(topic, &m.name, [0; 16]);
-    let mut backoff = Duration::from_millis(50);
-    for _ in 0..40 {
-        match ctx.shared.destination.layout(topic).await {
-            Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => {
-                ctx.shared.topics.register(topic, &m.name, l.topic_id);
-                return;
-            }
-            Ok(_) => {}
-            Err(e) => warn!(error = %e, "cannot read the destination topic id yet"),
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
-    }
-    warn!("destination topic id still unknown; Produce requests naming the topic by id are not checked");
-}
-
-/// The partition count of an owned topic whose every partition is stored as FAILED for good.
-fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usize> {
-    let owner = ctx.store.topic_owner(topic).filter(|o| o.mirror == ctx.mirror.name)?;
-    let all = (0..owner.partitions as i32).all(|p| ctx.store.partition(topic, p).is_some_and(|r| r.sticky && r.mirror == ctx.mirror.name));
-    (all && owner.partitions > 0).then_some(owner.partitions)
-}
-
-/// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
-fn start_partition(ctx: &TopicContext, topic: &str, p: i32) {
-    let m = &ctx.mirror;
-    let key = (m.name.clone(), topic.to_owned(), p);
-    let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == m.name);
-    if let Some(r) = &stored {
-        ctx.shared.status.update(&key, |s| {
-            s.records_mirrored = r.records;
-            s.filler_records = r.fillers;
-            s.bytes_mirrored = r.bytes;
-            if r.sticky {
-                s.state = PartitionState::Failed;
-                s.last_error = r.error.clone();
-                s.sticky = true;
-            }
-        });
-        if r.sticky {
-            warn!(partition = p, error = ?r.error, "partition stays FAILED (stored state)");
-            return;
-        }
-    }
-    let task = PartitionTask {
-        key,
-        source: ctx.source.clone(),
-        destination: ctx.shared.destination.clone(),
-        fetch_max_bytes: m.fetch_max_bytes,
-        max_filler_batch_records: m.max_filler_batch_records,
-        max_fill_offsets: m.max_fill_offsets,
-        max_in_flight: ctx.shared.max_in_flight,
-        budget: ctx.shared.budget.clone(),
-        status: ctx.shared.status.clone(),
-    };
-    tokio::spawn(task.run(ctx.shared.stop.clone()).instrument(info_span!("partition", partition = p)));
 }

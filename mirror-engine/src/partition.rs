@@ -16,6 +16,7 @@ use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
 use crate::budget::{Budget, Reservation};
+use crate::control::Desired;
 use crate::sink::{PartitionSink, Written};
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
@@ -46,16 +47,21 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 const IDLE_FETCH_BYTES: i32 = 64 * 1024;
 
 impl PartitionTask {
-    /// Mirrors until `stop` is set or a non-retriable error.
-    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+    /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
+    pub async fn run(self, mut stop: watch::Receiver<bool>, mut desired: watch::Receiver<Desired>) {
         let mut backoff = Duration::from_millis(100);
         // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
         // log end tells which of them landed, so the counters stay exact across retries.
         let mut uncertain = Vec::new();
         loop {
+            let want = *desired.borrow_and_update();
+            if want != Desired::Mirroring {
+                return self.halt(want, uncertain).await;
+            }
             let result = tokio::select! {
                 r = self.copy(&mut uncertain) => r,
                 _ = stop.changed() => return,
+                _ = desired.changed() => continue,
             };
             match result {
                 Ok(()) => return,
@@ -68,6 +74,7 @@ impl PartitionTask {
                     tokio::select! {
                         _ = tokio::time::sleep(backoff) => {}
                         _ = stop.changed() => return,
+                        _ = desired.changed() => {}
                     }
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
@@ -82,6 +89,47 @@ impl PartitionTask {
                 }
             }
         }
+    }
+
+    /// Stops copying for a pause or a stop: the copy was cancelled, so writes may still be in
+    /// flight; once the destination log end has settled it is the last mirrored offset.
+    async fn halt(&self, to: Desired, uncertain: Vec<Written>) {
+        let (transitional, done) = match to {
+            Desired::Stopped => (PartitionState::Stopping, PartitionState::Stopped),
+            _ => (PartitionState::Pausing, PartitionState::Paused),
+        };
+        self.status.update(&self.key, |s| s.state = transitional);
+        let (_, topic, partition) = &self.key;
+        let mut backoff = Duration::from_millis(100);
+        let mut end = None;
+        for _ in 0..8 {
+            let settled = async {
+                let (mut conn, _) = self.destination.connect_leader(topic, *partition).await?;
+                settled_offsets(&mut conn, topic, *partition).await
+            };
+            match settled.await {
+                Ok((_, e)) => {
+                    end = Some(e);
+                    break;
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot read the destination log end while halting; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        if let Some(e) = end {
+            self.account(uncertain.into_iter().filter(|w| w.base + i64::from(w.records) <= e).collect());
+        }
+        info!(state = done.as_str(), last_offset = ?end, "partition halted");
+        self.status.update(&self.key, |s| {
+            if let Some(e) = end {
+                s.destination_next_offset = e;
+            }
+            s.state = done;
+            s.last_error = None;
+        });
     }
 
     async fn copy(&self, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {

@@ -37,6 +37,13 @@ impl MirrorTopics {
         }
     }
 
+    /// Marks `topic` writable (stopped / failed over) or read-only again.
+    pub fn set_writable(&self, topic: &str, writable: bool) {
+        if let Some(mut t) = self.by_name.get_mut(topic) {
+            t.writable = writable;
+        }
+    }
+
     /// Whether any topic is registered (a proxy without mirrors skips every check).
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()

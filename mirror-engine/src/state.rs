@@ -48,6 +48,13 @@ pub struct TopicRecord {
     /// `created` (the engine created it) or `adopted` (it existed and was empty).
     pub how: String,
     pub at_ms: i64,
+    /// What the operator asked for: `mirroring` (default), `paused` or `stopped`.
+    #[serde(default = "mirroring")]
+    pub desired: String,
+}
+
+fn mirroring() -> String {
+    "mirroring".to_owned()
 }
 
 /// State and progress of one mirrored partition.

@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 
-/// Life-cycle state of a mirrored partition (a subset of KIP-1279's; pause/stop come later).
+/// Life-cycle state of a mirrored partition (KIP-1279 §2.2 without the broker-internal
+/// LOG_TRUNCATION / EPOCH_FENCING steps, which a proxy cannot perform; `Preparing` stands for them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartitionState {
     /// Creating the topic, looking up leaders, initialising the producer.
@@ -18,6 +19,14 @@ pub enum PartitionState {
     Retrying,
     /// Stopped for good with a reason (see `last_error`).
     Failed,
+    /// Pause requested; the copy task is finishing.
+    Pausing,
+    /// Not copying, still read-only (KIP-1279 PAUSED).
+    Paused,
+    /// Stop (failover) requested; the copy task is finishing its in-flight writes.
+    Stopping,
+    /// Not copying and writable by clients (failed over).
+    Stopped,
 }
 
 impl PartitionState {
@@ -28,6 +37,10 @@ impl PartitionState {
             Self::Filling => "filling",
             Self::Retrying => "retrying",
             Self::Failed => "failed",
+            Self::Pausing => "pausing",
+            Self::Paused => "paused",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
         }
     }
 }
@@ -115,6 +128,11 @@ impl StatusBoard {
     }
 
     /// A copy of every partition's status, sorted by key.
+    /// A copy of one partition's status.
+    pub fn get(&self, key: &PartitionKey) -> Option<PartitionStatus> {
+        self.0.get(key).map(|e| e.value().clone())
+    }
+
     pub fn snapshot(&self) -> Vec<(PartitionKey, PartitionStatus)> {
         let mut v: Vec<_> = self.0.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));

@@ -33,6 +33,12 @@ impl<'a> Cursor<'a> {
         Ok(s)
     }
 
+    /// Bytes left after the current position.
+    #[allow(dead_code)]
+    pub(crate) fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
     pub(crate) fn skip(&mut self, n: usize) -> Result<(), ProtocolError> {
         self.take(n).map(|_| ())
     }

@@ -11,6 +11,7 @@ mod names;
 pub mod error;
 pub mod fillers;
 pub mod frame;
+pub mod mirror_api;
 pub mod peek;
 pub mod records;
 pub mod reencode;

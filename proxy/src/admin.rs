@@ -1,7 +1,7 @@
 //! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
-//! cluster answered the last metadata refresh) and `/metrics` (Prometheus text format).
-//! Mirror management routes come with the mirror-management issue; metrics are owned by
-//! `metrics`, readiness by `refresh`.
+//! cluster answered the last metadata refresh), `/metrics` (Prometheus text format) and the
+//! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
+//! readiness by `refresh`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
         info!(%addr, "admin endpoint listening");
     }
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(err) => {
@@ -37,9 +37,15 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
         };
         let shared = shared.clone();
         tokio::spawn(async move {
-            let svc = service_fn(move |req| {
+            let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
-                async move { Ok::<_, Infallible>(route(&req, &shared)) }
+                async move {
+                    if req.uri().path().starts_with("/v1/") {
+                        let token = shared.config.admin.token.clone();
+                        return Ok::<_, Infallible>(crate::rest::handle(req, peer, token.as_deref(), &shared.mirrors.control).await);
+                    }
+                    Ok::<_, Infallible>(route(&req, &shared))
+                }
             });
             if let Err(err) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
                 debug!(%err, "admin connection error");

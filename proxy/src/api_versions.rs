@@ -1,5 +1,5 @@
 //! ApiVersions handling: the broker's answer is intersected with the audited table
-//! (`kmp_protocol::versions`), and a request newer than the proxy understands gets the proxy's
+//! (`kmp_protocol::versions`) plus the mirror RPCs the proxy answers itself, and a request newer than the proxy understands gets the proxy's
 //! own v0 UNSUPPORTED_VERSION answer (as a broker does, KIP-511) so the client retries lower.
 //! Which versions are audited is decided in the table, not here.
 
@@ -9,7 +9,7 @@ use kmp_protocol::codec::{decode_response, encode_response};
 use kmp_protocol::frame::PREFIX;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::kafka_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
-use kmp_protocol::versions;
+use kmp_protocol::{mirror_api, versions};
 
 /// Kafka's UNSUPPORTED_VERSION error code.
 const UNSUPPORTED_VERSION: i16 = 35;
@@ -46,6 +46,16 @@ pub(crate) fn clamp_response(frame: Bytes, request_version: i16) -> Result<Bytes
         }
         None => false,
     });
+    if resp.error_code == 0 {
+        // The KIP-1279 mirror RPCs the proxy answers itself (provisional keys, see mirror_api).
+        for &(key, min, max) in mirror_api::ANSWERED {
+            let mut v = ApiVersion::default();
+            v.api_key = key;
+            v.min_version = min;
+            v.max_version = max;
+            resp.api_keys.push(v);
+        }
+    }
     encode_response(header.correlation_id, ApiKey::ApiVersions, version, &resp)
 }
 
@@ -71,7 +81,11 @@ mod tests {
             let (h, got) = decode_response::<ApiVersionsResponse>(&out, ApiKey::ApiVersions, version).unwrap();
             assert_eq!(h.correlation_id, 9);
             let keys: Vec<_> = got.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
-            assert_eq!(keys, vec![(3, 0, 13), (18, 0, 4)], "v{version}: Metadata clamped to 13, Vote(52) and 500 dropped");
+            assert_eq!(
+                keys,
+                vec![(3, 0, 13), (18, 0, 4), (96, 0, 0), (98, 0, 0), (99, 0, 0), (102, 0, 0), (103, 0, 0)],
+                "v{version}: Metadata clamped to 13, Vote(52) and 500 dropped, the mirror RPCs added"
+            );
         }
     }
 

@@ -12,6 +12,8 @@ use kmp_protocol::client::Connection;
 use kmp_protocol::versions;
 use tokio::net::TcpListener;
 
+mod cli_mirrors;
+
 #[derive(Parser)]
 #[command(name = "kafka-mirror-proxy", version, about = "Kafka protocol proxy with KIP-1279 cluster mirroring")]
 struct Cli {
@@ -51,6 +53,8 @@ enum Command {
         #[arg(long)]
         check_upstream: Option<String>,
     },
+    /// Manage cluster mirrors through a proxy (KIP-1279 `kafka-cluster-mirrors.sh` flags).
+    Mirrors(cli_mirrors::MirrorsArgs),
 }
 
 fn main() -> ExitCode {
@@ -94,6 +98,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Versions { check_upstream } => versions_command(check_upstream).await,
+        Command::Mirrors(args) => cli_mirrors::run(args).await,
     }
 }
 

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use prometheus_client::metrics::counter::Counter;
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
-use kmp_protocol::{ProtocolError, Side, fillers, peek, rewrite, versions};
+use kmp_protocol::{ProtocolError, Side, fillers, mirror_api, peek, rewrite, versions};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
 use crate::api_versions;
+use crate::mirror_rpc;
 use crate::readonly;
 use crate::error::ProxyError;
 use crate::server::Shared;
@@ -107,6 +108,14 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         trace!(api_key = p.api_key, version = p.api_version, correlation_id = p.correlation_id, "request");
         if p.api_key == ApiKey::ApiVersions as i16 && p.api_version > api_versions::max_supported() {
             let frame = api_versions::unsupported_version_response(p.correlation_id)?;
+            if tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err() {
+                return Ok(());
+            }
+            continue;
+        }
+        if mirror_api::is_answered(p.api_key) && p.api_version == 0 {
+            // KIP-1279 mirror management: answered here, never forwarded.
+            let frame = mirror_rpc::answer(&frame, &shared.mirrors.control).await.map_err(|e| client_error(shared, e))?;
             if tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err() {
                 return Ok(());
             }

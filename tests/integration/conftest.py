@@ -55,15 +55,16 @@ def free_port_block(size: int) -> int:
 class ProxyProcess:
     """The kafka-mirror-proxy binary running in front of ``upstream``."""
 
-    def __init__(self, upstream: str, workdir: Path, extra_args: list[str] | None = None):
+    def __init__(self, upstream: str, workdir: Path, extra_args: list[str] | None = None, admin_host: str = "127.0.0.1", env: dict | None = None):
         self.upstream = upstream
         self.port = free_port()
         self.node_port_base = free_port_block(16)
         self.admin_port = free_port()
         self.log_path = Path(workdir) / f"proxy-{self.port}.log"
         self.args = [str(PROXY_BIN), "run", "--upstream", upstream, "--listen", f"127.0.0.1:{self.port}",
-                     "--node-port-base", str(self.node_port_base), "--admin-listen", f"127.0.0.1:{self.admin_port}",
+                     "--node-port-base", str(self.node_port_base), "--admin-listen", f"{admin_host}:{self.admin_port}",
                      *(extra_args or [])]
+        self.env = {**os.environ, **(env or {})}
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -76,7 +77,7 @@ class ProxyProcess:
     def start(self) -> "ProxyProcess":
         assert PROXY_BIN.exists(), f"proxy binary {PROXY_BIN} missing: run `cargo build` first"
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.time() + PROXY_READY_TIMEOUT_S
         while time.time() < deadline:
             assert self.proc.poll() is None, f"proxy exited early with {self.proc.returncode}:\n{self.log()}"

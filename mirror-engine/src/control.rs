@@ -1,0 +1,322 @@
+//! Operator control of mirror topics at runtime — pause, resume, stop (failover) — and the
+//! list/describe views, shared by every management front end (Kafka RPCs, REST). Per topic the
+//! operator sets a *desired* state; it is persisted in the state topic first, then the
+//! partition tasks follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error
+//! codes. Copying data belongs to `partition`; what the front ends look like to the proxy.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::registry::MirrorTopics;
+use crate::state::StateStore;
+use crate::status::{PartitionState, PartitionStatus, StatusBoard};
+
+/// KIP-1279 error codes used by the control operations (provisional, see kip-1279 §3.4).
+pub mod codes {
+    pub const NONE: i16 = 0;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;
+    pub const TOPIC_NOT_IN_CLUSTER_MIRROR: i16 = 139;
+    pub const MIRROR_TOPIC_NOT_PAUSED: i16 = 141;
+    pub const MIRROR_TOPIC_BEING_STOPPED: i16 = 142;
+}
+
+/// What the operator wants a mirror topic to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Desired {
+    Mirroring,
+    Paused,
+    Stopped,
+}
+
+impl Desired {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mirroring => "mirroring",
+            Self::Paused => "paused",
+            Self::Stopped => "stopped",
+        }
+    }
+
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "paused" => Self::Paused,
+            "stopped" => Self::Stopped,
+            _ => Self::Mirroring,
+        }
+    }
+}
+
+/// The outcome of an operation for one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicResult {
+    pub topic: String,
+    pub error_code: i16,
+    pub message: Option<String>,
+}
+
+impl TopicResult {
+    fn ok(topic: &str) -> Self {
+        Self { topic: topic.to_owned(), error_code: codes::NONE, message: None }
+    }
+    fn err(topic: &str, error_code: i16, message: String) -> Self {
+        Self { topic: topic.to_owned(), error_code, message: Some(message) }
+    }
+}
+
+/// A mirror as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorListing {
+    pub name: String,
+    pub source_bootstrap: String,
+    pub topics: Vec<String>,
+}
+
+/// One partition as described.
+#[derive(Debug, Clone)]
+pub struct PartitionDetail {
+    pub partition: i32,
+    pub status: PartitionStatus,
+}
+
+/// A running mirror topic.
+pub(crate) struct TopicRuntime {
+    pub(crate) mirror: String,
+    pub(crate) partitions: usize,
+    pub(crate) desired: watch::Sender<Desired>,
+    /// Starts (again) the copy task of one partition.
+    pub(crate) spawn: Arc<dyn Fn(i32) + Send + Sync>,
+}
+
+/// Runtime control of the engine's mirrors; cheap to clone.
+#[derive(Clone)]
+pub struct Control {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    topics: DashMap<String, TopicRuntime>,
+    /// Mirror name → source bootstrap servers.
+    mirrors: DashMap<String, Vec<String>>,
+    store: OnceLock<Arc<StateStore>>,
+    status: StatusBoard,
+    registry: MirrorTopics,
+}
+
+/// How long a pause or stop waits for the partition tasks to finish.
+const HALT_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control").field("topics", &self.inner.topics.len()).finish()
+    }
+}
+
+impl Control {
+    pub(crate) fn new(status: StatusBoard, registry: MirrorTopics) -> Self {
+        Self { inner: Arc::new(Inner { topics: DashMap::new(), mirrors: DashMap::new(), store: OnceLock::new(), status, registry }) }
+    }
+
+    pub(crate) fn set_store(&self, store: Arc<StateStore>) {
+        let _ = self.inner.store.set(store);
+    }
+
+    pub(crate) fn add_mirror(&self, name: &str, source_bootstrap: Vec<String>) {
+        self.inner.mirrors.insert(name.to_owned(), source_bootstrap);
+    }
+
+    pub(crate) fn add_topic(&self, topic: &str, rt: TopicRuntime) {
+        self.inner.topics.insert(topic.to_owned(), rt);
+    }
+
+    /// Every known mirror with its topics, by name.
+    pub fn list(&self) -> Vec<MirrorListing> {
+        let mut out: Vec<MirrorListing> = self
+            .inner
+            .mirrors
+            .iter()
+            .map(|m| {
+                let mut topics: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == *m.key()).map(|t| t.key().clone()).collect();
+                topics.sort();
+                MirrorListing { name: m.key().clone(), source_bootstrap: m.value().join(","), topics }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Whether `name` is a known mirror.
+    pub fn has_mirror(&self, name: &str) -> bool {
+        self.inner.mirrors.contains_key(name)
+    }
+
+    /// Per topic, per partition status of mirror `name` (topic-level failures as partition -1).
+    pub fn describe(&self, name: &str) -> Vec<(String, Vec<PartitionDetail>)> {
+        let mut topics: Vec<(String, Vec<PartitionDetail>)> = Vec::new();
+        for ((mirror, topic, partition), status) in self.inner.status.snapshot() {
+            if mirror != name {
+                continue;
+            }
+            let detail = PartitionDetail { partition, status };
+            match topics.iter_mut().find(|(t, _)| *t == topic) {
+                Some((_, parts)) => parts.push(detail),
+                None => topics.push((topic, vec![detail])),
+            }
+        }
+        topics
+    }
+
+    /// The desired state of a mirror topic, if it is one.
+    pub fn desired(&self, topic: &str) -> Option<Desired> {
+        self.inner.topics.get(topic).map(|t| *t.desired.borrow())
+    }
+
+    /// Pauses topics: copying stops, they stay read-only.
+    pub async fn pause_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
+        let mut out = Vec::new();
+        for t in topics {
+            out.push(self.transition(mirror, t, Desired::Paused).await);
+        }
+        out
+    }
+
+    /// Resumes paused topics.
+    pub async fn resume_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
+        let mut out = Vec::new();
+        for t in topics {
+            out.push(self.transition(mirror, t, Desired::Mirroring).await);
+        }
+        out
+    }
+
+    /// Stops topics (failover): copying stops after the in-flight writes, the topics become
+    /// writable. With `graceful`, first waits (at most that long) until every partition is
+    /// mirroring with no lag; if it does not get there (still lagging, paused, failed) the topic
+    /// is left as it was and the result says so (REQUEST_TIMED_OUT).
+    pub async fn stop_topics(&self, mirror: &str, topics: &[String], graceful: Option<Duration>) -> Vec<TopicResult> {
+        let mut out = Vec::new();
+        for t in topics {
+            if let Some(limit) = graceful
+                && let Err(r) = self.wait_caught_up(mirror, t, limit).await
+            {
+                out.push(r);
+                continue;
+            }
+            out.push(self.transition(mirror, t, Desired::Stopped).await);
+        }
+        out
+    }
+
+    fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
+        if !self.has_mirror(mirror) {
+            return Err(TopicResult::err(topic, codes::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {mirror} does not exist")));
+        }
+        match self.inner.topics.get(topic) {
+            Some(rt) if rt.mirror == mirror => Ok((*rt.desired.borrow(), rt.partitions)),
+            _ => Err(TopicResult::err(topic, codes::TOPIC_NOT_IN_CLUSTER_MIRROR, format!("topic {topic} does not belong to cluster mirror {mirror}"))),
+        }
+    }
+
+    async fn wait_caught_up(&self, mirror: &str, topic: &str, limit: Duration) -> Result<(), TopicResult> {
+        let (_, partitions) = self.check(mirror, topic)?;
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let lagging: Vec<i32> = (0..partitions as i32)
+                .filter(|&p| {
+                    let key = (mirror.to_owned(), topic.to_owned(), p);
+                    // Caught up = copying, with a known source end, and nothing left to copy.
+                    !self.inner.status.get(&key).is_some_and(|s| s.state == PartitionState::Mirroring && s.source_last_stable_offset >= 0 && s.lag_records() == 0)
+                })
+                .collect();
+            if lagging.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(TopicResult::err(
+                    topic,
+                    codes::REQUEST_TIMED_OUT,
+                    format!("partitions {lagging:?} are not mirroring with zero lag after {limit:?}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn transition(&self, mirror: &str, topic: &str, to: Desired) -> TopicResult {
+        let (from, partitions) = match self.check(mirror, topic) {
+            Ok(v) => v,
+            Err(r) => return r,
+        };
+        match (from, to) {
+            (a, b) if a == b => return TopicResult::ok(topic),
+            (Desired::Stopped, Desired::Paused) => {
+                return TopicResult::err(topic, codes::MIRROR_TOPIC_BEING_STOPPED, format!("topic {topic} is stopped; it cannot be paused"));
+            }
+            (Desired::Stopped, Desired::Mirroring) => {
+                return TopicResult::err(topic, codes::MIRROR_TOPIC_NOT_PAUSED, format!("topic {topic} is stopped, not paused; it cannot be resumed"));
+            }
+            _ => {}
+        }
+        // Persist first: after a crash the topic comes back in the state the operator asked for.
+        if let Err(e) = self.persist(topic, to).await {
+            return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}"));
+        }
+        let Some(rt) = self.inner.topics.get(topic) else { return TopicResult::ok(topic) };
+        let _ = rt.desired.send(to);
+        info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
+        if to == Desired::Mirroring {
+            for p in 0..partitions as i32 {
+                (rt.spawn)(p);
+            }
+            return TopicResult::ok(topic);
+        }
+        drop(rt);
+        let target = if to == Desired::Stopped { PartitionState::Stopped } else { PartitionState::Paused };
+        // Partitions without a running copy task (paused, failed) take the new state at once;
+        // running ones halt themselves (in-flight writes settle) and report it.
+        for p in 0..partitions as i32 {
+            self.inner.status.update(&(mirror.to_owned(), topic.to_owned(), p), |s| {
+                if matches!(s.state, PartitionState::Paused | PartitionState::Failed) {
+                    s.state = target;
+                }
+            });
+        }
+        if !self.wait_all(mirror, topic, partitions, target).await {
+            warn!(%topic, "partition tasks did not finish in time");
+            return TopicResult::err(topic, codes::REQUEST_TIMED_OUT, format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()));
+        }
+        if to == Desired::Stopped {
+            self.inner.registry.set_writable(topic, true);
+        }
+        TopicResult::ok(topic)
+    }
+
+    async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
+        let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
+        loop {
+            let done = (0..partitions as i32).all(|p| {
+                let s = self.inner.status.get(&(mirror.to_owned(), topic.to_owned(), p));
+                s.is_some_and(|s| s.state == target)
+            });
+            if done {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn persist(&self, topic: &str, to: Desired) -> Result<(), crate::MirrorError> {
+        let Some(store) = self.inner.store.get() else { return Ok(()) };
+        let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
+        record.desired = to.as_str().to_owned();
+        store.put_topic(topic, &record).await
+    }
+}

@@ -1,0 +1,188 @@
+//! One mirror topic's life cycle: create or adopt the destination topic (refusing one with
+//! foreign data), record ownership, register it read-only with its topic id, hand it to the
+//! control plane, and start its partitions as the stored desired state says. Copying a
+//! partition belongs to `partition`; operator transitions to `control`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::control::{self, Desired};
+use crate::partition::PartitionTask;
+use crate::state::TopicRecord;
+use crate::status::{PartitionState, now_ms};
+use crate::topics::{self, Prepared};
+use crate::{MirrorError, TopicContext};
+
+/// Prepares the destination topic, then spawns one task per partition.
+pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
+    let span = info_span!("mirror", mirror = %ctx.mirror.name, %topic);
+    tokio::spawn(
+        async move {
+            let status = ctx.shared.status.clone();
+            let m = &ctx.mirror;
+            if let Some(n) = all_partitions_failed_for_good(&ctx, &topic) {
+                // E.g. the source topic was deleted before this restart: nothing to prepare.
+                let (_, desired) = watch::channel(Desired::Mirroring);
+                for p in 0..n as i32 {
+                    start_partition(&ctx, &topic, p, desired.clone());
+                }
+                return;
+            }
+            match prepare_topic(&ctx, &topic).await {
+                Ok(partitions) => run_topic(&ctx, &topic, partitions),
+                Err(e) => {
+                    warn!(error = %e, "mirror topic FAILED");
+                    status.update(&(m.name.clone(), topic.clone(), -1), |s| {
+                        s.state = PartitionState::Failed;
+                        s.last_error = Some(e.to_string());
+                    });
+                }
+            }
+        }
+        .instrument(span),
+    );
+}
+
+/// Creates or adopts the destination topic (retrying transient errors) and records ownership.
+async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorError> {
+    let m = &ctx.mirror;
+    let owner = ctx.store.topic_owner(topic);
+    if let Some(o) = &owner
+        && o.mirror != m.name
+    {
+        return Err(MirrorError::DestinationConflict { topic: topic.to_owned(), reason: format!("the state topic records it as mirror `{}`'s", o.mirror) });
+    }
+    let mut backoff = Duration::from_millis(200);
+    let prepared = loop {
+        match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some()).await {
+            Ok(p) => break p,
+            Err(e) if e.is_retriable() => {
+                warn!(error = %e, "cannot prepare the destination topic yet; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    register_topic_id(ctx, topic).await;
+    let how = match prepared {
+        Prepared::Owned(n) => return Ok(n),
+        Prepared::Created(_) => "created",
+        Prepared::AdoptedEmpty(_) => "adopted",
+    };
+    info!(how, partitions = prepared.partitions(), "destination topic is the mirror's");
+    let record = TopicRecord { mirror: m.name.clone(), partitions: prepared.partitions(), how: how.into(), at_ms: now_ms(), desired: Desired::Mirroring.as_str().into() };
+    // Without this record a restart would see a non-empty topic it does not own and refuse it.
+    let mut backoff = Duration::from_millis(200);
+    while let Err(e) = ctx.store.put_topic(topic, &record).await {
+        warn!(error = %e, "cannot record topic ownership yet; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    Ok(prepared.partitions())
+}
+
+/// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
+/// id). A just-created topic may take a moment to appear in metadata: retried for a while; until
+/// the id is known, Produce by name is still refused.
+async fn register_topic_id(ctx: &TopicContext, topic: &str) {
+    let m = &ctx.mirror;
+    ctx.shared.topics.register(topic, &m.name, [0; 16]);
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..40 {
+        match ctx.shared.destination.layout(topic).await {
+            Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => {
+                ctx.shared.topics.register(topic, &m.name, l.topic_id);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot read the destination topic id yet"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(1));
+    }
+    warn!("destination topic id still unknown; Produce requests naming the topic by id are not checked");
+}
+
+/// The partition count of an owned topic whose every partition is stored as FAILED for good.
+fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usize> {
+    let owner = ctx.store.topic_owner(topic).filter(|o| o.mirror == ctx.mirror.name)?;
+    let all = (0..owner.partitions as i32).all(|p| ctx.store.partition(topic, p).is_some_and(|r| r.sticky && r.mirror == ctx.mirror.name));
+    (all && owner.partitions > 0).then_some(owner.partitions)
+}
+
+/// Hands the topic to the control plane and starts its partitions as its stored desired state
+/// says: copying (mirroring), or not copying and read-only (paused) or writable (stopped).
+fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize) {
+    let desired = ctx.store.topic_owner(topic).map_or(Desired::Mirroring, |r| Desired::parse(&r.desired));
+    let (tx, rx) = watch::channel(desired);
+    let (spawn_ctx, spawn_topic, span) = (ctx.clone(), topic.to_owned(), tracing::Span::current());
+    let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(move |p| {
+        let _entered = span.enter();
+        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone());
+    });
+    let rt = control::TopicRuntime { mirror: ctx.mirror.name.clone(), partitions, desired: tx, spawn: spawn.clone() };
+    ctx.shared.control.add_topic(topic, rt);
+    if desired == Desired::Mirroring {
+        for p in 0..partitions as i32 {
+            spawn(p);
+        }
+        return;
+    }
+    info!(desired = desired.as_str(), "topic not copying (stored state)");
+    let state = if desired == Desired::Stopped { PartitionState::Stopped } else { PartitionState::Paused };
+    for p in 0..partitions as i32 {
+        let stored = ctx.store.partition(topic, p);
+        ctx.shared.status.update(&(ctx.mirror.name.clone(), topic.to_owned(), p), |s| {
+            if let Some(r) = &stored {
+                s.records_mirrored = r.records;
+                s.filler_records = r.fillers;
+                s.bytes_mirrored = r.bytes;
+                s.destination_next_offset = r.next_offset;
+                s.source_high_watermark = r.source_high_watermark;
+            }
+            s.state = state;
+        });
+    }
+    if desired == Desired::Stopped {
+        ctx.shared.topics.set_writable(topic, true);
+    }
+}
+
+/// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
+fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>) {
+    let m = &ctx.mirror;
+    let key = (m.name.clone(), topic.to_owned(), p);
+    let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == m.name);
+    if let Some(r) = &stored {
+        ctx.shared.status.update(&key, |s| {
+            s.records_mirrored = r.records;
+            s.filler_records = r.fillers;
+            s.bytes_mirrored = r.bytes;
+            if r.sticky {
+                s.state = PartitionState::Failed;
+                s.last_error = r.error.clone();
+                s.sticky = true;
+            }
+        });
+        if r.sticky {
+            warn!(partition = p, error = ?r.error, "partition stays FAILED (stored state)");
+            return;
+        }
+    }
+    let task = PartitionTask {
+        key,
+        source: ctx.source.clone(),
+        destination: ctx.shared.destination.clone(),
+        fetch_max_bytes: m.fetch_max_bytes,
+        max_filler_batch_records: m.max_filler_batch_records,
+        max_fill_offsets: m.max_fill_offsets,
+        max_in_flight: ctx.shared.max_in_flight,
+        budget: ctx.shared.budget.clone(),
+        status: ctx.shared.status.clone(),
+    };
+    tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));
+}

@@ -1,0 +1,558 @@
+//! The KIP-1279 cluster-mirror admin RPCs, as the public prototype defines them
+//! (`shared/reference/kip-1279-schemas`, aiven/inkless `8b4a597`): API keys, versions, and the
+//! request/response bodies the proxy answers and its CLI sends. All are version 0, flexible
+//! (compact strings and arrays, tagged fields), with request header v2 and response header v1.
+//! Keys and error codes are provisional until the KIP is accepted: they live here only.
+//!
+//! Sans-io. What the operations do is the engine's; routing them is the proxy's.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::cursor::Cursor;
+use crate::error::{ProtocolError, Side};
+use crate::frame::PREFIX;
+
+pub const CREATE_CLUSTER_MIRROR: i16 = 94;
+pub const START_MIRROR_TOPICS: i16 = 95;
+pub const STOP_MIRROR_TOPICS: i16 = 96;
+pub const LIST_CLUSTER_MIRRORS: i16 = 98;
+pub const DESCRIBE_CLUSTER_MIRRORS: i16 = 99;
+pub const PAUSE_MIRROR_TOPICS: i16 = 102;
+pub const RESUME_MIRROR_TOPICS: i16 = 103;
+pub const DELETE_CLUSTER_MIRROR: i16 = 104;
+
+/// The mirror RPCs the proxy answers itself, `(key, min version, max version)`; advertised in
+/// its ApiVersions responses. (Create/Start/Delete come with runtime mirror creation.)
+pub const ANSWERED: &[(i16, i16, i16)] =
+    &[(STOP_MIRROR_TOPICS, 0, 0), (LIST_CLUSTER_MIRRORS, 0, 0), (DESCRIBE_CLUSTER_MIRRORS, 0, 0), (PAUSE_MIRROR_TOPICS, 0, 0), (RESUME_MIRROR_TOPICS, 0, 0)];
+
+/// Whether the proxy answers `key` itself.
+pub fn is_answered(key: i16) -> bool {
+    ANSWERED.iter().any(|&(k, _, _)| k == key)
+}
+
+/// KIP-1279 error codes (prototype `Errors.java`).
+pub mod errors {
+    pub const READ_ONLY_TOPIC: i16 = 134;
+    pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
+    pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;
+    pub const TOPIC_ALREADY_IN_CLUSTER_MIRROR: i16 = 138;
+    pub const TOPIC_NOT_IN_CLUSTER_MIRROR: i16 = 139;
+    pub const MIRROR_TOPIC_ALREADY_PAUSED: i16 = 140;
+    pub const MIRROR_TOPIC_NOT_PAUSED: i16 = 141;
+    pub const MIRROR_TOPIC_BEING_STOPPED: i16 = 142;
+    pub const CLUSTER_MIRROR_NOT_EMPTY: i16 = 143;
+    pub const CLUSTER_MIRROR_AUTHORIZATION_FAILED: i16 = 144;
+    pub const INVALID_CLUSTER_MIRROR_STATES: i16 = 145;
+    pub const MIRROR_TOPIC_NOT_STOPPED: i16 = 146;
+
+    /// The name of a code the mirror RPCs return (Kafka's own codes included).
+    pub fn name(code: i16) -> &'static str {
+        match code {
+            0 => "NONE",
+            7 => "REQUEST_TIMED_OUT",
+            15 => "COORDINATOR_NOT_AVAILABLE",
+            35 => "UNSUPPORTED_VERSION",
+            42 => "INVALID_REQUEST",
+            READ_ONLY_TOPIC => "READ_ONLY_TOPIC",
+            CLUSTER_MIRROR_ALREADY_EXISTS => "CLUSTER_MIRROR_ALREADY_EXISTS",
+            UNKNOWN_CLUSTER_MIRROR => "UNKNOWN_CLUSTER_MIRROR",
+            TOPIC_ALREADY_IN_CLUSTER_MIRROR => "TOPIC_ALREADY_IN_CLUSTER_MIRROR",
+            TOPIC_NOT_IN_CLUSTER_MIRROR => "TOPIC_NOT_IN_CLUSTER_MIRROR",
+            MIRROR_TOPIC_ALREADY_PAUSED => "MIRROR_TOPIC_ALREADY_PAUSED",
+            MIRROR_TOPIC_NOT_PAUSED => "MIRROR_TOPIC_NOT_PAUSED",
+            MIRROR_TOPIC_BEING_STOPPED => "MIRROR_TOPIC_BEING_STOPPED",
+            CLUSTER_MIRROR_NOT_EMPTY => "CLUSTER_MIRROR_NOT_EMPTY",
+            CLUSTER_MIRROR_AUTHORIZATION_FAILED => "CLUSTER_MIRROR_AUTHORIZATION_FAILED",
+            INVALID_CLUSTER_MIRROR_STATES => "INVALID_CLUSTER_MIRROR_STATES",
+            MIRROR_TOPIC_NOT_STOPPED => "MIRROR_TOPIC_NOT_STOPPED",
+            _ => "UNKNOWN",
+        }
+    }
+}
+
+/// Stop / Pause / Resume request body (Stop's tagged `Patterns` included).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicsRequest {
+    pub mirror_name: String,
+    pub topics: Vec<String>,
+    /// StopMirrorTopics only (tag 0).
+    pub patterns: Vec<String>,
+    pub state_validation_offset: i64,
+}
+
+/// A per-topic result.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicResult {
+    pub name: String,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+}
+
+/// Stop / Pause / Resume response body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicsResponse {
+    pub throttle_time_ms: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub topics: Vec<TopicResult>,
+}
+
+/// ListClusterMirrors response entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListedMirror {
+    pub mirror_name: String,
+    pub source_bootstrap: String,
+    pub source_cluster_id: String,
+    pub topic_count: i32,
+    pub topic_names: Vec<String>,
+}
+
+/// ListClusterMirrors response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListResponse {
+    pub throttle_time_ms: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub mirrors: Vec<ListedMirror>,
+}
+
+/// DescribeClusterMirrors partition detail.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionDetail {
+    pub partition_index: i32,
+    pub source_offset: i64,
+    pub destination_offset: i64,
+    pub lag: i64,
+    pub state_value: String,
+    pub retry_attempt: i16,
+    pub error_message: Option<String>,
+}
+
+/// DescribeClusterMirrors mirror entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribedMirror {
+    pub error_code: i16,
+    pub mirror_name: String,
+    pub authorized_operations: i32,
+    pub topics: Vec<(String, Vec<PartitionDetail>)>,
+}
+
+/// DescribeClusterMirrors request (tagged ClusterId / epoch lookups are read and ignored).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribeRequest {
+    /// Empty = all mirrors.
+    pub mirror_names: Vec<String>,
+    pub include_authorized_operations: bool,
+}
+
+/// DescribeClusterMirrors response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DescribeResponse {
+    pub throttle_time_ms: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub mirrors: Vec<DescribedMirror>,
+}
+
+/// A decoded request header v2 (flexible).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub api_key: i16,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub client_id: Option<String>,
+}
+
+// ---- writing ----------------------------------------------------------------------------
+
+/// A flexible-version body writer.
+#[derive(Default)]
+pub struct W(BytesMut);
+
+impl W {
+    pub fn i16(&mut self, v: i16) -> &mut Self {
+        self.0.put_i16(v);
+        self
+    }
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.0.put_i32(v);
+        self
+    }
+    pub fn i64(&mut self, v: i64) -> &mut Self {
+        self.0.put_i64(v);
+        self
+    }
+    pub fn bool(&mut self, v: bool) -> &mut Self {
+        self.0.put_u8(u8::from(v));
+        self
+    }
+    pub fn uvarint(&mut self, mut v: u32) -> &mut Self {
+        while v >= 0x80 {
+            self.0.put_u8((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.put_u8(v as u8);
+        self
+    }
+    pub fn str(&mut self, s: &str) -> &mut Self {
+        self.uvarint(s.len() as u32 + 1);
+        self.0.put_slice(s.as_bytes());
+        self
+    }
+    pub fn nstr(&mut self, s: Option<&str>) -> &mut Self {
+        match s {
+            Some(s) => self.str(s),
+            None => self.uvarint(0),
+        }
+    }
+    pub fn array_len(&mut self, n: usize) -> &mut Self {
+        self.uvarint(n as u32 + 1)
+    }
+    pub fn strs(&mut self, v: &[String]) -> &mut Self {
+        self.array_len(v.len());
+        for s in v {
+            self.str(s);
+        }
+        self
+    }
+    /// No tagged fields.
+    pub fn tags(&mut self) -> &mut Self {
+        self.uvarint(0)
+    }
+    fn finish(self) -> BytesMut {
+        self.0
+    }
+}
+
+/// A whole response frame: prefix, header v1 (correlation id, no tags), body.
+pub fn response_frame(correlation_id: i32, body: W) -> Bytes {
+    let body = body.finish();
+    let mut b = BytesMut::with_capacity(PREFIX + 5 + body.len());
+    b.put_i32((4 + 1 + body.len()) as i32);
+    b.put_i32(correlation_id);
+    b.put_u8(0);
+    b.put_slice(&body);
+    b.freeze()
+}
+
+/// A whole request frame: prefix, header v2, body.
+pub fn request_frame(api_key: i16, correlation_id: i32, client_id: &str, body: W) -> Bytes {
+    let body = body.finish();
+    let mut b = BytesMut::with_capacity(PREFIX + 12 + client_id.len() + body.len());
+    b.put_i32((2 + 2 + 4 + 2 + client_id.len() + 1 + body.len()) as i32);
+    b.put_i16(api_key);
+    b.put_i16(0);
+    b.put_i32(correlation_id);
+    b.put_i16(client_id.len() as i16);
+    b.put_slice(client_id.as_bytes());
+    b.put_u8(0);
+    b.put_slice(&body);
+    b.freeze()
+}
+
+impl TopicsRequest {
+    pub fn encode(&self, api_key: i16) -> W {
+        let mut w = W::default();
+        w.str(&self.mirror_name).array_len(self.topics.len());
+        for t in &self.topics {
+            w.str(t).tags();
+        }
+        w.i64(self.state_validation_offset);
+        if api_key == STOP_MIRROR_TOPICS && !self.patterns.is_empty() {
+            let mut inner = W::default();
+            inner.strs(&self.patterns);
+            let inner = inner.finish();
+            w.uvarint(1).uvarint(0).uvarint(inner.len() as u32);
+            w.0.put_slice(&inner);
+        } else {
+            w.tags();
+        }
+        w
+    }
+}
+
+impl TopicsResponse {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.topics.len());
+        for t in &self.topics {
+            w.str(&t.name).i16(t.error_code).nstr(t.error_message.as_deref()).tags();
+        }
+        w.tags();
+        w
+    }
+}
+
+impl ListResponse {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.mirrors.len());
+        for m in &self.mirrors {
+            w.str(&m.mirror_name).str(&m.source_bootstrap).str(&m.source_cluster_id).i32(m.topic_count).strs(&m.topic_names).tags();
+        }
+        w.tags();
+        w
+    }
+}
+
+impl DescribeRequest {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.strs(&self.mirror_names).bool(self.include_authorized_operations).tags();
+        w
+    }
+}
+
+impl DescribeResponse {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.mirrors.len());
+        for m in &self.mirrors {
+            w.i16(m.error_code).str(&m.mirror_name).i32(m.authorized_operations).array_len(m.topics.len());
+            for (topic, parts) in &m.topics {
+                w.str(topic).array_len(parts.len());
+                for p in parts {
+                    w.i32(p.partition_index).i64(p.source_offset).i64(p.destination_offset).i64(p.lag).str(&p.state_value);
+                    w.i16(p.retry_attempt).nstr(p.error_message.as_deref()).tags();
+                }
+                w.tags();
+            }
+            w.tags();
+        }
+        w.tags();
+        w
+    }
+}
+
+// ---- reading ----------------------------------------------------------------------------
+
+/// A flexible-version body reader over a frame.
+pub struct R<'a>(Cursor<'a>);
+
+fn bad(detail: String, side: Side) -> ProtocolError {
+    ProtocolError::Malformed { what: "mirror RPC", detail, side }
+}
+
+impl<'a> R<'a> {
+    fn new(frame: &'a [u8], at: usize, side: Side) -> Self {
+        Self(Cursor::new(frame, at, "mirror RPC", side))
+    }
+    pub fn i16(&mut self) -> Result<i16, ProtocolError> {
+        self.0.i16()
+    }
+    pub fn i32(&mut self) -> Result<i32, ProtocolError> {
+        self.0.i32()
+    }
+    pub fn i64(&mut self) -> Result<i64, ProtocolError> {
+        let b = self.0.take(8)?;
+        Ok(i64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+    }
+    pub fn bool(&mut self) -> Result<bool, ProtocolError> {
+        Ok(self.0.take(1)?[0] != 0)
+    }
+    pub fn nstr(&mut self) -> Result<Option<String>, ProtocolError> {
+        let n = self.0.uvarint()?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let b = self.0.take(n as usize - 1)?;
+        String::from_utf8(b.to_vec()).map(Some).map_err(|_| bad("string is not UTF-8".into(), Side::Client))
+    }
+    pub fn str(&mut self) -> Result<String, ProtocolError> {
+        Ok(self.nstr()?.unwrap_or_default())
+    }
+    /// Array length (a null array reads as empty).
+    pub fn array_len(&mut self) -> Result<usize, ProtocolError> {
+        Ok(self.0.uvarint()?.saturating_sub(1) as usize)
+    }
+    pub fn strs(&mut self) -> Result<Vec<String>, ProtocolError> {
+        (0..self.array_len()?).map(|_| self.str()).collect()
+    }
+    /// Tagged fields as `(tag, bytes)`.
+    pub fn tags(&mut self) -> Result<Vec<(u32, &'a [u8])>, ProtocolError> {
+        let n = self.0.uvarint()?;
+        let mut out = Vec::new();
+        for _ in 0..n {
+            let tag = self.0.uvarint()?;
+            let size = self.0.uvarint()?;
+            out.push((tag, self.0.take(size as usize)?));
+        }
+        Ok(out)
+    }
+}
+
+/// Reads a request header v2 and returns it with a reader positioned at the body.
+pub fn read_request(frame: &[u8]) -> Result<(Header, R<'_>), ProtocolError> {
+    let mut c = Cursor::new(frame, PREFIX, "request header", Side::Client);
+    let api_key = c.i16()?;
+    let api_version = c.i16()?;
+    let correlation_id = c.i32()?;
+    let n = c.i16()?;
+    let client_id = if n < 0 { None } else { Some(String::from_utf8_lossy(c.take(n as usize)?).into_owned()) };
+    let mut r = R(c);
+    r.tags()?;
+    Ok((Header { api_key, api_version, correlation_id, client_id }, r))
+}
+
+/// A reader at the body of a response frame (header v1), and its correlation id.
+pub fn read_response(frame: &[u8]) -> Result<(i32, R<'_>), ProtocolError> {
+    let mut r = R::new(frame, PREFIX, Side::Broker);
+    let correlation_id = r.i32()?;
+    r.tags()?;
+    Ok((correlation_id, r))
+}
+
+impl TopicsRequest {
+    pub fn decode(r: &mut R<'_>, api_key: i16) -> Result<Self, ProtocolError> {
+        let mirror_name = r.str()?;
+        let mut topics = Vec::new();
+        for _ in 0..r.array_len()? {
+            if api_key == START_MIRROR_TOPICS {
+                r.0.skip(16)?; // topic id
+            }
+            topics.push(r.str()?);
+            if api_key == START_MIRROR_TOPICS {
+                r.i32()?; // num partitions
+            }
+            r.tags()?;
+        }
+        let state_validation_offset = r.i64()?;
+        let mut patterns = Vec::new();
+        for (tag, bytes) in r.tags()? {
+            if tag == 0 && api_key == STOP_MIRROR_TOPICS {
+                let mut inner = R::new(bytes, 0, Side::Client);
+                patterns = inner.strs()?;
+            }
+        }
+        Ok(Self { mirror_name, topics, patterns, state_validation_offset })
+    }
+}
+
+impl TopicsResponse {
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let (throttle_time_ms, error_code, error_message) = (r.i32()?, r.i16()?, r.nstr()?);
+        let mut topics = Vec::new();
+        for _ in 0..r.array_len()? {
+            topics.push(TopicResult { name: r.str()?, error_code: r.i16()?, error_message: r.nstr()? });
+            r.tags()?;
+        }
+        r.tags()?;
+        Ok(Self { throttle_time_ms, error_code, error_message, topics })
+    }
+}
+
+impl ListResponse {
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let (throttle_time_ms, error_code, error_message) = (r.i32()?, r.i16()?, r.nstr()?);
+        let mut mirrors = Vec::new();
+        for _ in 0..r.array_len()? {
+            mirrors.push(ListedMirror { mirror_name: r.str()?, source_bootstrap: r.str()?, source_cluster_id: r.str()?, topic_count: r.i32()?, topic_names: r.strs()? });
+            r.tags()?;
+        }
+        r.tags()?;
+        Ok(Self { throttle_time_ms, error_code, error_message, mirrors })
+    }
+}
+
+impl DescribeRequest {
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let mirror_names = r.strs()?;
+        let include_authorized_operations = r.bool()?;
+        r.tags()?; // ClusterId, LastMirrorEpochLookups: failback lookups a proxy cannot answer
+        Ok(Self { mirror_names, include_authorized_operations })
+    }
+}
+
+impl DescribeResponse {
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let (throttle_time_ms, error_code, error_message) = (r.i32()?, r.i16()?, r.nstr()?);
+        let mut mirrors = Vec::new();
+        for _ in 0..r.array_len()? {
+            let (error_code, mirror_name, authorized_operations) = (r.i16()?, r.str()?, r.i32()?);
+            let mut topics = Vec::new();
+            for _ in 0..r.array_len()? {
+                let name = r.str()?;
+                let mut parts = Vec::new();
+                for _ in 0..r.array_len()? {
+                    parts.push(PartitionDetail {
+                        partition_index: r.i32()?,
+                        source_offset: r.i64()?,
+                        destination_offset: r.i64()?,
+                        lag: r.i64()?,
+                        state_value: r.str()?,
+                        retry_attempt: r.i16()?,
+                        error_message: r.nstr()?,
+                    });
+                    r.tags()?;
+                }
+                r.tags()?;
+                topics.push((name, parts));
+            }
+            r.tags()?;
+            mirrors.push(DescribedMirror { error_code, mirror_name, authorized_operations, topics });
+        }
+        r.tags()?;
+        Ok(Self { throttle_time_ms, error_code, error_message, mirrors })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body_of(frame: &Bytes) -> (Header, Vec<u8>) {
+        let (h, r) = read_request(frame).unwrap();
+        let at = frame.len() - r.0.remaining();
+        (h, frame[at..].to_vec())
+    }
+
+    #[test]
+    fn topics_requests_round_trip_with_stop_patterns_as_a_tagged_field() {
+        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into(), "b".into()], patterns: vec!["x.*".into()], state_validation_offset: -1 };
+        let frame = request_frame(STOP_MIRROR_TOPICS, 9, "cli", req.encode(STOP_MIRROR_TOPICS));
+        let (h, _) = body_of(&frame);
+        assert_eq!((h.api_key, h.api_version, h.correlation_id, h.client_id.as_deref()), (96, 0, 9, Some("cli")));
+        let (_, mut r) = read_request(&frame).unwrap();
+        assert_eq!(TopicsRequest::decode(&mut r, STOP_MIRROR_TOPICS).unwrap(), req);
+    }
+
+    #[test]
+    fn responses_round_trip() {
+        let t = TopicsResponse { topics: vec![TopicResult { name: "a".into(), error_code: 139, error_message: Some("no".into()) }], ..Default::default() };
+        let f = response_frame(3, t.encode());
+        let (cid, mut r) = read_response(&f).unwrap();
+        assert_eq!((cid, TopicsResponse::decode(&mut r).unwrap()), (3, t));
+        let l = ListResponse { mirrors: vec![ListedMirror { mirror_name: "dr".into(), source_bootstrap: "s:1".into(), source_cluster_id: String::new(), topic_count: 1, topic_names: vec!["a".into()] }], ..Default::default() };
+        let f = response_frame(4, l.encode());
+        let (_, mut r) = read_response(&f).unwrap();
+        assert_eq!(ListResponse::decode(&mut r).unwrap(), l);
+        let d = DescribeResponse {
+            mirrors: vec![DescribedMirror {
+                error_code: 0,
+                mirror_name: "dr".into(),
+                authorized_operations: i32::MIN,
+                topics: vec![("a".into(), vec![PartitionDetail { partition_index: 0, source_offset: 10, destination_offset: 9, lag: 1, state_value: "MIRRORING".into(), retry_attempt: 0, error_message: None }])],
+            }],
+            ..Default::default()
+        };
+        let f = response_frame(5, d.encode());
+        let (_, mut r) = read_response(&f).unwrap();
+        assert_eq!(DescribeResponse::decode(&mut r).unwrap(), d);
+        let q = DescribeRequest { mirror_names: vec!["dr".into()], include_authorized_operations: false };
+        let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
+        let (_, mut r) = read_request(&f).unwrap();
+        assert_eq!(DescribeRequest::decode(&mut r).unwrap(), q);
+    }
+
+    #[test]
+    fn truncated_requests_are_errors_not_panics() {
+        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into()], ..Default::default() };
+        let frame = request_frame(PAUSE_MIRROR_TOPICS, 1, "c", req.encode(PAUSE_MIRROR_TOPICS));
+        for cut in 0..frame.len() {
+            if let Ok((_, mut r)) = read_request(&frame[..cut]) {
+                let _ = TopicsRequest::decode(&mut r, PAUSE_MIRROR_TOPICS);
+            }
+        }
+    }
+}

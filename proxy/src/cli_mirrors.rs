@@ -1,0 +1,212 @@
+//! `kafka-mirror-proxy mirrors`: the KIP-1279 `kafka-cluster-mirrors.sh` flags, speaking the
+//! mirror RPCs (`kmp_protocol::mirror_api`) to a proxy's bootstrap address. Human tables by
+//! default, `--output json` for scripts. What the RPCs do is the proxy's.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use kmp_protocol::client::Connection;
+use kmp_protocol::mirror_api::{self as api, DescribeRequest, DescribeResponse, ListResponse, TopicsRequest, TopicsResponse, errors};
+use serde_json::json;
+
+/// Flags of `mirrors` (one action).
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["list", "describe", "stop", "pause", "resume", "create", "start", "delete"])))]
+pub struct MirrorsArgs {
+    /// The proxy's bootstrap address (host:port).
+    #[arg(long)]
+    bootstrap_server: String,
+    /// The mirror (required for stop/pause/resume; optional for list/describe).
+    #[arg(long)]
+    mirror: Option<String>,
+    /// Comma-separated topic names or regexes (matched against the mirror's topics).
+    #[arg(long)]
+    topics: Option<String>,
+    #[arg(long)]
+    list: bool,
+    #[arg(long)]
+    describe: bool,
+    /// Failover: stop mirroring the topics and make them writable.
+    #[arg(long)]
+    stop: bool,
+    #[arg(long)]
+    pause: bool,
+    #[arg(long)]
+    resume: bool,
+    /// Not supported yet: declare mirrors in the proxy's config file.
+    #[arg(long)]
+    create: bool,
+    /// Not supported yet: list the topics in the mirror's config.
+    #[arg(long)]
+    start: bool,
+    /// Not supported yet.
+    #[arg(long)]
+    delete: bool,
+    /// With --stop: first wait (at most this many ms) until every partition has zero lag.
+    #[arg(long)]
+    graceful_timeout_ms: Option<u64>,
+    /// With --describe: only FAILED partitions.
+    #[arg(long)]
+    failed: bool,
+    /// `table` (default) or `json`.
+    #[arg(long, default_value = "table")]
+    output: String,
+}
+
+struct Client {
+    conn: Connection,
+    next: i32,
+}
+
+impl Client {
+    async fn call(&mut self, key: i16, body: api::W) -> anyhow::Result<bytes::Bytes> {
+        self.next += 1;
+        let frame = api::request_frame(key, self.next, "kafka-mirror-proxy-cli", body);
+        let resp = self.conn.round_trip_raw(&frame).await.context("no answer from the proxy")?;
+        Ok(resp)
+    }
+
+    async fn list(&mut self) -> anyhow::Result<ListResponse> {
+        let mut w = api::W::default();
+        w.bool(true).tags();
+        let f = self.call(api::LIST_CLUSTER_MIRRORS, w).await?;
+        let (_, mut r) = api::read_response(&f)?;
+        Ok(ListResponse::decode(&mut r)?)
+    }
+
+    async fn describe(&mut self, names: Vec<String>) -> anyhow::Result<DescribeResponse> {
+        let f = self.call(api::DESCRIBE_CLUSTER_MIRRORS, DescribeRequest { mirror_names: names, include_authorized_operations: false }.encode()).await?;
+        let (_, mut r) = api::read_response(&f)?;
+        Ok(DescribeResponse::decode(&mut r)?)
+    }
+}
+
+/// Runs one `mirrors` action; exit 0 when every topic/mirror succeeded, 1 otherwise, 2 on usage.
+#[allow(clippy::print_stdout, clippy::print_stderr, reason = "CLI output")]
+pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
+    if a.create || a.start || a.delete {
+        eprintln!("--create, --start and --delete are not supported yet: declare mirrors and their topics in the proxy's config file ([[mirrors]])");
+        return Ok(ExitCode::from(2));
+    }
+    let json_out = match a.output.as_str() {
+        "json" => true,
+        "table" => false,
+        other => bail!("--output must be table or json, not {other}"),
+    };
+    let conn = Connection::connect(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli").await?;
+    let mut c = Client { conn, next: 0 };
+    if a.list {
+        let l = c.list().await?;
+        if json_out {
+            let v: Vec<_> = l.mirrors.iter().map(|m| json!({"mirror": m.mirror_name, "topics": m.topic_names, "topic_count": m.topic_count, "source_bootstrap": m.source_bootstrap})).collect();
+            println!("{}", json!({ "mirrors": v }));
+        } else {
+            println!("{:<20} {:>6}  {:<20} SOURCE-BOOTSTRAP-SERVER", "MIRROR", "TOPICS", "SOURCE-CLUSTER-ID");
+            for m in &l.mirrors {
+                println!("{:<20} {:>6}  {:<20} {}", m.mirror_name, m.topic_count, if m.source_cluster_id.is_empty() { "-" } else { &m.source_cluster_id }, m.source_bootstrap);
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.describe {
+        let d = c.describe(a.mirror.iter().cloned().collect()).await?;
+        let mut ok = true;
+        let mut rows = Vec::new();
+        for m in &d.mirrors {
+            if m.error_code != 0 {
+                ok = false;
+                eprintln!("{}: {}", m.mirror_name, errors::name(m.error_code));
+            }
+            for (topic, parts) in &m.topics {
+                for p in parts.iter().filter(|p| !a.failed || p.state_value == "FAILED") {
+                    rows.push((m.mirror_name.clone(), topic.clone(), p.clone()));
+                }
+            }
+        }
+        if json_out {
+            let v: Vec<_> = rows
+                .iter()
+                .map(|(m, t, p)| json!({"mirror": m, "topic": t, "partition": p.partition_index, "source_offset": p.source_offset,
+                    "destination_offset": p.destination_offset, "lag": p.lag, "state": p.state_value, "retry_attempt": p.retry_attempt, "error": p.error_message}))
+                .collect();
+            println!("{}", json!({ "partitions": v }));
+        } else {
+            println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} STATE", "MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG");
+            for (m, t, p) in &rows {
+                let extra = p.error_message.as_deref().map(|e| format!("  {e}")).unwrap_or_default();
+                println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} {}{extra}", m, t, p.partition_index, p.source_offset, p.destination_offset, p.lag, p.state_value);
+            }
+        }
+        return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
+    let (Some(mirror), Some(patterns)) = (a.mirror.clone(), a.topics.clone()) else {
+        eprintln!("--stop, --pause and --resume need --mirror and --topics");
+        return Ok(ExitCode::from(2));
+    };
+    let topics = match_topics(&mut c, &mirror, &patterns).await?;
+    if let (true, Some(ms)) = (a.stop, a.graceful_timeout_ms) {
+        wait_caught_up(&mut c, &mirror, &topics, Duration::from_millis(ms)).await?;
+    }
+    let key = if a.stop { api::STOP_MIRROR_TOPICS } else if a.pause { api::PAUSE_MIRROR_TOPICS } else { api::RESUME_MIRROR_TOPICS };
+    let req = TopicsRequest { mirror_name: mirror, topics, patterns: Vec::new(), state_validation_offset: -1 };
+    let f = c.call(key, req.encode(key)).await?;
+    let (_, mut r) = api::read_response(&f)?;
+    let resp = TopicsResponse::decode(&mut r)?;
+    let ok = resp.error_code == 0 && resp.topics.iter().all(|t| t.error_code == 0);
+    if json_out {
+        let v: Vec<_> = resp.topics.iter().map(|t| json!({"topic": t.name, "error_code": t.error_code, "error": errors::name(t.error_code), "message": t.error_message})).collect();
+        println!("{}", json!({ "error_code": resp.error_code, "results": v }));
+    } else {
+        for t in &resp.topics {
+            println!("{:<32} {}{}", t.name, errors::name(t.error_code), t.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default());
+        }
+        if resp.topics.is_empty() && resp.error_code != 0 {
+            println!("{}: {}", errors::name(resp.error_code), resp.error_message.unwrap_or_default());
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Topic names of `mirror` matching any of the comma-separated names or regexes (whole name);
+/// a plain name that matches nothing is passed through so the proxy reports it.
+async fn match_topics(c: &mut Client, mirror: &str, patterns: &str) -> anyhow::Result<Vec<String>> {
+    let l = c.list().await?;
+    let known: Vec<String> = l.mirrors.into_iter().find(|m| m.mirror_name == mirror).map(|m| m.topic_names).unwrap_or_default();
+    let mut out = Vec::new();
+    for p in patterns.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let re = regex::Regex::new(&format!("^(?:{p})$")).with_context(|| format!("`{p}` is not a valid regular expression"))?;
+        let hits: Vec<&String> = known.iter().filter(|t| re.is_match(t)).collect();
+        if hits.is_empty() {
+            out.push(p.to_owned());
+        }
+        for h in hits {
+            if !out.contains(h) {
+                out.push(h.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn wait_caught_up(c: &mut Client, mirror: &str, topics: &[String], limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let d = c.describe(vec![mirror.to_owned()]).await?;
+        let lagging = d
+            .mirrors
+            .iter()
+            .flat_map(|m| m.topics.iter())
+            .filter(|(t, _)| topics.contains(t))
+            .flat_map(|(_, parts)| parts.iter())
+            .any(|p| p.lag != 0 || p.state_value != "MIRRORING");
+        if !lagging {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("the topics still lag after {limit:?}; not stopped (run without --graceful-timeout-ms to fail over anyway)");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,128 @@
+//! The KIP-1279 mirror admin RPCs answered by the proxy itself (never forwarded): Stop, Pause,
+//! Resume, List and Describe (`kmp_protocol::mirror_api` has the wire format, the engine's
+//! `Control` the operations). Deciding that a frame is one of them happens on the API key, in
+//! `session`, before anything is decoded.
+
+use bytes::Bytes;
+use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
+use kmp_protocol::ProtocolError;
+use kmp_protocol::mirror_api::{
+    self as api, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, TopicResult, TopicsRequest,
+    TopicsResponse, errors,
+};
+
+const INVALID_REQUEST: i16 = 42;
+
+/// Answers one mirror RPC request frame (prefix included) with a response frame.
+pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
+    let (header, mut r) = api::read_request(frame)?;
+    let body = match header.api_key {
+        api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
+            let req = TopicsRequest::decode(&mut r, header.api_key)?;
+            topics_op(header.api_key, req, control).await.encode()
+        }
+        api::LIST_CLUSTER_MIRRORS => {
+            let include_names = r.bool()?;
+            list(control, include_names).encode()
+        }
+        _ => {
+            let req = DescribeRequest::decode(&mut r)?;
+            describe(control, &req).encode()
+        }
+    };
+    Ok(api::response_frame(header.correlation_id, body))
+}
+
+async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsResponse {
+    let fail_all = |code: i16, message: String| TopicsResponse {
+        error_code: code,
+        error_message: Some(message.clone()),
+        topics: req.topics.iter().map(|t| TopicResult { name: t.clone(), error_code: code, error_message: Some(message.clone()) }).collect(),
+        ..Default::default()
+    };
+    if !control.has_mirror(&req.mirror_name) {
+        return fail_all(errors::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {} does not exist", req.mirror_name));
+    }
+    if !req.patterns.is_empty() {
+        return fail_all(INVALID_REQUEST, "stopping topics by pattern is not supported by kafka-mirror-proxy yet; name the topics".into());
+    }
+    let results = match key {
+        api::STOP_MIRROR_TOPICS => control.stop_topics(&req.mirror_name, &req.topics, None).await,
+        api::PAUSE_MIRROR_TOPICS => control.pause_topics(&req.mirror_name, &req.topics).await,
+        _ => control.resume_topics(&req.mirror_name, &req.topics).await,
+    };
+    TopicsResponse { topics: results.into_iter().map(result).collect(), ..Default::default() }
+}
+
+fn result(r: EngineResult) -> TopicResult {
+    TopicResult { name: r.topic, error_code: r.error_code, error_message: r.message }
+}
+
+fn list(control: &Control, include_names: bool) -> ListResponse {
+    let mirrors = control
+        .list()
+        .into_iter()
+        .map(|m| ListedMirror {
+            topic_count: m.topics.len() as i32,
+            topic_names: if include_names { m.topics } else { Vec::new() },
+            mirror_name: m.name,
+            source_bootstrap: m.source_bootstrap,
+            source_cluster_id: String::new(),
+        })
+        .collect();
+    ListResponse { mirrors, ..Default::default() }
+}
+
+fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
+    let names: Vec<String> = if req.mirror_names.is_empty() { control.list().into_iter().map(|m| m.name).collect() } else { req.mirror_names.clone() };
+    let mirrors = names
+        .into_iter()
+        .map(|name| {
+            if !control.has_mirror(&name) {
+                return DescribedMirror { error_code: errors::UNKNOWN_CLUSTER_MIRROR, mirror_name: name, authorized_operations: i32::MIN, topics: Vec::new() };
+            }
+            let topics = control
+                .describe(&name)
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let details = parts
+                        .into_iter()
+                        .map(|p| {
+                            let s = p.status;
+                            let (state, retry_attempt) = kip_state(s.state);
+                            PartitionDetail {
+                                partition_index: p.partition,
+                                source_offset: s.source_high_watermark,
+                                destination_offset: s.destination_next_offset,
+                                lag: if s.source_last_stable_offset < 0 { -1 } else { s.lag_records() },
+                                state_value: state.to_owned(),
+                                retry_attempt,
+                                error_message: s.last_error,
+                            }
+                        })
+                        .collect();
+                    (topic, details)
+                })
+                .collect();
+            DescribedMirror { error_code: codes::NONE, mirror_name: name, authorized_operations: i32::MIN, topics }
+        })
+        .collect();
+    DescribeResponse { mirrors, ..Default::default() }
+}
+
+/// KIP-1279 state name and retry attempt (-1 = not retried) of an engine partition state.
+/// The broker-internal LOG_TRUNCATION / EPOCH_FENCING steps have no proxy equivalent; the
+/// engine's preparation reports the KIP's older name PREPARING.
+fn kip_state(state: PartitionState) -> (&'static str, i16) {
+    match state {
+        PartitionState::Preparing => ("PREPARING", 0),
+        PartitionState::Mirroring | PartitionState::Filling => ("MIRRORING", 0),
+        PartitionState::Retrying => ("FAILED", 1),
+        // Engine FAILED is never retried automatically (retriable errors are `Retrying`).
+        PartitionState::Failed => ("FAILED", -1),
+        PartitionState::Pausing => ("PAUSING", 0),
+        PartitionState::Paused => ("PAUSED", 0),
+        PartitionState::Stopping => ("STOPPING", 0),
+        PartitionState::Stopped => ("STOPPED", 0),
+    }
+}

@@ -1,0 +1,191 @@
+"""Mirror topic life cycle through the admin REST API (`/v1`), against real clusters: list and
+describe, pause (copying stops, still read-only), resume (catches up), graceful stop = failover
+(copying stops at zero lag, the topic becomes writable and a producer continues at the next
+offset), each state surviving a proxy restart, the KIP-1279 error codes of invalid transitions,
+and the loopback-or-token rule for mutating routes."""
+
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+
+from conftest import ProxyProcess, unique
+from test_mirror_engine import create, high_watermarks, produce_plain, produce_transactions, wait_caught_up
+from test_mirror_faults import assert_equal, mirror_config
+
+PARTITIONS = 2
+
+
+def call(proxy, method: str, path: str, body: dict | None = None, host: str = "127.0.0.1", token: str | None = None) -> tuple[int, dict]:
+    req = urllib.request.Request(f"http://{host}:{proxy.admin_port}{path}", method=method,
+                                 data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=90) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def describe(proxy, mirror: str, topic: str) -> dict:
+    status, body = call(proxy, "GET", f"/v1/mirrors/{mirror}")
+    assert status == 200, body
+    return next(t for t in body["topics"] if t["topic"] == topic)
+
+
+def states(proxy, mirror, topic) -> list[str]:
+    return [p["state"] for p in sorted(describe(proxy, mirror, topic)["partitions"], key=lambda p: p["partition"])]
+
+
+def produce_one(bootstrap: str, topic: str, partition: int) -> tuple[KafkaError | None, int]:
+    p = Producer({"bootstrap.servers": bootstrap})
+    out = {}
+    p.produce(topic, key=b"after", value=b"failover", partition=partition, on_delivery=lambda err, msg: out.update(err=err, offset=msg.offset()))
+    p.flush(60)
+    return out.get("err"), out.get("offset", -1)
+
+
+def local_ip() -> str | None:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        s.connect(("10.255.255.255", 1))
+        ip = s.getsockname()[0]
+        return None if ip.startswith("127.") else ip
+    except OSError:
+        return None
+    finally:
+        s.close()
+
+
+def test_pause_resume_and_graceful_stop_with_restarts_in_each_state(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-failover")
+    create(source.bootstrap, topic, PARTITIONS)
+    produce_plain(source.bootstrap, topic, 200)
+    produce_transactions(source.bootstrap, topic)
+    args = mirror_config(workdir, source, [topic], name="fo")
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        status, listing = call(proxy, "GET", "/v1/mirrors")
+        assert status == 200 and any(m["name"] == "fo" and topic in m["topics"] for m in listing["mirrors"]), listing
+        d = describe(proxy, "fo", topic)
+        ends = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+        assert d["desired"] == "mirroring" and [p["destination_offset"] for p in sorted(d["partitions"], key=lambda p: p["partition"])] == ends, d
+        assert all(p["lag"] == 0 and p["state"] == "mirroring" for p in d["partitions"]), d
+
+        status, r = call(proxy, "POST", "/v1/mirrors/fo/pause", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        assert states(proxy, "fo", topic) == ["paused"] * PARTITIONS
+        paused_at = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+        produce_plain(source.bootstrap, topic, 50, start=1000)
+        time.sleep(3)
+        assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == paused_at, "a paused topic is not copied"
+        err, _ = produce_one(proxy.bootstrap, topic, 0)
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"a paused topic stays read-only: {err}"
+
+        # Invalid transitions carry KIP-1279 codes.
+        _, r = call(proxy, "POST", "/v1/mirrors/fo/pause", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 0, "pausing a paused topic is not an error"
+        _, r = call(proxy, "POST", "/v1/mirrors/fo/stop", {"topics": ["not-a-mirror-topic"]})
+        assert r["results"][0]["error_code"] == 139, f"TOPIC_NOT_IN_CLUSTER_MIRROR: {r}"
+        status, r = call(proxy, "POST", "/v1/mirrors/nope/stop", {"topics": [topic]})
+        assert status == 404 and r["error_code"] == 137, f"UNKNOWN_CLUSTER_MIRROR: {r}"
+        status, r = call(proxy, "GET", "/v1/mirrors/nope")
+        assert status == 404 and r["error_code"] == 137
+    finally:
+        assert proxy.stop() == 0
+
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        time.sleep(2)
+        assert states(proxy, "fo", topic) == ["paused"] * PARTITIONS, "paused survives a restart"
+        assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == paused_at
+        status, r = call(proxy, "POST", "/v1/mirrors/fo/resume", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        assert_equal(source, destination, topic, PARTITIONS)
+
+        produce_plain(source.bootstrap, topic, 40, start=2000)
+        status, r = call(proxy, "POST", "/v1/mirrors/fo/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        assert states(proxy, "fo", topic) == ["stopped"] * PARTITIONS
+        assert_equal(source, destination, topic, PARTITIONS)  # graceful: nothing left behind
+        stopped_at = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+        assert [p["destination_offset"] for p in sorted(describe(proxy, "fo", topic)["partitions"], key=lambda p: p["partition"])] == stopped_at
+
+        err, offset = produce_one(proxy.bootstrap, topic, 1)
+        assert err is None and offset == stopped_at[1], f"after failover a producer writes at the next offset {stopped_at[1]}: {err} {offset}"
+        produce_plain(source.bootstrap, topic, 20, start=3000)
+        time.sleep(2)
+        assert high_watermarks(destination.bootstrap, topic, PARTITIONS)[0] == stopped_at[0], "a stopped topic is not copied"
+
+        _, r = call(proxy, "POST", "/v1/mirrors/fo/pause", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 142, f"MIRROR_TOPIC_BEING_STOPPED: {r}"
+        _, r = call(proxy, "POST", "/v1/mirrors/fo/resume", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 141, f"MIRROR_TOPIC_NOT_PAUSED: {r}"
+        _, r = call(proxy, "POST", "/v1/mirrors/fo/stop", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 0, "stopping a stopped topic is not an error"
+    finally:
+        assert proxy.stop() == 0
+
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        time.sleep(2)
+        assert states(proxy, "fo", topic) == ["stopped"] * PARTITIONS, "stopped survives a restart"
+        err, offset = produce_one(proxy.bootstrap, topic, 1)
+        assert err is None and offset == stopped_at[1] + 1, f"still writable after a restart: {err} {offset}"
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_graceful_stop_of_a_topic_that_is_not_caught_up_is_refused_and_leaves_it_as_it_was(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-lagging")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 50)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="lag")).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        _, r = call(proxy, "POST", "/v1/mirrors/lag/pause", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 0
+        produce_plain(source.bootstrap, topic, 50, start=100)  # the paused copy falls behind
+        _, r = call(proxy, "POST", "/v1/mirrors/lag/stop", {"topics": [topic], "graceful_timeout_ms": 1500})
+        result = r["results"][0]
+        assert result["error_code"] == 7 and "zero lag" in result["message"], f"REQUEST_TIMED_OUT with the reason: {r}"
+        assert describe(proxy, "lag", topic)["desired"] == "paused" and states(proxy, "lag", topic) == ["paused"], "left as it was"
+        err, _ = produce_one(proxy.bootstrap, topic, 0)
+        assert err is not None, "still read-only"
+        _, r = call(proxy, "POST", "/v1/mirrors/lag/stop", {"topics": [topic]})
+        assert r["results"][0]["error_code"] == 0, "a forced stop fails over at once"
+        assert states(proxy, "lag", topic) == ["stopped"]
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_mutating_routes_need_loopback_or_the_admin_token(clusters, workdir):
+    ip = local_ip()
+    assert ip, "the machine needs a non-loopback address for this test"
+    source, destination = clusters
+    topic = unique("mir-auth")
+    create(source.bootstrap, topic, 1)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="auth"),
+                         admin_host="0.0.0.0", env={"KMP_ADMIN_TOKEN": "let-me-in"}).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        status, _ = call(proxy, "GET", "/v1/mirrors/auth", host=ip)
+        assert status == 200, "reading is allowed from anywhere"
+        status, _ = call(proxy, "POST", "/v1/mirrors/auth/pause", {"topics": [topic]}, host=ip)
+        assert status == 403, "no token from a non-loopback address"
+        status, _ = call(proxy, "POST", "/v1/mirrors/auth/pause", {"topics": [topic]}, host=ip, token="wrong")
+        assert status == 403, "a wrong token"
+        status, r = call(proxy, "POST", "/v1/mirrors/auth/pause", {"topics": [topic]}, host=ip, token="let-me-in")
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        assert "let-me-in" not in proxy.log(), "the token never shows in the log"
+        status, doc = call(proxy, "GET", "/v1/openapi.json")
+        assert status == 200 and "/v1/mirrors/{name}/stop" in doc["paths"]
+    finally:
+        assert proxy.stop() == 0
