@@ -21,6 +21,7 @@ kt() { java -cp "$libs/*" "$@"; }
 
 echo "==> starting source (1 broker, :19092) and destination (3 brokers, :29092-29094) clusters"
 python3 tests/harness/kafka_cluster.py down --dir "$dir"
+rm -rf "$dir"  # a fresh start: the demo's topics are created below
 python3 tests/harness/kafka_cluster.py up --dir "$dir" --source-port 19092 --dest-port 29092
 
 echo "==> creating topic 'orders' on the source and producing 6 records to it"
