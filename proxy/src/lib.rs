@@ -9,6 +9,7 @@ mod admin;
 mod api_versions;
 mod cluster;
 mod error;
+mod guard;
 mod metrics;
 mod mirror_metrics;
 mod mirror_rpc;

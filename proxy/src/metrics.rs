@@ -53,7 +53,7 @@ pub(crate) struct Metrics {
     pub(crate) metadata_refresh_errors: Counter,
     pub(crate) known_brokers: Gauge,
     pub(crate) masked_fetch_responses: Counter,
-    pub(crate) refused_produce_partitions: Counter,
+    pub(crate) refused_mirror_topic_changes: Counter,
 }
 
 impl Metrics {
@@ -90,8 +90,12 @@ impl Metrics {
 
         let masked_fetch_responses = Counter::default();
         registry.register("masked_fetch_responses", "Fetch responses in which mirror filler batches were replaced by empty batches", masked_fetch_responses.clone());
-        let refused_produce_partitions = Counter::default();
-        registry.register("refused_produce_partitions", "Produce partitions refused because their topic is a read-only mirror topic", refused_produce_partitions.clone());
+        let refused_mirror_topic_changes = Counter::default();
+        registry.register(
+            "refused_mirror_topic_changes",
+            "Produce partitions and admin topic changes refused because the topic is a read-only mirror topic",
+            refused_mirror_topic_changes.clone(),
+        );
 
         let bytes_from_clients = bytes.get_or_create(&DirectionLabel { direction: "from_clients" }).clone();
         let bytes_to_clients = bytes.get_or_create(&DirectionLabel { direction: "to_clients" }).clone();
@@ -113,7 +117,7 @@ impl Metrics {
             metadata_refresh_errors,
             known_brokers,
             masked_fetch_responses,
-            refused_produce_partitions,
+            refused_mirror_topic_changes,
             registry,
         })
     }

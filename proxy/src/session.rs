@@ -25,6 +25,7 @@ use tracing::{debug, trace, warn};
 use crate::api_versions;
 use crate::mirror_rpc;
 use crate::readonly;
+use crate::guard;
 use crate::error::ProxyError;
 use crate::server::Shared;
 
@@ -33,9 +34,9 @@ const MAX_IN_FLIGHT: usize = 1024;
 
 /// What the response side must do next, in request order.
 enum Pending {
-    /// Read the next upstream response; it must carry `correlation_id`. `refused`: mirror-topic
-    /// partitions taken out of a Produce, to merge back into its response.
-    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant, refused: Option<Box<readonly::Refused>> },
+    /// Read the next upstream response; it must carry `correlation_id`. `merge`: adds back what
+    /// the proxy refused (mirror topics taken out of the request) to the broker's response.
+    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant, merge: Option<guard::Merge> },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
 }
@@ -127,29 +128,43 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             return Err(ProxyError::UnsupportedRequest { api_key: p.api_key, api_version: p.api_version });
         }
         let mut frame = frame;
-        let mut refused = None;
-        if p.api_key == ApiKey::Produce as i16 && !shared.mirrors.topics.is_empty() {
-            match readonly::check(&frame, p.api_version, &shared.mirrors.topics).map_err(|e| client_error(shared, e))? {
-                readonly::Decision::Forward => {}
-                readonly::Decision::Refuse(response, partitions) => {
-                    m.refused_produce_partitions.inc_by(partitions);
-                    if let Some(frame) = response
-                        && tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err()
-                    {
+        let mut merge: Option<guard::Merge> = None;
+        if !shared.mirrors.topics.is_empty() {
+            let decision = if p.api_key == ApiKey::Produce as i16 {
+                readonly::check(&frame, p.api_version, &shared.mirrors.topics).map(|d| match d {
+                    readonly::Decision::Forward => guard::Decision::Forward,
+                    readonly::Decision::Refuse(Some(f), n) => guard::Decision::Refuse(f, n),
+                    readonly::Decision::Refuse(None, n) => guard::Decision::Refuse(Bytes::new(), n),
+                    readonly::Decision::Split { frame, refused } => {
+                        let (n, version) = (refused.partitions, p.api_version);
+                        guard::Decision::Split(frame, Box::new(move |f| readonly::merge(f, version, refused)), n)
+                    }
+                })
+            } else if guard::is_guarded(p.api_key, p.api_version) {
+                guard::check(&frame, p.api_key, p.api_version, &shared.mirrors.topics)
+            } else {
+                Ok(guard::Decision::Forward)
+            };
+            match decision.map_err(|e| client_error(shared, e))? {
+                guard::Decision::Forward => {}
+                guard::Decision::Refuse(response, n) => {
+                    m.refused_mirror_topic_changes.inc_by(n);
+                    // An empty response: acks=0 Produce, which gets none.
+                    if !response.is_empty() && tx.send(Pending::Local { api_key: p.api_key, frame: response, started }).await.is_err() {
                         return Ok(());
                     }
                     continue;
                 }
-                readonly::Decision::Split { frame: rest, refused: r } => {
-                    m.refused_produce_partitions.inc_by(r.partitions);
+                guard::Decision::Split(rest, f, n) => {
+                    m.refused_mirror_topic_changes.inc_by(n);
                     frame = rest;
-                    refused = Some(Box::new(r));
+                    merge = Some(f);
                 }
             }
         }
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
-            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started, refused };
+            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started, merge };
             if tx.send(pending).await.is_err() {
                 return Ok(());
             }
@@ -184,7 +199,7 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     while let Some(pending) = rx.recv().await {
         let (api_key, frame, started) = match pending {
             Pending::Local { api_key, frame, started } => (api_key, frame, started),
-            Pending::Forwarded { api_key, api_version, correlation_id, started, refused } => {
+            Pending::Forwarded { api_key, api_version, correlation_id, started, merge } => {
                 let frame = match reader.next().await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
@@ -197,8 +212,8 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 if got != correlation_id {
                     return Err(broker_error(&shared, ProtocolError::CorrelationMismatch { expected: correlation_id, got }));
                 }
-                let frame = match refused {
-                    Some(r) => readonly::merge(frame, api_version, *r).map_err(|e| broker_error(&shared, e))?,
+                let frame = match merge {
+                    Some(merge) => merge(frame).map_err(|e| broker_error(&shared, e))?,
                     None => frame,
                 };
                 (api_key, adjust_response(frame, api_key, api_version, &shared).map_err(|e| broker_error(&shared, e))?, started)

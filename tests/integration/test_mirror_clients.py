@@ -187,7 +187,7 @@ def test_each_client_gets_a_fast_non_retriable_refusal_when_producing_to_a_mirro
     assert elapsed < REFUSAL_BUDGET_S, f"kafka-python failed fast ({elapsed:.1f}s)"
 
     assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == before, "nothing was written to the mirror topic"
-    assert proxy.metric("kmp_refused_produce_partitions_total") >= 4
+    assert proxy.metric("kmp_refused_mirror_topic_changes_total") >= 4
 
 
 def leader_of(bootstrap: str, topic: str, partition: int) -> int:
@@ -267,3 +267,48 @@ def test_another_topic_in_the_same_produce_request_is_written(mirror):
         f"the message names the mirror and how to make the topic writable: {errors[topic][1]}"
     assert high_watermarks(destination.bootstrap, other, 1)[0] == before_other + 1
     assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == before_mirror
+
+
+def test_admin_changes_to_a_mirror_topic_are_refused_and_other_topics_in_the_request_are_changed(mirror):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions
+    source, destination, proxy, topic = mirror
+    other = unique("plain-admin")
+    direct = AdminClient({"bootstrap.servers": destination.bootstrap})
+    direct.create_topics([NewTopic(other, 1, 3)])[other].result(30)
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    before = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+
+    def error_of(fut):
+        try:
+            fut.result(30)
+            return None
+        except Exception as e:  # noqa: BLE001 - the Kafka error inside is what is checked
+            return e.args[0].code() if e.args and hasattr(e.args[0], "code") else e
+
+    assert error_of(admin.delete_topics([topic])[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert error_of(admin.create_partitions([NewPartitions(topic, PARTITIONS + 2)])[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    records = admin.delete_records([TopicPartition(topic, 0, 1)])
+    assert error_of(next(iter(records.values()))) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t, incremental_configs=[ConfigEntry("retention.ms", "123456", incremental_operation=AlterConfigOpType.SET)])
+                 for t in (other, topic)]
+    results = {r.name: f for r, f in admin.incremental_alter_configs(resources).items()}
+    assert error_of(results[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED, "mirror topic configs are read-only"
+    assert error_of(results[other]) is None, "the other topic in the same request is changed"
+    described = direct.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, other)])
+    assert next(iter(described.values())).result(30)["retention.ms"].value == "123456"
+
+    tx = Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": unique("mirror-tx-refused")})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, value=b"in a transaction", partition=0)
+    failed = None
+    try:
+        tx.commit_transaction(30)
+    except Exception as e:  # noqa: BLE001
+        failed = e
+    assert failed is not None, "a transaction writing to a mirror topic does not commit"
+
+    meta = direct.list_topics(topic, timeout=10).topics[topic]
+    assert meta.error is None and len(meta.partitions) == PARTITIONS, "the mirror topic still exists with its partitions"
+    assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == before, "and its data is untouched"
+    assert proxy.metric("kmp_refused_mirror_topic_changes_total") >= 4

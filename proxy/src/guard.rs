@@ -1,0 +1,302 @@
+//! Admin and transaction requests that would change a read-only mirror topic behind the
+//! engine's back — DeleteTopics, CreatePartitions, DeleteRecords, AlterConfigs,
+//! IncrementalAlterConfigs (topic resources) and AddPartitionsToTxn (v0-3) — are refused for
+//! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
+//! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
+//! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). Produce has its own
+//! module (`readonly`). Which topics are mirror topics is the engine's (`MirrorTopics`).
+
+use bytes::Bytes;
+use kmp_mirror_engine::MirrorTopics;
+use kmp_protocol::ProtocolError;
+use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AlterConfigsRequest, AlterConfigsResponse, ApiKey, CreatePartitionsRequest,
+    CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, RequestHeader, TopicName,
+};
+use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::readonly::REFUSED_CODE;
+
+/// Merges the refused part into the broker's response to the rest.
+pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + Send>;
+
+/// What to do with a request.
+pub(crate) enum Decision {
+    Forward,
+    /// Answer with this response; `u64` = topics refused.
+    Refuse(Bytes, u64),
+    /// Forward `frame`, then `merge` the broker's response; `u64` = topics refused.
+    Split(Bytes, Merge, u64),
+}
+
+const OPERATION_NOT_ATTEMPTED: i16 = 55;
+const TOPIC_RESOURCE: i8 = 2;
+
+/// Whether `key`/`version` can touch a mirror topic in a way the proxy refuses.
+pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
+    match ApiKey::try_from(key) {
+        Ok(ApiKey::DeleteTopics | ApiKey::CreatePartitions | ApiKey::DeleteRecords | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => true,
+        Ok(ApiKey::AddPartitionsToTxn) => version <= 3,
+        _ => false,
+    }
+}
+
+fn message(topic: &str, mirror: &str) -> String {
+    format!("topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to change it")
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_owned()))
+}
+
+/// Checks one guarded request frame (prefix included).
+pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
+    let ro = |t: &str| topics.read_only(t).map(|m| (t.to_owned(), message(t, &m)));
+    match ApiKey::try_from(key) {
+        Ok(ApiKey::DeleteTopics) => {
+            let by_id = |id: &[u8; 16]| topics.read_only_id(id).map(|(t, m)| (t.clone(), message(&t, &m)));
+            split::<DeleteTopicsRequest, DeleteTopicsResponse>(
+                frame,
+                ApiKey::DeleteTopics,
+                version,
+                |req| {
+                    let mut out: Vec<(String, String)> = Vec::new();
+                    req.topic_names.retain(|n| match ro(n.0.as_str()) {
+                        Some(r) => {
+                            out.push(r);
+                            false
+                        }
+                        None => true,
+                    });
+                    req.topics.retain(|t| {
+                        let hit = match &t.name {
+                            Some(n) => ro(n.0.as_str()),
+                            None => by_id(t.topic_id.as_bytes()),
+                        };
+                        match hit {
+                            Some(r) => {
+                                out.push(r);
+                                false
+                            }
+                            None => true,
+                        }
+                    });
+                    out
+                },
+                |req| req.topic_names.len() + req.topics.len(),
+                |resp, refused| {
+                    for (t, msg) in refused {
+                        let mut r = kmp_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult::default();
+                        r.name = Some(name(t));
+                        r.error_code = REFUSED_CODE;
+                        r.error_message = Some(StrBytes::from_string(msg.clone()));
+                        resp.responses.push(r);
+                    }
+                },
+            )
+        }
+        Ok(ApiKey::CreatePartitions) => split::<CreatePartitionsRequest, CreatePartitionsResponse>(
+            frame,
+            ApiKey::CreatePartitions,
+            version,
+            |req| take(&mut req.topics, |t| ro(t.name.0.as_str())),
+            |req| req.topics.len(),
+            |resp, refused| {
+                for (t, msg) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default();
+                    r.name = name(t);
+                    r.error_code = REFUSED_CODE;
+                    r.error_message = Some(StrBytes::from_string(msg.clone()));
+                    resp.results.push(r);
+                }
+            },
+        ),
+        Ok(ApiKey::DeleteRecords) => {
+            let (_, req) = decode_request::<DeleteRecordsRequest>(frame, ApiKey::DeleteRecords, version)?;
+            let partitions: Vec<(String, Vec<i32>)> = req.topics.iter().map(|t| (t.name.0.as_str().to_owned(), t.partitions.iter().map(|p| p.partition_index).collect())).collect();
+            split::<DeleteRecordsRequest, DeleteRecordsResponse>(
+                frame,
+                ApiKey::DeleteRecords,
+                version,
+                |req| take(&mut req.topics, |t| ro(t.name.0.as_str())),
+                |req| req.topics.len(),
+                move |resp, refused| {
+                    for (t, _) in refused {
+                        let mut r = kmp_protocol::kafka_protocol::messages::delete_records_response::DeleteRecordsTopicResult::default();
+                        r.name = name(t);
+                        for &p in partitions.iter().find(|(n, _)| n == t).map(|(_, ps)| ps.as_slice()).unwrap_or(&[]) {
+                            let mut pr = kmp_protocol::kafka_protocol::messages::delete_records_response::DeleteRecordsPartitionResult::default();
+                            pr.partition_index = p;
+                            pr.low_watermark = -1;
+                            pr.error_code = REFUSED_CODE;
+                            r.partitions.push(pr);
+                        }
+                        resp.topics.push(r);
+                    }
+                },
+            )
+        }
+        Ok(ApiKey::AlterConfigs) => split::<AlterConfigsRequest, AlterConfigsResponse>(
+            frame,
+            ApiKey::AlterConfigs,
+            version,
+            |req| take(&mut req.resources, |r| if r.resource_type == TOPIC_RESOURCE { ro(r.resource_name.as_str()) } else { None }),
+            |req| req.resources.len(),
+            |resp, refused| {
+                for (t, msg) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
+                    r.resource_type = TOPIC_RESOURCE;
+                    r.resource_name = StrBytes::from_string(t.clone());
+                    r.error_code = REFUSED_CODE;
+                    r.error_message = Some(StrBytes::from_string(msg.clone()));
+                    resp.responses.push(r);
+                }
+            },
+        ),
+        Ok(ApiKey::IncrementalAlterConfigs) => split::<IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse>(
+            frame,
+            ApiKey::IncrementalAlterConfigs,
+            version,
+            |req| take(&mut req.resources, |r| if r.resource_type == TOPIC_RESOURCE { ro(r.resource_name.as_str()) } else { None }),
+            |req| req.resources.len(),
+            |resp, refused| {
+                for (t, msg) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+                    r.resource_type = TOPIC_RESOURCE;
+                    r.resource_name = StrBytes::from_string(t.clone());
+                    r.error_code = REFUSED_CODE;
+                    r.error_message = Some(StrBytes::from_string(msg.clone()));
+                    resp.responses.push(r);
+                }
+            },
+        ),
+        Ok(ApiKey::AddPartitionsToTxn) => add_partitions_to_txn(frame, version, topics),
+        _ => Ok(Decision::Forward),
+    }
+}
+
+/// Removes the items `hit` recognises as mirror topics; returns `(topic, message)` of each.
+fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    items.retain(|i| match hit(i) {
+        Some(r) => {
+            out.push(r);
+            false
+        }
+        None => true,
+    });
+    out
+}
+
+/// Decodes a request, takes the mirror topics out, and decides: forward untouched, refuse it
+/// whole, or forward the rest and merge.
+fn split<Req, Resp>(
+    frame: &Bytes,
+    key: ApiKey,
+    version: i16,
+    take_mirror: impl FnOnce(&mut Req) -> Vec<(String, String)>,
+    remaining: impl Fn(&Req) -> usize,
+    add: impl FnOnce(&mut Resp, &[(String, String)]) + Send + 'static,
+) -> Result<Decision, ProtocolError>
+where
+    Req: Decodable + Encodable,
+    Resp: Decodable + Encodable + Default,
+{
+    let (header, mut req): (RequestHeader, Req) = decode_request(frame, key, version)?;
+    let refused = take_mirror(&mut req);
+    if refused.is_empty() {
+        return Ok(Decision::Forward);
+    }
+    let n = refused.len() as u64;
+    if remaining(&req) == 0 {
+        let mut resp = Resp::default();
+        add(&mut resp, &refused);
+        return Ok(Decision::Refuse(encode_response(header.correlation_id, key, version, &resp)?, n));
+    }
+    let rest = encode_request(&header, key, &req)?;
+    let merge: Merge = Box::new(move |broker: Bytes| {
+        let (h, mut resp): (_, Resp) = decode_response(&broker, key, version)?;
+        add(&mut resp, &refused);
+        encode_response(h.correlation_id, key, version, &resp)
+    });
+    Ok(Decision::Split(rest, merge, n))
+}
+
+/// AddPartitionsToTxn v0-3 is all-or-nothing: any mirror topic refuses the request, the mirror
+/// partitions with TOPIC_AUTHORIZATION_FAILED and the others with OPERATION_NOT_ATTEMPTED.
+fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
+    use kmp_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult};
+    let (header, req) = decode_request::<AddPartitionsToTxnRequest>(frame, ApiKey::AddPartitionsToTxn, version)?;
+    let refused = req.v3_and_below_topics.iter().filter(|t| topics.read_only(t.name.0.as_str()).is_some()).count() as u64;
+    if refused == 0 {
+        return Ok(Decision::Forward);
+    }
+    let mut resp = AddPartitionsToTxnResponse::default();
+    for t in &req.v3_and_below_topics {
+        let code = if topics.read_only(t.name.0.as_str()).is_some() { REFUSED_CODE } else { OPERATION_NOT_ATTEMPTED };
+        let mut r = AddPartitionsToTxnTopicResult::default();
+        r.name = t.name.clone();
+        r.results_by_partition = t
+            .partitions
+            .iter()
+            .map(|&p| {
+                let mut pr = AddPartitionsToTxnPartitionResult::default();
+                pr.partition_index = p;
+                pr.partition_error_code = code;
+                pr
+            })
+            .collect();
+        resp.results_by_topic_v3_and_below.push(r);
+    }
+    Ok(Decision::Refuse(encode_response(header.correlation_id, ApiKey::AddPartitionsToTxn, version, &resp)?, refused))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+
+    fn registry() -> MirrorTopics {
+        let r = MirrorTopics::default();
+        r.register("mirrored", "dr", [0; 16]);
+        r
+    }
+
+    fn create_partitions(topics: &[&str]) -> Bytes {
+        let mut req = CreatePartitionsRequest::default();
+        for t in topics {
+            let mut c = CreatePartitionsTopic::default();
+            c.name = name(t);
+            c.count = 4;
+            req.topics.push(c);
+        }
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::CreatePartitions as i16;
+        h.request_api_version = 3;
+        h.correlation_id = 5;
+        encode_request(&h, ApiKey::CreatePartitions, &req).unwrap()
+    }
+
+    #[test]
+    fn create_partitions_for_a_mirror_topic_is_refused_and_other_topics_are_forwarded_and_merged() {
+        let key = ApiKey::CreatePartitions as i16;
+        assert!(matches!(check(&create_partitions(&["plain"]), key, 3, &registry()).unwrap(), Decision::Forward));
+        let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &registry()).unwrap() else { panic!("refused") };
+        let (_, resp) = decode_response::<CreatePartitionsResponse>(&frame, ApiKey::CreatePartitions, 3).unwrap();
+        assert_eq!(resp.results[0].error_code, REFUSED_CODE);
+        assert!(resp.results[0].error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")));
+        let Decision::Split(rest, merge, 1) = check(&create_partitions(&["plain", "mirrored"]), key, 3, &registry()).unwrap() else { panic!("split") };
+        let (_, fwd) = decode_request::<CreatePartitionsRequest>(&rest, ApiKey::CreatePartitions, 3).unwrap();
+        assert_eq!(fwd.topics.len(), 1);
+        let mut broker = CreatePartitionsResponse::default();
+        let mut ok = kmp_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default();
+        ok.name = name("plain");
+        broker.results.push(ok);
+        let merged = merge(encode_response(5, ApiKey::CreatePartitions, 3, &broker).unwrap()).unwrap();
+        let (_, resp) = decode_response::<CreatePartitionsResponse>(&merged, ApiKey::CreatePartitions, 3).unwrap();
+        let got: Vec<_> = resp.results.iter().map(|r| (r.name.0.as_str().to_owned(), r.error_code)).collect();
+        assert_eq!(got, vec![("plain".to_owned(), 0), ("mirrored".to_owned(), REFUSED_CODE)]);
+    }
+}
