@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
+    /// Whether the mirror engine runs: the state topic, mirrors from the config and the
+    /// KIP-1279 admin RPCs. Default true; false makes the proxy a plain pass-through proxy.
+    pub enabled: bool,
     /// Compacted topic on the destination holding mirror definitions, topic ownership and
     /// per-partition state. Created on first start (compacted, one partition, the
     /// destination's default replication factor). Default `__kmp_mirror_state`.
@@ -27,6 +30,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
+            enabled: true,
             state_topic: "__kmp_mirror_state".to_owned(),
             max_buffer_bytes: 256 * 1024 * 1024,
             max_in_flight_per_partition: 5,
@@ -82,6 +86,26 @@ pub struct MirrorConfig {
     /// Bytes fetched per source partition per request; default 1048576 (1 MiB).
     #[serde(default = "default_fetch_bytes")]
     pub fetch_max_bytes: i32,
+}
+
+impl MirrorConfig {
+    /// A mirror of no topics yet, every optional setting at its default (mirrors created
+    /// through the admin APIs start like this).
+    pub fn new(name: &str, source_bootstrap_servers: Vec<String>) -> Self {
+        Self {
+            name: name.to_owned(),
+            source_bootstrap_servers,
+            topics: Vec::new(),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            topic_refresh_interval_ms: default_topic_refresh(),
+            start_position: default_start(),
+            replication_factor: default_rf(),
+            max_filler_batch_records: default_max_filler(),
+            max_fill_offsets: default_max_fill(),
+            fetch_max_bytes: default_fetch_bytes(),
+        }
+    }
 }
 
 fn default_max_fill() -> i64 {

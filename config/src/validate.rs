@@ -72,6 +72,9 @@ impl Config {
         if e.state_flush_interval_ms < 100 {
             err("engine.state_flush_interval_ms", "must be at least 100".to_owned());
         }
+        if !e.enabled && !self.mirrors.is_empty() {
+            err("engine.enabled", "mirrors are declared but the engine is disabled".to_owned());
+        }
         let mut names = std::collections::HashSet::new();
         for (i, m) in self.mirrors.iter().enumerate() {
             let key = |field: &str| format!("mirrors[{i}].{field}");

@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::sync::watch;
+use kmp_config::MirrorConfig;
+use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use crate::registry::MirrorTopics;
@@ -101,8 +102,14 @@ pub struct Control {
 
 struct Inner {
     topics: DashMap<String, TopicRuntime>,
-    /// Mirror name → source bootstrap servers.
-    mirrors: DashMap<String, Vec<String>>,
+    /// Mirror name → its current definition (config file or API).
+    mirrors: DashMap<String, MirrorConfig>,
+    /// Topic → mirror, from the moment a mirror starts preparing it (before `topics` has it).
+    claimed: DashMap<String, String>,
+    /// Wakes a mirror's discovery loop when its definition changed.
+    wake: DashMap<String, Arc<Notify>>,
+    /// Starts a new mirror's discovery (set when the engine has booted).
+    launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
     status: StatusBoard,
     registry: MirrorTopics,
@@ -119,15 +126,100 @@ impl std::fmt::Debug for Control {
 
 impl Control {
     pub(crate) fn new(status: StatusBoard, registry: MirrorTopics) -> Self {
-        Self { inner: Arc::new(Inner { topics: DashMap::new(), mirrors: DashMap::new(), store: OnceLock::new(), status, registry }) }
+        Self {
+            inner: Arc::new(Inner {
+                topics: DashMap::new(),
+                mirrors: DashMap::new(),
+                claimed: DashMap::new(),
+                wake: DashMap::new(),
+                launcher: OnceLock::new(),
+                store: OnceLock::new(),
+                status,
+                registry,
+            }),
+        }
     }
 
     pub(crate) fn set_store(&self, store: Arc<StateStore>) {
         let _ = self.inner.store.set(store);
     }
 
-    pub(crate) fn add_mirror(&self, name: &str, source_bootstrap: Vec<String>) {
-        self.inner.mirrors.insert(name.to_owned(), source_bootstrap);
+    pub(crate) fn add_mirror(&self, def: MirrorConfig) {
+        self.inner.mirrors.insert(def.name.clone(), def);
+    }
+
+    pub(crate) fn remove_mirror(&self, name: &str) {
+        self.inner.mirrors.remove(name);
+        self.wake(name);
+        self.inner.wake.remove(name);
+    }
+
+    /// The current definition of mirror `name`.
+    pub fn definition(&self, name: &str) -> Option<MirrorConfig> {
+        self.inner.mirrors.get(name).map(|d| d.clone())
+    }
+
+    pub(crate) fn set_definition(&self, def: MirrorConfig) {
+        let name = def.name.clone();
+        self.inner.mirrors.insert(name.clone(), def);
+        self.wake(&name);
+    }
+
+    /// Claims `topic` for `mirror`; false if some mirror already has it.
+    pub(crate) fn claim_topic(&self, topic: &str, mirror: &str) -> bool {
+        match self.inner.claimed.entry(topic.to_owned()) {
+            dashmap::Entry::Occupied(_) => false,
+            dashmap::Entry::Vacant(v) => {
+                v.insert(mirror.to_owned());
+                true
+            }
+        }
+    }
+
+    /// The mirror that claimed `topic`.
+    pub(crate) fn claimed_by(&self, topic: &str) -> Option<String> {
+        self.inner.claimed.get(topic).map(|m| m.clone())
+    }
+
+    /// Topics claimed by `mirror`.
+    pub(crate) fn claimed_topics(&self, mirror: &str) -> Vec<String> {
+        self.inner.claimed.iter().filter(|e| e.value() == mirror).map(|e| e.key().clone()).collect()
+    }
+
+    /// Forgets a topic of a deleted mirror.
+    pub(crate) fn forget_topic(&self, topic: &str) {
+        self.inner.claimed.remove(topic);
+        if let Some((_, rt)) = self.inner.topics.remove(topic) {
+            for p in 0..rt.partitions as i32 {
+                self.inner.status.remove(&(rt.mirror.clone(), topic.to_owned(), p));
+            }
+        }
+    }
+
+    pub(crate) fn notifier(&self, name: &str) -> Arc<Notify> {
+        self.inner.wake.entry(name.to_owned()).or_insert_with(|| Arc::new(Notify::new())).clone()
+    }
+
+    fn wake(&self, name: &str) {
+        if let Some(n) = self.inner.wake.get(name) {
+            n.notify_one();
+        }
+    }
+
+    pub(crate) fn inner_launcher(&self) -> Option<Arc<dyn Fn(MirrorConfig) + Send + Sync>> {
+        self.inner.launcher.get().cloned()
+    }
+
+    pub(crate) fn set_launcher(&self, launch: Arc<dyn Fn(MirrorConfig) + Send + Sync>) {
+        let _ = self.inner.launcher.set(launch);
+    }
+
+    pub(crate) fn store(&self) -> Option<Arc<StateStore>> {
+        self.inner.store.get().cloned()
+    }
+
+    pub(crate) fn registry(&self) -> &MirrorTopics {
+        &self.inner.registry
     }
 
     pub(crate) fn add_topic(&self, topic: &str, rt: TopicRuntime) {
@@ -143,7 +235,7 @@ impl Control {
             .map(|m| {
                 let mut topics: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == *m.key()).map(|t| t.key().clone()).collect();
                 topics.sort();
-                MirrorListing { name: m.key().clone(), source_bootstrap: m.value().join(","), topics }
+                MirrorListing { name: m.key().clone(), source_bootstrap: m.value().source_bootstrap_servers.join(","), topics }
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -12,6 +12,7 @@ mod budget;
 mod cluster;
 mod control;
 mod lifecycle;
+mod mirrors;
 mod error;
 mod partition;
 mod plan;
@@ -39,7 +40,6 @@ pub use registry::{MirrorTopic, MirrorTopics};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
 
-use select::TopicSelector;
 
 /// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -135,9 +135,6 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     }
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
-    for m in &mirrors {
-        shared.control.add_mirror(&m.name, m.source_bootstrap_servers.clone());
-    }
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
         async move {
@@ -146,17 +143,17 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         }
         .in_current_span(),
     );
-    for m in mirrors {
-        let source = ClusterClient::new("source", m.source_bootstrap_servers.clone(), shared.destination.timeout());
-        let selector = match TopicSelector::new(&m.topics, &m.include, &m.exclude) {
-            Ok(s) => s,
-            Err(e) => {
-                warn!(mirror = %m.name, error = %e, "mirror not started");
-                continue;
-            }
-        };
-        let ctx = TopicContext { mirror: m, source, shared: shared.clone(), store: store.clone() };
-        tokio::spawn(discover(ctx, selector).instrument(info_span!("mirror-topics")));
+    let (launch_shared, launch_store) = (shared.clone(), store.clone());
+    let span = tracing::Span::current();
+    shared.control.set_launcher(Arc::new(move |def| {
+        let _entered = span.enter();
+        mirrors::launch(&launch_shared, &launch_store, def);
+    }));
+    // Mirrors created through the API (stored) and declared in the config come up alike.
+    let created: Vec<MirrorConfig> =
+        store.mirrors().into_iter().filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name)).map(|r| r.definition).collect();
+    for def in mirrors.into_iter().chain(created) {
+        mirrors::launch(&shared, &store, def);
     }
 }
 
@@ -183,36 +180,4 @@ pub(crate) struct TopicContext {
     pub(crate) source: ClusterClient,
     pub(crate) shared: Shared,
     pub(crate) store: Arc<StateStore>,
-}
-
-/// Starts the named topics, then (with include patterns) looks for new matching source topics
-/// every `topic_refresh_interval_ms` until stopped.
-async fn discover(ctx: TopicContext, selector: TopicSelector) {
-    let mut started = std::collections::HashSet::new();
-    for topic in selector.named() {
-        started.insert(topic.clone());
-        lifecycle::start_topic(ctx.clone(), topic.clone());
-    }
-    if !selector.has_patterns() {
-        return;
-    }
-    let interval = Duration::from_millis(ctx.mirror.topic_refresh_interval_ms);
-    let mut stop = ctx.shared.stop.clone();
-    loop {
-        match ctx.source.topic_names().await {
-            Ok(names) => {
-                for topic in names {
-                    if selector.matches(&topic) && started.insert(topic.clone()) {
-                        info!(mirror = %ctx.mirror.name, %topic, "new source topic matches the mirror; starting it");
-                        lifecycle::start_topic(ctx.clone(), topic);
-                    }
-                }
-            }
-            Err(e) => warn!(mirror = %ctx.mirror.name, error = %e, "cannot list source topics; retrying"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.changed() => return,
-        }
-    }
 }

@@ -44,6 +44,13 @@ impl MirrorTopics {
         }
     }
 
+    /// Forgets `topic` (its mirror was deleted; it is an ordinary topic again).
+    pub fn remove(&self, topic: &str) {
+        if let Some((_, t)) = self.by_name.remove(topic) {
+            self.by_id.remove(&t.topic_id);
+        }
+    }
+
     /// Whether any topic is registered (a proxy without mirrors skips every check).
     pub fn is_empty(&self) -> bool {
         self.by_name.is_empty()

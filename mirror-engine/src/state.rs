@@ -190,6 +190,13 @@ impl StateStore {
         self.write(vec![(format!("mirror/{name}"), None)]).await
     }
 
+    /// Removes a topic's ownership and partition records (its mirror was deleted).
+    pub async fn detach_topic(&self, topic: &str, partitions: usize) -> Result<(), MirrorError> {
+        let mut entries = vec![(format!("topic/{topic}"), None)];
+        entries.extend((0..partitions).map(|p| (format!("partition/{topic}/{p}"), None)));
+        self.write(entries).await
+    }
+
     /// Writes `entries` (`None` = tombstone) as one batch, acks=all, and applies them locally.
     async fn write(&self, entries: Vec<(String, Option<Bytes>)>) -> Result<(), MirrorError> {
         if entries.is_empty() {

@@ -128,6 +128,11 @@ impl StatusBoard {
     }
 
     /// A copy of every partition's status, sorted by key.
+    /// Forgets one partition (its mirror was deleted).
+    pub fn remove(&self, key: &PartitionKey) {
+        self.0.remove(key);
+    }
+
     /// A copy of one partition's status.
     pub fn get(&self, key: &PartitionKey) -> Option<PartitionStatus> {
         self.0.get(key).map(|e| e.value().clone())

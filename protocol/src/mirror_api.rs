@@ -22,9 +22,17 @@ pub const RESUME_MIRROR_TOPICS: i16 = 103;
 pub const DELETE_CLUSTER_MIRROR: i16 = 104;
 
 /// The mirror RPCs the proxy answers itself, `(key, min version, max version)`; advertised in
-/// its ApiVersions responses. (Create/Start/Delete come with runtime mirror creation.)
-pub const ANSWERED: &[(i16, i16, i16)] =
-    &[(STOP_MIRROR_TOPICS, 0, 0), (LIST_CLUSTER_MIRRORS, 0, 0), (DESCRIBE_CLUSTER_MIRRORS, 0, 0), (PAUSE_MIRROR_TOPICS, 0, 0), (RESUME_MIRROR_TOPICS, 0, 0)];
+/// its ApiVersions responses.
+pub const ANSWERED: &[(i16, i16, i16)] = &[
+    (CREATE_CLUSTER_MIRROR, 0, 0),
+    (START_MIRROR_TOPICS, 0, 0),
+    (STOP_MIRROR_TOPICS, 0, 0),
+    (LIST_CLUSTER_MIRRORS, 0, 0),
+    (DESCRIBE_CLUSTER_MIRRORS, 0, 0),
+    (PAUSE_MIRROR_TOPICS, 0, 0),
+    (RESUME_MIRROR_TOPICS, 0, 0),
+    (DELETE_CLUSTER_MIRROR, 0, 0),
+];
 
 /// Whether the proxy answers `key` itself.
 pub fn is_answered(key: i16) -> bool {
@@ -71,14 +79,39 @@ pub mod errors {
     }
 }
 
-/// Stop / Pause / Resume request body (Stop's tagged `Patterns` included).
+/// Start / Stop / Pause / Resume request body (Start's and Stop's tagged patterns included;
+/// Start's topic ids and partition counts are left to the proxy, which reads the source).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TopicsRequest {
     pub mirror_name: String,
     pub topics: Vec<String>,
-    /// StopMirrorTopics only (tag 0).
+    /// StopMirrorTopics `Patterns` / StartMirrorTopics `IncludePatterns` (tag 0).
     pub patterns: Vec<String>,
+    /// StartMirrorTopics `ExcludePatterns` (tag 1).
+    pub exclude_patterns: Vec<String>,
     pub state_validation_offset: i64,
+}
+
+/// CreateClusterMirror request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateRequest {
+    pub mirror_name: String,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+/// DeleteClusterMirror request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteRequest {
+    pub mirror_name: String,
+    pub state_validation_offset: i64,
+}
+
+/// CreateClusterMirror / DeleteClusterMirror response.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimpleResponse {
+    pub throttle_time_ms: i32,
+    pub error_code: i16,
+    pub error_message: Option<String>,
 }
 
 /// A per-topic result.
@@ -256,19 +289,83 @@ impl TopicsRequest {
         let mut w = W::default();
         w.str(&self.mirror_name).array_len(self.topics.len());
         for t in &self.topics {
-            w.str(t).tags();
-        }
-        w.i64(self.state_validation_offset);
-        if api_key == STOP_MIRROR_TOPICS && !self.patterns.is_empty() {
-            let mut inner = W::default();
-            inner.strs(&self.patterns);
-            let inner = inner.finish();
-            w.uvarint(1).uvarint(0).uvarint(inner.len() as u32);
-            w.0.put_slice(&inner);
-        } else {
+            if api_key == START_MIRROR_TOPICS {
+                w.0.put_slice(&[0u8; 16]); // topic id: unknown to the client, the proxy reads the source
+            }
+            w.str(t);
+            if api_key == START_MIRROR_TOPICS {
+                w.i32(-1); // partition count: likewise
+            }
             w.tags();
         }
+        w.i64(self.state_validation_offset);
+        let mut tagged: Vec<(u32, &Vec<String>)> = Vec::new();
+        if (api_key == STOP_MIRROR_TOPICS || api_key == START_MIRROR_TOPICS) && !self.patterns.is_empty() {
+            tagged.push((0, &self.patterns));
+        }
+        if api_key == START_MIRROR_TOPICS && !self.exclude_patterns.is_empty() {
+            tagged.push((1, &self.exclude_patterns));
+        }
+        w.uvarint(tagged.len() as u32);
+        for (tag, list) in tagged {
+            let mut inner = W::default();
+            inner.strs(list);
+            let inner = inner.finish();
+            w.uvarint(tag).uvarint(inner.len() as u32);
+            w.0.put_slice(&inner);
+        }
         w
+    }
+}
+
+impl CreateRequest {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.str(&self.mirror_name).array_len(self.configs.len());
+        for (k, v) in &self.configs {
+            w.str(k).nstr(v.as_deref()).tags();
+        }
+        w.tags();
+        w
+    }
+
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let mirror_name = r.str()?;
+        let mut configs = Vec::new();
+        for _ in 0..r.array_len()? {
+            configs.push((r.str()?, r.nstr()?));
+            r.tags()?;
+        }
+        r.tags()?;
+        Ok(Self { mirror_name, configs })
+    }
+}
+
+impl DeleteRequest {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.str(&self.mirror_name).i64(self.state_validation_offset).tags();
+        w
+    }
+
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let (mirror_name, state_validation_offset) = (r.str()?, r.i64()?);
+        r.tags()?;
+        Ok(Self { mirror_name, state_validation_offset })
+    }
+}
+
+impl SimpleResponse {
+    pub fn encode(&self) -> W {
+        let mut w = W::default();
+        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).tags();
+        w
+    }
+
+    pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
+        let out = Self { throttle_time_ms: r.i32()?, error_code: r.i16()?, error_message: r.nstr()? };
+        r.tags()?;
+        Ok(out)
     }
 }
 
@@ -418,14 +515,16 @@ impl TopicsRequest {
             r.tags()?;
         }
         let state_validation_offset = r.i64()?;
-        let mut patterns = Vec::new();
+        let (mut patterns, mut exclude_patterns) = (Vec::new(), Vec::new());
         for (tag, bytes) in r.tags()? {
-            if tag == 0 && api_key == STOP_MIRROR_TOPICS {
-                let mut inner = R::new(bytes, 0, Side::Client);
-                patterns = inner.strs()?;
+            let mut inner = R::new(bytes, 0, Side::Client);
+            match (tag, api_key) {
+                (0, STOP_MIRROR_TOPICS | START_MIRROR_TOPICS) => patterns = inner.strs()?,
+                (1, START_MIRROR_TOPICS) => exclude_patterns = inner.strs()?,
+                _ => {}
             }
         }
-        Ok(Self { mirror_name, topics, patterns, state_validation_offset })
+        Ok(Self { mirror_name, topics, patterns, exclude_patterns, state_validation_offset })
     }
 }
 
@@ -509,12 +608,32 @@ mod tests {
 
     #[test]
     fn topics_requests_round_trip_with_stop_patterns_as_a_tagged_field() {
-        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into(), "b".into()], patterns: vec!["x.*".into()], state_validation_offset: -1 };
+        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into(), "b".into()], patterns: vec!["x.*".into()], exclude_patterns: vec![], state_validation_offset: -1 };
         let frame = request_frame(STOP_MIRROR_TOPICS, 9, "cli", req.encode(STOP_MIRROR_TOPICS));
         let (h, _) = body_of(&frame);
         assert_eq!((h.api_key, h.api_version, h.correlation_id, h.client_id.as_deref()), (96, 0, 9, Some("cli")));
         let (_, mut r) = read_request(&frame).unwrap();
         assert_eq!(TopicsRequest::decode(&mut r, STOP_MIRROR_TOPICS).unwrap(), req);
+    }
+
+    #[test]
+    fn start_create_and_delete_requests_round_trip() {
+        let start = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into()], patterns: vec!["o-.*".into()], exclude_patterns: vec!["o-tmp".into()], state_validation_offset: -1 };
+        let f = request_frame(START_MIRROR_TOPICS, 1, "c", start.encode(START_MIRROR_TOPICS));
+        let (_, mut r) = read_request(&f).unwrap();
+        assert_eq!(TopicsRequest::decode(&mut r, START_MIRROR_TOPICS).unwrap(), start);
+        let create = CreateRequest { mirror_name: "dr".into(), configs: vec![("bootstrap.servers".into(), Some("s:1".into())), ("x".into(), None)] };
+        let f = request_frame(CREATE_CLUSTER_MIRROR, 2, "c", create.encode());
+        let (_, mut r) = read_request(&f).unwrap();
+        assert_eq!(CreateRequest::decode(&mut r).unwrap(), create);
+        let delete = DeleteRequest { mirror_name: "dr".into(), state_validation_offset: -1 };
+        let f = request_frame(DELETE_CLUSTER_MIRROR, 3, "c", delete.encode());
+        let (_, mut r) = read_request(&f).unwrap();
+        assert_eq!(DeleteRequest::decode(&mut r).unwrap(), delete);
+        let resp = SimpleResponse { throttle_time_ms: 0, error_code: 136, error_message: Some("exists".into()) };
+        let f = response_frame(4, resp.encode());
+        let (_, mut r) = read_response(&f).unwrap();
+        assert_eq!(SimpleResponse::decode(&mut r).unwrap(), resp);
     }
 
     #[test]

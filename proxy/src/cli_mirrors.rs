@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use kmp_protocol::client::Connection;
-use kmp_protocol::mirror_api::{self as api, DescribeRequest, DescribeResponse, ListResponse, TopicsRequest, TopicsResponse, errors};
+use kmp_protocol::mirror_api::{
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, ListResponse, SimpleResponse, TopicsRequest, TopicsResponse, errors,
+};
 use serde_json::json;
 
 /// Flags of `mirrors` (one action).
@@ -35,15 +37,21 @@ pub struct MirrorsArgs {
     pause: bool,
     #[arg(long)]
     resume: bool,
-    /// Not supported yet: declare mirrors in the proxy's config file.
+    /// Create a mirror from --mirror-config (properties: bootstrap.servers, mirror.topics.include, …).
     #[arg(long)]
     create: bool,
-    /// Not supported yet: list the topics in the mirror's config.
+    /// Start mirroring --topics (names; anything else is an include pattern kept for auto-discovery).
     #[arg(long)]
     start: bool,
-    /// Not supported yet.
+    /// Delete a mirror whose topics are all stopped.
     #[arg(long)]
     delete: bool,
+    /// Properties file of the mirror (with --create).
+    #[arg(long)]
+    mirror_config: Option<std::path::PathBuf>,
+    /// Comma-separated exclude patterns (with --start).
+    #[arg(long)]
+    exclude: Option<String>,
     /// With --stop: first wait (at most this many ms) until every partition has zero lag.
     #[arg(long)]
     graceful_timeout_ms: Option<u64>,
@@ -86,10 +94,6 @@ impl Client {
 /// Runs one `mirrors` action; exit 0 when every topic/mirror succeeded, 1 otherwise, 2 on usage.
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "CLI output")]
 pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
-    if a.create || a.start || a.delete {
-        eprintln!("--create, --start and --delete are not supported yet: declare mirrors and their topics in the proxy's config file ([[mirrors]])");
-        return Ok(ExitCode::from(2));
-    }
     let json_out = match a.output.as_str() {
         "json" => true,
         "table" => false,
@@ -141,16 +145,51 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
+    if a.create || a.delete {
+        let Some(mirror) = a.mirror.clone() else {
+            eprintln!("--create and --delete need --mirror");
+            return Ok(ExitCode::from(2));
+        };
+        let (key, body) = if a.create {
+            let Some(path) = &a.mirror_config else {
+                eprintln!("--create needs --mirror-config <properties file>");
+                return Ok(ExitCode::from(2));
+            };
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let configs = properties(&text);
+            (api::CREATE_CLUSTER_MIRROR, CreateRequest { mirror_name: mirror, configs }.encode())
+        } else {
+            (api::DELETE_CLUSTER_MIRROR, DeleteRequest { mirror_name: mirror, state_validation_offset: -1 }.encode())
+        };
+        let f = c.call(key, body).await?;
+        let (_, mut r) = api::read_response(&f)?;
+        let resp = SimpleResponse::decode(&mut r)?;
+        if json_out {
+            println!("{}", json!({"error_code": resp.error_code, "error": errors::name(resp.error_code), "message": resp.error_message}));
+        } else {
+            println!("{}{}", errors::name(resp.error_code), resp.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default());
+        }
+        return Ok(if resp.error_code == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+    }
     let (Some(mirror), Some(patterns)) = (a.mirror.clone(), a.topics.clone()) else {
-        eprintln!("--stop, --pause and --resume need --mirror and --topics");
+        eprintln!("--start, --stop, --pause and --resume need --mirror and --topics");
         return Ok(ExitCode::from(2));
     };
-    let topics = match_topics(&mut c, &mirror, &patterns).await?;
+    let (topics, include) = if a.start { split_names(&patterns) } else { (match_topics(&mut c, &mirror, &patterns).await?, Vec::new()) };
     if let (true, Some(ms)) = (a.stop, a.graceful_timeout_ms) {
         wait_caught_up(&mut c, &mirror, &topics, Duration::from_millis(ms)).await?;
     }
-    let key = if a.stop { api::STOP_MIRROR_TOPICS } else if a.pause { api::PAUSE_MIRROR_TOPICS } else { api::RESUME_MIRROR_TOPICS };
-    let req = TopicsRequest { mirror_name: mirror, topics, patterns: Vec::new(), state_validation_offset: -1 };
+    let key = if a.start {
+        api::START_MIRROR_TOPICS
+    } else if a.stop {
+        api::STOP_MIRROR_TOPICS
+    } else if a.pause {
+        api::PAUSE_MIRROR_TOPICS
+    } else {
+        api::RESUME_MIRROR_TOPICS
+    };
+    let exclude: Vec<String> = a.exclude.as_deref().map(|e| e.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
+    let req = TopicsRequest { mirror_name: mirror, topics, patterns: include, exclude_patterns: exclude, state_validation_offset: -1 };
     let f = c.call(key, req.encode(key)).await?;
     let (_, mut r) = api::read_response(&f)?;
     let resp = TopicsResponse::decode(&mut r)?;
@@ -167,6 +206,26 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Splits `--topics` of --start into plain topic names and include patterns (anything with a
+/// character a topic name cannot have).
+fn split_names(csv: &str) -> (Vec<String>, Vec<String>) {
+    let legal = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
+    let items: Vec<&str> = csv.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    (
+        items.iter().filter(|s| legal(s)).map(|s| (*s).to_owned()).collect(),
+        items.iter().filter(|s| !legal(s)).map(|s| (*s).to_owned()).collect(),
+    )
+}
+
+/// `key=value` lines of a Java properties file (`#`/`!` comments, blank lines skipped).
+fn properties(text: &str) -> Vec<(String, Option<String>)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .filter_map(|l| l.split_once(['=', ':']).map(|(k, v)| (k.trim().to_owned(), Some(v.trim().to_owned()))))
+        .collect()
 }
 
 /// Topic names of `mirror` matching any of the comma-separated names or regexes (whole name);

@@ -1,5 +1,5 @@
-//! The KIP-1279 mirror admin RPCs answered by the proxy itself (never forwarded): Stop, Pause,
-//! Resume, List and Describe (`kmp_protocol::mirror_api` has the wire format, the engine's
+//! The KIP-1279 mirror admin RPCs answered by the proxy itself (never forwarded): Create, Start,
+//! Stop, Pause, Resume, List, Describe and Delete (`kmp_protocol::mirror_api` has the wire format, the engine's
 //! `Control` the operations). Deciding that a frame is one of them happens on the API key, in
 //! `session`, before anything is decoded.
 
@@ -7,8 +7,8 @@ use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
-    self as api, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, TopicResult, TopicsRequest,
-    TopicsResponse, errors,
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail,
+    SimpleResponse, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
 const INVALID_REQUEST: i16 = 42;
@@ -17,6 +17,21 @@ const INVALID_REQUEST: i16 = 42;
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
     let body = match header.api_key {
+        api::CREATE_CLUSTER_MIRROR => {
+            let req = CreateRequest::decode(&mut r)?;
+            let (error_code, error_message) = control.create_mirror(&req.mirror_name, &req.configs).await;
+            SimpleResponse { error_code, error_message, ..Default::default() }.encode()
+        }
+        api::DELETE_CLUSTER_MIRROR => {
+            let req = DeleteRequest::decode(&mut r)?;
+            let (error_code, error_message) = control.delete_mirror(&req.mirror_name).await;
+            SimpleResponse { error_code, error_message, ..Default::default() }.encode()
+        }
+        api::START_MIRROR_TOPICS => {
+            let req = TopicsRequest::decode(&mut r, header.api_key)?;
+            let (error_code, error_message, results) = control.start_topics(&req.mirror_name, &req.topics, &req.patterns, &req.exclude_patterns).await;
+            TopicsResponse { error_code, error_message, topics: results.into_iter().map(result).collect(), ..Default::default() }.encode()
+        }
         api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
             topics_op(header.api_key, req, control).await.encode()

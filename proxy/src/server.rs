@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     pub(crate) ready: AtomicBool,
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
     pub(crate) mirrors: kmp_mirror_engine::Engine,
-    /// Whether Fetch responses are checked for filler batches (mirrors are declared).
+    /// Whether Fetch responses are checked for filler batches (the mirror engine runs).
     pub(crate) masks_fillers: bool,
     next_connection_id: AtomicU64,
 }
@@ -57,7 +57,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mirrors = if config.mirrors.is_empty() {
+    let mirrors = if !config.engine.enabled {
         kmp_mirror_engine::Engine::idle(&config.engine)
     } else {
         kmp_mirror_engine::start(
@@ -76,7 +76,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             Duration::from_millis(config.upstream.connect_timeout_ms),
         ),
         ready: AtomicBool::new(false),
-        masks_fillers: !config.mirrors.is_empty(),
+        masks_fillers: config.engine.enabled,
         mirrors,
         next_connection_id: AtomicU64::new(1),
         config,

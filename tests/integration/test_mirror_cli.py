@@ -51,7 +51,7 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
     try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
         keys = api_versions_keys(proxy)
-        for k in (96, 98, 99, 102, 103):
+        for k in (94, 95, 96, 98, 99, 102, 103, 104):
             assert keys.get(k) == (0, 0), f"mirror RPC {k} advertised in ApiVersions: {keys.get(k)}"
 
         code, listing = cli_json(proxy, "--list")
@@ -99,6 +99,72 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
         code, d = cli_json(proxy, "--describe", "--mirror", "nope")
         assert code == 1 and d["partitions"] == []
         code, _, err = cli(proxy, "--create", "--mirror", "x")
-        assert code == 2 and "not supported yet" in err
+        assert code == 2 and "--mirror-config" in err, "usage errors exit 2"
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_a_mirror_created_through_the_cli_lives_through_start_failover_restart_and_delete(clusters, workdir):
+    source, destination = clusters
+    first, later = unique("rt-first"), unique("rt-later")
+    create(source.bootstrap, first, 1)
+    produce_plain(source.bootstrap, first, 40)
+    props = workdir / f"{first}.properties"
+    props.write_text(f"# the source\nbootstrap.servers={source.bootstrap}\n")
+    args = ["--config", str(workdir / "empty.toml")]
+    (workdir / "empty.toml").write_text("[engine]\nenabled = true\n")
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        code, r = cli_json(proxy, "--create", "--mirror", "rt", "--mirror-config", str(props))
+        assert code == 0 and r["error"] == "NONE", r
+        code, r = cli_json(proxy, "--create", "--mirror", "rt", "--mirror-config", str(props))
+        assert code == 1 and r["error_code"] == 136, f"CLUSTER_MIRROR_ALREADY_EXISTS: {r}"
+
+        prefix = later.rsplit("-", 2)[0]
+        code, r = cli_json(proxy, "--start", "--mirror", "rt", "--topics", f"{first},{prefix}-.*")
+        assert code == 0 and [(x["topic"], x["error_code"]) for x in r["results"]] == [(first, 0)], r
+        wait_caught_up(source.bootstrap, destination.bootstrap, {first: 1})
+        create(source.bootstrap, later, 1)  # matches the include pattern saved by --start
+        produce_plain(source.bootstrap, later, 25)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {later: 1})
+
+        code, r = cli_json(proxy, "--start", "--mirror", "rt", "--topics", first)
+        assert code == 1 and r["results"][0]["error_code"] == 146, f"MIRROR_TOPIC_NOT_STOPPED: {r}"
+        code, r = cli_json(proxy, "--start", "--mirror", "rt", "--topics", "no-such-topic")
+        assert code == 1 and r["results"][0]["error_code"] == 3, f"UNKNOWN_TOPIC_OR_PARTITION: {r}"
+        code, r = cli_json(proxy, "--start", "--mirror", "nope", "--topics", first)
+        assert code == 1 and r["results"][0]["error_code"] == 137, r
+        code, r = cli_json(proxy, "--create", "--mirror", "rt2", "--mirror-config", str(props))
+        assert code == 0, r
+        code, r = cli_json(proxy, "--start", "--mirror", "rt2", "--topics", first)
+        assert code == 1 and r["results"][0]["error_code"] == 138, f"TOPIC_ALREADY_IN_CLUSTER_MIRROR: {r}"
+        code, r = cli_json(proxy, "--delete", "--mirror", "rt")
+        assert code == 1 and r["error_code"] == 143, f"CLUSTER_MIRROR_NOT_EMPTY: {r}"
+
+        code, r = cli_json(proxy, "--stop", "--mirror", "rt", "--topics", ".*")
+        assert code == 0 and sorted(x["topic"] for x in r["results"]) == sorted([first, later]), r
+        code, r = cli_json(proxy, "--start", "--mirror", "rt", "--topics", first)
+        assert code == 1 and r["results"][0]["error_code"] == 145, f"INVALID_CLUSTER_MIRROR_STATES (re-mirroring a failed-over topic): {r}"
+    finally:
+        assert proxy.stop() == 0
+
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        code, listing = cli_json(proxy, "--list")
+        rt = [m for m in listing["mirrors"] if m["mirror"] == "rt"]
+        assert rt and sorted(rt[0]["topics"]) == sorted([first, later]), f"the API-created mirror survives a restart: {listing}"
+        code, d = cli_json(proxy, "--describe", "--mirror", "rt")
+        assert {p["state"] for p in d["partitions"]} == {"STOPPED"}, d
+        code, r = cli_json(proxy, "--delete", "--mirror", "rt")
+        assert code == 0 and r["error_code"] == 0, r
+        code, listing = cli_json(proxy, "--list")
+        assert not [m for m in listing["mirrors"] if m["mirror"] == "rt"], listing
+        code, d = cli_json(proxy, "--describe", "--mirror", "rt")
+        assert code == 1, "a deleted mirror is unknown"
+        end = high_watermarks(destination.bootstrap, first, 1)[0]
+        err, offset = produce_one(proxy.bootstrap, first, 0)
+        assert err is None and offset == end, f"the detached topic is an ordinary writable topic: {err} {offset}"
+        code, r = cli_json(proxy, "--delete", "--mirror", "rt2")
+        assert code == 0, "a mirror without topics can be deleted"
     finally:
         assert proxy.stop() == 0

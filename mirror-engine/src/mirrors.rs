@@ -1,0 +1,219 @@
+//! Mirrors at runtime: launching a mirror (its topic discovery loop, which re-reads the
+//! mirror's current definition so topics and patterns added later are picked up), and the
+//! KIP-1279 operations that change definitions — create a mirror, start topics, delete a
+//! mirror. Declared (config file) and created (API) mirrors are the same objects; only the
+//! `origin` in the state topic differs. Topic preparation belongs to `lifecycle`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kmp_config::MirrorConfig;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::cluster::ClusterClient;
+use crate::control::{Control, Desired, TopicResult, codes};
+use crate::select::TopicSelector;
+use crate::state::{MirrorRecord, StateStore};
+use crate::{Shared, TopicContext, lifecycle};
+
+/// KIP-1279 / Kafka codes of the definition operations.
+pub mod more_codes {
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const INVALID_REQUEST: i16 = 42;
+    pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
+    pub const TOPIC_ALREADY_IN_CLUSTER_MIRROR: i16 = 138;
+    pub const CLUSTER_MIRROR_NOT_EMPTY: i16 = 143;
+    pub const INVALID_CLUSTER_MIRROR_STATES: i16 = 145;
+    pub const MIRROR_TOPIC_NOT_STOPPED: i16 = 146;
+}
+use more_codes::*;
+
+/// Starts mirror `def`: registers its definition and spawns its discovery loop.
+pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig) {
+    let name = def.name.clone();
+    shared.control.add_mirror(def);
+    let (shared, store) = (shared.clone(), store.clone());
+    tokio::spawn(discover(shared, store, name.clone()).instrument(info_span!("mirror-topics", mirror = %name)));
+}
+
+/// Starts the mirror's named topics and, with include patterns, matching source topics — again
+/// every `topic_refresh_interval_ms` and whenever the definition changes — until the mirror is
+/// deleted or the engine stops.
+async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
+    let wake = shared.control.notifier(&name);
+    let mut stop = shared.stop.clone();
+    loop {
+        let Some(def) = shared.control.definition(&name) else {
+            info!("mirror deleted; topic discovery ends");
+            return;
+        };
+        let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), shared.destination.timeout());
+        match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+            Ok(selector) => {
+                let ctx = TopicContext { mirror: def.clone(), source: source.clone(), shared: shared.clone(), store: store.clone() };
+                for topic in selector.named() {
+                    if shared.control.claim_topic(topic, &name) {
+                        lifecycle::start_topic(ctx.clone(), topic.clone());
+                    }
+                }
+                if selector.has_patterns() {
+                    match source.topic_names().await {
+                        Ok(names) => {
+                            for topic in names.into_iter().filter(|t| selector.matches(t)) {
+                                if shared.control.claimed_by(&topic).is_none() && shared.control.claim_topic(&topic, &name) {
+                                    info!(%topic, "source topic matches the mirror; starting it");
+                                    lifecycle::start_topic(ctx.clone(), topic);
+                                }
+                            }
+                        }
+                        Err(e) => warn!(error = %e, "cannot list source topics; retrying"),
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "invalid topic selection; waiting for a new definition"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(def.topic_refresh_interval_ms)) => {}
+            _ = wake.notified() => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The config keys CreateClusterMirror understands (KIP-1279 §8.2 names).
+const KNOWN_KEYS: &[&str] = &["bootstrap.servers", "mirror.source.cluster.id", "mirror.topics.include", "mirror.topics.exclude", "security.protocol"];
+
+fn csv(v: Option<&str>) -> Vec<String> {
+    v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+}
+
+impl Control {
+    /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
+    /// `mirror.topics.include` / `.exclude` comma-separated regexes; only PLAINTEXT sources).
+    /// Returns the error code and message.
+    pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
+        let get = |k: &str| configs.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.as_deref());
+        if name.is_empty() || name.len() > 249 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            return (INVALID_REQUEST, Some(format!("`{name}` is not a valid mirror name (topic name rules)")));
+        }
+        if self.has_mirror(name) {
+            return (CLUSTER_MIRROR_ALREADY_EXISTS, Some(format!("cluster mirror {name} already exists")));
+        }
+        let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !KNOWN_KEYS.contains(k)).collect();
+        if !unknown.is_empty() {
+            return (INVALID_CONFIG, Some(format!("unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?}")));
+        }
+        if get("security.protocol").is_some_and(|p| !p.eq_ignore_ascii_case("PLAINTEXT")) {
+            return (INVALID_CONFIG, Some("only PLAINTEXT source clusters are supported".into()));
+        }
+        let bootstrap = csv(get("bootstrap.servers"));
+        if bootstrap.is_empty() {
+            return (INVALID_REQUEST, Some("bootstrap.servers is required".into()));
+        }
+        let mut def = MirrorConfig::new(name, bootstrap);
+        def.include = csv(get("mirror.topics.include"));
+        def.exclude = csv(get("mirror.topics.exclude"));
+        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+            return (INVALID_CONFIG, Some(e.to_string()));
+        }
+        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
+        if let Err(e) = store.put_mirror(&MirrorRecord { origin: "api".into(), definition: def.clone() }).await {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
+        }
+        match self.inner_launcher() {
+            Some(launch) => launch(def),
+            None => return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())),
+        }
+        info!(mirror = name, "cluster mirror created");
+        (codes::NONE, None)
+    }
+
+    /// StartMirrorTopics: adds topics (and include/exclude patterns) to a mirror and starts them.
+    pub async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
+        let Some(mut def) = self.definition(name) else {
+            let msg = format!("cluster mirror {name} does not exist");
+            let results = topics.iter().map(|t| TopicResult { topic: t.clone(), error_code: codes::UNKNOWN_CLUSTER_MIRROR, message: Some(msg.clone()) }).collect();
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(msg), results);
+        };
+        let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), Duration::from_secs(10));
+        let mut results = Vec::new();
+        for t in topics {
+            let r = |code: i16, msg: String| TopicResult { topic: t.clone(), error_code: code, message: Some(msg) };
+            match (self.claimed_by(t), self.desired(t)) {
+                (Some(m), _) if m != name => {
+                    results.push(r(TOPIC_ALREADY_IN_CLUSTER_MIRROR, format!("topic {t} already belongs to cluster mirror {m}")));
+                    continue;
+                }
+                (Some(_), Some(Desired::Stopped)) => {
+                    results.push(r(
+                        INVALID_CLUSTER_MIRROR_STATES,
+                        format!("topic {t} was stopped (failed over); re-mirroring it needs the destination topic deleted first (a proxy cannot truncate it)"),
+                    ));
+                    continue;
+                }
+                (Some(_), _) => {
+                    results.push(r(MIRROR_TOPIC_NOT_STOPPED, format!("topic {t} is already mirrored by {name}")));
+                    continue;
+                }
+                (None, _) => {}
+            }
+            match source.layout(t).await {
+                Ok(l) if l.error_code == 0 => {}
+                Ok(_) => {
+                    results.push(r(UNKNOWN_TOPIC_OR_PARTITION, format!("topic {t} does not exist on the source cluster")));
+                    continue;
+                }
+                Err(e) => {
+                    results.push(r(codes::REQUEST_TIMED_OUT, format!("cannot reach the source cluster: {e}")));
+                    continue;
+                }
+            }
+            if !def.topics.contains(t) {
+                def.topics.push(t.clone());
+            }
+            results.push(TopicResult { topic: t.clone(), error_code: codes::NONE, message: None });
+        }
+        def.include.extend(include.iter().cloned());
+        def.exclude.extend(exclude.iter().cloned());
+        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+            return (INVALID_CONFIG, Some(e.to_string()), results);
+        }
+        if let Some(store) = self.store() {
+            let origin = store.mirrors().into_iter().find(|m| m.definition.name == name).map_or("api".to_owned(), |m| m.origin);
+            if let Err(e) = store.put_mirror(&MirrorRecord { origin, definition: def.clone() }).await {
+                return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")), results);
+            }
+        }
+        self.set_definition(def);
+        (codes::NONE, None, results)
+    }
+
+    /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become
+    /// ordinary topics (detached), the definition and their state are removed.
+    pub async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
+        if !self.has_mirror(name) {
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
+        }
+        let topics = self.claimed_topics(name);
+        let active: Vec<&String> = topics.iter().filter(|t| self.desired(t) != Some(Desired::Stopped)).collect();
+        if !active.is_empty() {
+            return (CLUSTER_MIRROR_NOT_EMPTY, Some(format!("cluster mirror {name} still has topics that are not stopped: {active:?}")));
+        }
+        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
+        for t in &topics {
+            let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
+            if let Err(e) = store.detach_topic(t, partitions).await {
+                return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
+            }
+            self.registry().remove(t);
+            self.forget_topic(t);
+        }
+        if let Err(e) = store.delete_mirror(name).await {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot remove the mirror: {e}")));
+        }
+        self.remove_mirror(name);
+        info!(mirror = name, topics = topics.len(), "cluster mirror deleted; its topics are ordinary topics now");
+        (codes::NONE, None)
+    }
+}
