@@ -58,9 +58,11 @@ pub mod errors {
     pub fn name(code: i16) -> &'static str {
         match code {
             0 => "NONE",
+            3 => "UNKNOWN_TOPIC_OR_PARTITION",
             7 => "REQUEST_TIMED_OUT",
             15 => "COORDINATOR_NOT_AVAILABLE",
             35 => "UNSUPPORTED_VERSION",
+            40 => "INVALID_CONFIG",
             42 => "INVALID_REQUEST",
             READ_ONLY_TOPIC => "READ_ONLY_TOPIC",
             CLUSTER_MIRROR_ALREADY_EXISTS => "CLUSTER_MIRROR_ALREADY_EXISTS",

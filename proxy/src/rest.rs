@@ -1,5 +1,5 @@
-//! Mirror management over HTTP on the admin endpoint, under `/v1`: list and describe mirrors,
-//! pause / resume / stop (failover) mirror topics, and the OpenAPI document
+//! Mirror management over HTTP on the admin endpoint, under `/v1`: create, list, describe and
+//! delete mirrors, start / pause / resume / stop (failover) mirror topics, and the OpenAPI document
 //! (`/v1/openapi.json`). Mutating routes are refused unless the caller is on loopback or sends
 //! `Authorization: Bearer <admin.token>`. The operations and their KIP-1279 error codes are the
 //! engine's (`kmp_mirror_engine::Control`); this module only maps them to HTTP and JSON.
@@ -12,20 +12,36 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use kmp_mirror_engine::{Control, TopicResult, codes};
+use kmp_protocol::mirror_api;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 /// Largest request body accepted (bytes).
 const MAX_BODY: usize = 1024 * 1024;
 
-/// Body of the pause / resume / stop routes.
+/// Body of the start / pause / resume / stop routes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TopicsBody {
+    #[serde(default)]
     topics: Vec<String>,
     /// Stop only: wait at most this long for zero lag before failing over.
     #[serde(default)]
     graceful_timeout_ms: Option<u64>,
+    /// Start only: include / exclude patterns kept for auto-discovery.
+    #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
+    exclude: Vec<String>,
+}
+
+/// Body of `POST /v1/mirrors`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateBody {
+    name: String,
+    /// KIP-1279 mirror configs (`bootstrap.servers`, `mirror.topics.include`, …).
+    configs: std::collections::BTreeMap<String, String>,
 }
 
 /// Handles a `/v1/…` request.
@@ -36,31 +52,65 @@ pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Opti
         (Method::GET, ["openapi.json"]) => json_response(StatusCode::OK, serde_json::from_str(OPENAPI).unwrap_or(Value::Null)),
         (Method::GET, ["mirrors"]) => json_response(StatusCode::OK, list(control)),
         (Method::GET, ["mirrors", name]) => describe(control, name),
-        (Method::POST, ["mirrors", name, op @ ("pause" | "resume" | "stop")]) => {
+        (method @ (Method::POST | Method::DELETE), rest) => {
             if !authorized(&req, peer, token) {
                 return error(StatusCode::FORBIDDEN, "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`");
             }
-            let (name, op) = (name.to_string(), op.to_string());
+            let rest: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
             };
-            let body: TopicsBody = match serde_json::from_slice(&body) {
+            mutate(method, &rest, &body, control).await
+        }
+        _ => error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json"),
+    }
+}
+
+async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control) -> Response<Full<Bytes>> {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    match (method, path.as_slice()) {
+        (Method::POST, ["mirrors"]) => {
+            let b: CreateBody = match serde_json::from_slice(body) {
                 Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"topics\": [..], \"graceful_timeout_ms\": N}}: {e}")),
+                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"name\": .., \"configs\": {{..}}}}: {e}")),
             };
-            if !control.has_mirror(&name) {
-                return mirror_unknown(&name);
+            let configs: Vec<(String, Option<String>)> = b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect();
+            let (code, message) = control.create_mirror(&b.name, &configs).await;
+            let status = if code == 0 { StatusCode::CREATED } else if code == mirror_api::errors::CLUSTER_MIRROR_ALREADY_EXISTS { StatusCode::CONFLICT } else { StatusCode::BAD_REQUEST };
+            json_response(status, code_json(code, message))
+        }
+        (Method::DELETE, ["mirrors", name]) => {
+            let (code, message) = control.delete_mirror(name).await;
+            let status = match code {
+                0 => StatusCode::OK,
+                codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
+                _ => StatusCode::CONFLICT,
+            };
+            json_response(status, code_json(code, message))
+        }
+        (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
+            let body: TopicsBody = match serde_json::from_slice(body) {
+                Ok(b) => b,
+                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"topics\": [..], …}}: {e}")),
+            };
+            if !control.has_mirror(name) {
+                return mirror_unknown(name);
             }
-            let results = match op.as_str() {
-                "pause" => control.pause_topics(&name, &body.topics).await,
-                "resume" => control.resume_topics(&name, &body.topics).await,
-                _ => control.stop_topics(&name, &body.topics, body.graceful_timeout_ms.map(Duration::from_millis)).await,
+            let results = match *op {
+                "start" => control.start_topics(name, &body.topics, &body.include, &body.exclude).await.2,
+                "pause" => control.pause_topics(name, &body.topics).await,
+                "resume" => control.resume_topics(name, &body.topics).await,
+                _ => control.stop_topics(name, &body.topics, body.graceful_timeout_ms.map(Duration::from_millis)).await,
             };
             json_response(StatusCode::OK, json!({ "results": results.iter().map(result_json).collect::<Vec<_>>() }))
         }
         _ => error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json"),
     }
+}
+
+fn code_json(code: i16, message: Option<String>) -> Value {
+    json!({ "error_code": code, "error": mirror_api::errors::name(code), "message": message })
 }
 
 fn authorized(req: &Request<Incoming>, peer: SocketAddr, token: Option<&str>) -> bool {
@@ -120,21 +170,7 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
 }
 
 fn result_json(r: &TopicResult) -> Value {
-    json!({ "topic": r.topic, "error_code": r.error_code, "error": error_name(r.error_code), "message": r.message })
-}
-
-/// Names of the codes the control plane returns.
-fn error_name(code: i16) -> &'static str {
-    match code {
-        codes::NONE => "NONE",
-        codes::REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
-        codes::COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
-        codes::UNKNOWN_CLUSTER_MIRROR => "UNKNOWN_CLUSTER_MIRROR",
-        codes::TOPIC_NOT_IN_CLUSTER_MIRROR => "TOPIC_NOT_IN_CLUSTER_MIRROR",
-        codes::MIRROR_TOPIC_NOT_PAUSED => "MIRROR_TOPIC_NOT_PAUSED",
-        codes::MIRROR_TOPIC_BEING_STOPPED => "MIRROR_TOPIC_BEING_STOPPED",
-        _ => "UNKNOWN",
-    }
+    json!({ "topic": r.topic, "error_code": r.error_code, "error": mirror_api::errors::name(r.error_code), "message": r.message })
 }
 
 fn mirror_unknown(name: &str) -> Response<Full<Bytes>> {

@@ -189,3 +189,33 @@ def test_mutating_routes_need_loopback_or_the_admin_token(clusters, workdir):
         assert status == 200 and "/v1/mirrors/{name}/stop" in doc["paths"]
     finally:
         assert proxy.stop() == 0
+
+
+def test_rest_creates_starts_fails_over_and_deletes_a_mirror(clusters, workdir):
+    source, destination = clusters
+    topic = unique("rest-rt")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 30)
+    proxy = ProxyProcess(destination.bootstrap, workdir).start()
+    try:
+        status, r = call(proxy, "POST", "/v1/mirrors", {"name": "restmirror", "configs": {"bootstrap.servers": source.bootstrap}})
+        assert status == 201 and r["error_code"] == 0, r
+        status, r = call(proxy, "POST", "/v1/mirrors", {"name": "restmirror", "configs": {"bootstrap.servers": source.bootstrap}})
+        assert status == 409 and r["error_code"] == 136, r
+        status, r = call(proxy, "POST", "/v1/mirrors", {"name": "bad", "configs": {"sasl.mechanism": "PLAIN"}})
+        assert status == 400 and r["error_code"] == 40, f"INVALID_CONFIG names what is unsupported: {r}"
+        status, r = call(proxy, "POST", "/v1/mirrors/restmirror/start", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        status, r = call(proxy, "DELETE", "/v1/mirrors/restmirror")
+        assert status == 409 and r["error_code"] == 143, r
+        status, r = call(proxy, "POST", "/v1/mirrors/restmirror/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and r["results"][0]["error_code"] == 0, r
+        status, r = call(proxy, "DELETE", "/v1/mirrors/restmirror")
+        assert status == 200 and r["error_code"] == 0, r
+        status, r = call(proxy, "GET", "/v1/mirrors/restmirror")
+        assert status == 404 and r["error_code"] == 137
+        err, offset = produce_one(proxy.bootstrap, topic, 0)
+        assert err is None and offset == 30, f"the topic is an ordinary topic after the delete: {err} {offset}"
+    finally:
+        assert proxy.stop() == 0
