@@ -9,7 +9,7 @@ source topic ``bench`` with ``--records`` 1 KiB records (lz4, Kafka's ProducerPe
 1. destination ceiling: ProducerPerformance straight into the destination (same records, same
    producer settings, acks=all) — the most the destination takes from one producer here;
 2. kafka-mirror-proxy (release build) mirrors ``bench``; then MirrorMaker 2 (connect-mirror jars
-   from Maven Central via bench/mm2-jars.sh, dedicated mode, IdentityReplicationPolicy) mirrors
+   from Maven Central via `tests/harness/kafka-jars.sh 4.1.2 mm2`, dedicated mode, IdentityReplicationPolicy) mirrors
    the same topic after the destination copy was deleted.
 
 For each mirror: records/s and MB/s (uncompressed record bytes) from the first record arriving on
@@ -169,7 +169,7 @@ def main() -> int:
     from conftest import free_port, free_port_block  # noqa: E402
 
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
-    mm2_libs = subprocess.run([str(REPO / "bench" / "mm2-jars.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="kmp-mirror-bench-"))
     src = KafkaCluster("bench-src", 1, free_port_block(101), work).start()
     dst = KafkaCluster("bench-dst", 1, free_port_block(101), work).start()

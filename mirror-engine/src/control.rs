@@ -16,16 +16,8 @@ use crate::registry::MirrorTopics;
 use crate::state::StateStore;
 use crate::status::{PartitionState, PartitionStatus, StatusBoard};
 
-/// KIP-1279 error codes used by the control operations (provisional, see kip-1279 §3.4).
-pub mod codes {
-    pub const NONE: i16 = 0;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;
-    pub const TOPIC_NOT_IN_CLUSTER_MIRROR: i16 = 139;
-    pub const MIRROR_TOPIC_NOT_PAUSED: i16 = 141;
-    pub const MIRROR_TOPIC_BEING_STOPPED: i16 = 142;
-}
+/// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
+pub use kmp_protocol::mirror_api::errors as codes;
 
 /// What the operator wants a mirror topic to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +106,9 @@ struct Inner {
     status: StatusBoard,
     registry: MirrorTopics,
 }
+
+/// How long a management request waits for the engine to finish booting.
+const BOOT_WAIT: Duration = Duration::from_secs(30);
 
 /// How long a pause or stop waits for the partition tasks to finish.
 const HALT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -216,6 +211,21 @@ impl Control {
 
     pub(crate) fn store(&self) -> Option<Arc<StateStore>> {
         self.inner.store.get().cloned()
+    }
+
+    /// The state store once the engine has booted, waiting at most `BOOT_WAIT` (a request can
+    /// arrive while the state topic is still being read).
+    pub(crate) async fn booted_store(&self) -> Option<Arc<StateStore>> {
+        let deadline = tokio::time::Instant::now() + BOOT_WAIT;
+        loop {
+            if let (Some(store), Some(_)) = (self.inner.store.get(), self.inner.launcher.get()) {
+                return Some(store.clone());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub(crate) fn registry(&self) -> &MirrorTopics {

@@ -16,18 +16,10 @@ use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
 use crate::{Shared, TopicContext, lifecycle};
 
-/// KIP-1279 / Kafka codes of the definition operations.
-pub mod more_codes {
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
-    pub const TOPIC_ALREADY_IN_CLUSTER_MIRROR: i16 = 138;
-    pub const CLUSTER_MIRROR_NOT_EMPTY: i16 = 143;
-    pub const INVALID_CLUSTER_MIRROR_STATES: i16 = 145;
-    pub const MIRROR_TOPIC_NOT_STOPPED: i16 = 146;
-}
-use more_codes::*;
+use codes::{
+    CLUSTER_MIRROR_ALREADY_EXISTS, CLUSTER_MIRROR_NOT_EMPTY, INVALID_CLUSTER_MIRROR_STATES, INVALID_CONFIG, INVALID_REQUEST, MIRROR_TOPIC_NOT_STOPPED,
+    TOPIC_ALREADY_IN_CLUSTER_MIRROR, UNKNOWN_TOPIC_OR_PARTITION,
+};
 
 /// Starts mirror `def`: registers its definition and spawns its discovery loop.
 pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig) {
@@ -62,7 +54,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
                         Ok(names) => {
                             for topic in names.into_iter().filter(|t| selector.matches(t)) {
                                 if shared.control.claimed_by(&topic).is_none() && shared.control.claim_topic(&topic, &name) {
-                                    info!(%topic, "source topic matches the mirror; starting it");
+                                    info!(%topic, "new source topic matches the mirror; starting it");
                                     lifecycle::start_topic(ctx.clone(), topic);
                                 }
                             }
@@ -93,6 +85,7 @@ impl Control {
     /// `mirror.topics.include` / `.exclude` comma-separated regexes; only PLAINTEXT sources).
     /// Returns the error code and message.
     pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
+        let booted = self.booted_store().await;
         let get = |k: &str| configs.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.as_deref());
         if name.is_empty() || name.len() > 249 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return (INVALID_REQUEST, Some(format!("`{name}` is not a valid mirror name (topic name rules)")));
@@ -117,7 +110,7 @@ impl Control {
         if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             return (INVALID_CONFIG, Some(e.to_string()));
         }
-        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
+        let Some(store) = booted else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
         if let Err(e) = store.put_mirror(&MirrorRecord { origin: "api".into(), definition: def.clone() }).await {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
         }
@@ -131,6 +124,7 @@ impl Control {
 
     /// StartMirrorTopics: adds topics (and include/exclude patterns) to a mirror and starts them.
     pub async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
+        let _ = self.booted_store().await;
         let Some(mut def) = self.definition(name) else {
             let msg = format!("cluster mirror {name} does not exist");
             let results = topics.iter().map(|t| TopicResult { topic: t.clone(), error_code: codes::UNKNOWN_CLUSTER_MIRROR, message: Some(msg.clone()) }).collect();
@@ -192,6 +186,7 @@ impl Control {
     /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become
     /// ordinary topics (detached), the definition and their state are removed.
     pub async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
+        let _ = self.booted_store().await;
         if !self.has_mirror(name) {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
         }
@@ -214,6 +209,60 @@ impl Control {
         }
         self.remove_mirror(name);
         info!(mirror = name, topics = topics.len(), "cluster mirror deleted; its topics are ordinary topics now");
+        (codes::NONE, None)
+    }
+}
+
+impl Control {
+    /// The mirror's configs as KIP-1279 names them (DescribeConfigs on resource type 64).
+    pub fn mirror_configs(&self, name: &str) -> Option<Vec<(&'static str, String)>> {
+        let d = self.definition(name)?;
+        Some(vec![
+            ("bootstrap.servers", d.source_bootstrap_servers.join(",")),
+            ("mirror.topics.include", d.include.join(",")),
+            ("mirror.topics.exclude", d.exclude.join(",")),
+        ])
+    }
+
+    /// IncrementalAlterConfigs on a mirror: `(name, operation, value)` with Kafka's operations
+    /// (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT). Mirrors declared in the config file are changed
+    /// there, not here. Returns the error code and message.
+    pub async fn alter_mirror(&self, name: &str, ops: &[(String, i8, Option<String>)]) -> (i16, Option<String>) {
+        let _ = self.booted_store().await;
+        let Some(mut def) = self.definition(name) else {
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
+        };
+        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
+        let origin = store.mirrors().into_iter().find(|m| m.definition.name == name).map_or("api".to_owned(), |m| m.origin);
+        if origin == "config" {
+            return (INVALID_REQUEST, Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")));
+        }
+        for (key, op, value) in ops {
+            let items = csv(value.as_deref());
+            let list = match key.as_str() {
+                "mirror.topics.include" => &mut def.include,
+                "mirror.topics.exclude" => &mut def.exclude,
+                "bootstrap.servers" if *op == 0 && !items.is_empty() => {
+                    def.source_bootstrap_servers = items;
+                    continue;
+                }
+                other => return (INVALID_CONFIG, Some(format!("{other} cannot be changed this way (alterable: bootstrap.servers by SET, mirror.topics.include/exclude)"))),
+            };
+            match op {
+                0 => *list = items,
+                1 => list.clear(),
+                2 => list.extend(items.into_iter().filter(|i| !list.contains(i)).collect::<Vec<_>>()),
+                3 => list.retain(|i| !items.contains(i)),
+                _ => return (INVALID_REQUEST, Some(format!("unknown config operation {op}"))),
+            }
+        }
+        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+            return (INVALID_CONFIG, Some(e.to_string()));
+        }
+        if let Err(e) = store.put_mirror(&MirrorRecord { origin, definition: def.clone() }).await {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
+        }
+        self.set_definition(def);
         (codes::NONE, None)
     }
 }

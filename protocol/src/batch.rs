@@ -166,7 +166,8 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     Ok(b.freeze())
 }
 
-fn put_varint(buf: &mut BytesMut, v: i64) {
+/// Appends a zig-zag varint (record fields).
+pub(crate) fn put_varint(buf: &mut BytesMut, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         buf.put_u8((z as u8) | 0x80);

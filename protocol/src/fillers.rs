@@ -14,7 +14,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 
-use crate::batch::{FILLER_KEY, HEADER_SIZE, parse_header};
+use crate::batch::{FILLER_KEY, HEADER_SIZE, parse_header, put_varint};
 use crate::codec::{decode_response, encode_response};
 use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
@@ -112,14 +112,6 @@ const COMMIT: i16 = 1;
 const TRANSACTIONAL: i16 = 1 << 4;
 const CONTROL: i16 = 1 << 5;
 
-fn put_varint(buf: &mut BytesMut, v: i64) {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    while z >= 0x80 {
-        buf.put_u8((z as u8) | 0x80);
-        z >>= 7;
-    }
-    buf.put_u8(z as u8);
-}
 
 /// Rewrites a Fetch response frame (prefix included) with every filler batch masked. Call only
 /// when [`fetch_has_fillers`] said so: this decodes and re-encodes the whole response.

@@ -39,8 +39,14 @@ pub fn is_answered(key: i16) -> bool {
     ANSWERED.iter().any(|&(k, _, _)| k == key)
 }
 
-/// KIP-1279 error codes (prototype `Errors.java`).
+/// KIP-1279 error codes (prototype `Errors.java`) and the Kafka codes the mirror operations use.
 pub mod errors {
+    pub const NONE: i16 = 0;
+    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+    pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    pub const INVALID_CONFIG: i16 = 40;
+    pub const INVALID_REQUEST: i16 = 42;
     pub const READ_ONLY_TOPIC: i16 = 134;
     pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
     pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;
@@ -57,13 +63,13 @@ pub mod errors {
     /// The name of a code the mirror RPCs return (Kafka's own codes included).
     pub fn name(code: i16) -> &'static str {
         match code {
-            0 => "NONE",
-            3 => "UNKNOWN_TOPIC_OR_PARTITION",
-            7 => "REQUEST_TIMED_OUT",
-            15 => "COORDINATOR_NOT_AVAILABLE",
+            NONE => "NONE",
+            UNKNOWN_TOPIC_OR_PARTITION => "UNKNOWN_TOPIC_OR_PARTITION",
+            REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
+            COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
             35 => "UNSUPPORTED_VERSION",
-            40 => "INVALID_CONFIG",
-            42 => "INVALID_REQUEST",
+            INVALID_CONFIG => "INVALID_CONFIG",
+            INVALID_REQUEST => "INVALID_REQUEST",
             READ_ONLY_TOPIC => "READ_ONLY_TOPIC",
             CLUSTER_MIRROR_ALREADY_EXISTS => "CLUSTER_MIRROR_ALREADY_EXISTS",
             UNKNOWN_CLUSTER_MIRROR => "UNKNOWN_CLUSTER_MIRROR",

@@ -192,7 +192,7 @@ fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> 
 
 /// Decodes a request, takes the mirror topics out, and decides: forward untouched, refuse it
 /// whole, or forward the rest and merge.
-fn split<Req, Resp>(
+pub(crate) fn split<Req, Resp>(
     frame: &Bytes,
     key: ApiKey,
     version: i16,

@@ -11,6 +11,7 @@ mod cluster;
 mod error;
 mod guard;
 mod metrics;
+mod mirror_configs;
 mod mirror_metrics;
 mod mirror_rpc;
 mod readonly;

@@ -11,7 +11,7 @@ use kmp_protocol::mirror_api::{
     SimpleResponse, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
-const INVALID_REQUEST: i16 = 42;
+
 
 /// Answers one mirror RPC request frame (prefix included) with a response frame.
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
@@ -59,7 +59,7 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
         return fail_all(errors::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {} does not exist", req.mirror_name));
     }
     if !req.patterns.is_empty() {
-        return fail_all(INVALID_REQUEST, "stopping topics by pattern is not supported by kafka-mirror-proxy yet; name the topics".into());
+        return fail_all(errors::INVALID_REQUEST, "stopping topics by pattern is not supported by kafka-mirror-proxy yet; name the topics".into());
     }
     let results = match key {
         api::STOP_MIRROR_TOPICS => control.stop_topics(&req.mirror_name, &req.topics, None).await,

@@ -26,6 +26,7 @@ use crate::api_versions;
 use crate::mirror_rpc;
 use crate::readonly;
 use crate::guard;
+use crate::mirror_configs;
 use crate::error::ProxyError;
 use crate::server::Shared;
 
@@ -129,6 +130,22 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         }
         let mut frame = frame;
         let mut merge: Option<guard::Merge> = None;
+        if shared.masks_fillers && mirror_configs::is_config_api(p.api_key) {
+            // Cluster-mirror config resources (type 64) are the proxy's; the rest is forwarded.
+            match mirror_configs::check(&frame, p.api_key, p.api_version, &shared.mirrors.control).await.map_err(|e| client_error(shared, e))? {
+                guard::Decision::Forward => {}
+                guard::Decision::Refuse(response, _) => {
+                    if tx.send(Pending::Local { api_key: p.api_key, frame: response, started }).await.is_err() {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                guard::Decision::Split(rest, f, _) => {
+                    frame = rest;
+                    merge = Some(f);
+                }
+            }
+        }
         if !shared.mirrors.topics.is_empty() {
             let decision = if p.api_key == ApiKey::Produce as i16 {
                 readonly::check(&frame, p.api_version, &shared.mirrors.topics).map(|d| match d {
@@ -149,7 +166,12 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 guard::Decision::Forward => {}
                 guard::Decision::Refuse(response, n) => {
                     m.refused_mirror_topic_changes.inc_by(n);
-                    // An empty response: acks=0 Produce, which gets none.
+                    // An empty response: acks=0 Produce, which gets none. A response that already
+                    // answers cluster-mirror configs gets those merged in.
+                    let response = match merge.take() {
+                        Some(first) if !response.is_empty() => first(response).map_err(|e| client_error(shared, e))?,
+                        _ => response,
+                    };
                     if !response.is_empty() && tx.send(Pending::Local { api_key: p.api_key, frame: response, started }).await.is_err() {
                         return Ok(());
                     }
@@ -158,7 +180,10 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 guard::Decision::Split(rest, f, n) => {
                     m.refused_mirror_topic_changes.inc_by(n);
                     frame = rest;
-                    merge = Some(f);
+                    merge = Some(match merge.take() {
+                        Some(first) => Box::new(move |resp| first(f(resp)?)),
+                        None => f,
+                    });
                 }
             }
         }

@@ -168,3 +168,95 @@ def test_a_mirror_created_through_the_cli_lives_through_start_failover_restart_a
         assert code == 0, "a mirror without topics can be deleted"
     finally:
         assert proxy.stop() == 0
+
+
+def describe_configs_v1(resources: list[tuple[int, str]]) -> bytes:
+    body = struct.pack(">i", len(resources))
+    for kind, name in resources:
+        body += struct.pack(">b", kind) + kafka_wire._str(name) + struct.pack(">i", -1)
+    return kafka_wire.request(32, 1, 11, body + b"\x00")
+
+
+def parse_describe_configs_v1(body: bytes) -> dict[tuple[int, str], tuple[int, dict]]:
+    pos = 4
+    out = {}
+
+    def string(at):
+        (n,) = struct.unpack_from(">h", body, at)
+        return (None, at + 2) if n < 0 else (body[at + 2:at + 2 + n].decode(), at + 2 + n)
+    (n,) = struct.unpack_from(">i", body, pos)
+    pos += 4
+    for _ in range(n):
+        (err,) = struct.unpack_from(">h", body, pos)
+        _, pos = string(pos + 2)
+        (kind,) = struct.unpack_from(">b", body, pos)
+        name, pos = string(pos + 1)
+        (count,) = struct.unpack_from(">i", body, pos)
+        pos += 4
+        configs = {}
+        for _ in range(count):
+            k, pos = string(pos)
+            v, pos = string(pos)
+            pos += 1 + 1 + 1  # read_only, config_source, is_sensitive
+            (syn,) = struct.unpack_from(">i", body, pos)
+            pos += 4
+            for _ in range(max(syn, 0)):
+                _, pos = string(pos)
+                _, pos = string(pos)
+                pos += 1
+            configs[k] = v
+        out[(kind, name)] = (err, configs)
+    return out
+
+
+def incremental_alter_v0(kind: int, name: str, ops: list[tuple[str, int, str | None]]) -> bytes:
+    body = struct.pack(">i", 1) + struct.pack(">b", kind) + kafka_wire._str(name) + struct.pack(">i", len(ops))
+    for k, op, v in ops:
+        body += kafka_wire._str(k) + struct.pack(">b", op) + (kafka_wire._str(v) if v is not None else struct.pack(">h", -1))
+    return kafka_wire.request(44, 0, 12, body + b"\x00")
+
+
+def alter_error(body: bytes) -> tuple[int, str | None]:
+    (err,) = struct.unpack_from(">h", body, 8)
+    (n,) = struct.unpack_from(">h", body, 10)
+    return err, (None if n < 0 else body[12:12 + n].decode())
+
+
+def roundtrip(proxy, frame: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=30) as s:
+        s.sendall(frame)
+        _, body = kafka_wire.read_response(s)
+    return body
+
+
+def test_cluster_mirror_configs_are_described_and_altered_as_config_resources_of_type_64(clusters, workdir):
+    source, destination = clusters
+    auto = unique("cfgauto")
+    props = workdir / f"{auto}.properties"
+    props.write_text(f"bootstrap.servers={source.bootstrap}\n")
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [unique("declared")], name="declared")).start()
+    try:
+        plain = unique("cfg-plain")
+        create(destination.bootstrap, plain, 1)
+        code, r = cli_json(proxy, "--create", "--mirror", "cfg", "--mirror-config", str(props))
+        assert code == 0, r
+        got = parse_describe_configs_v1(roundtrip(proxy, describe_configs_v1([(64, "cfg"), (2, plain), (64, "nope")])))
+        err, configs = got[(64, "cfg")]
+        assert err == 0 and configs["bootstrap.servers"] == source.bootstrap and configs["mirror.topics.include"] == "", got
+        assert got[(2, plain)][0] == 0 and "retention.ms" in got[(2, plain)][1], "the topic resource in the same request is answered by the broker"
+        assert got[(64, "nope")][0] == 137, "UNKNOWN_CLUSTER_MIRROR"
+
+        prefix = auto.rsplit("-", 2)[0]
+        assert alter_error(roundtrip(proxy, incremental_alter_v0(64, "cfg", [("mirror.topics.include", 2, f"{prefix}-.*")]))) == (0, None)
+        create(source.bootstrap, auto, 1)
+        produce_plain(source.bootstrap, auto, 12)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {auto: 1})  # picked up through the altered pattern
+        _, configs = parse_describe_configs_v1(roundtrip(proxy, describe_configs_v1([(64, "cfg")])))[(64, "cfg")]
+        assert configs["mirror.topics.include"] == f"{prefix}-.*"
+
+        err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "cfg", [("sasl.jaas.config", 0, "x")])))
+        assert err == 40 and "cannot be changed" in msg, (err, msg)
+        err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "declared", [("mirror.topics.include", 0, "x")])))
+        assert err == 42 and "config file" in msg, (err, msg)
+    finally:
+        assert proxy.stop() == 0
