@@ -236,6 +236,27 @@ impl Control {
         self.inner.topics.insert(topic.to_owned(), rt);
     }
 
+    /// `(partitions, desired)` of a running mirror topic of `mirror`.
+    pub(crate) fn topic_shape(&self, topic: &str, mirror: &str) -> Option<(usize, Desired)> {
+        self.inner.topics.get(topic).filter(|rt| rt.mirror == mirror).map(|rt| (rt.partitions, *rt.desired.borrow()))
+    }
+
+    /// Records that `topic` now has `partitions` and starts the copy tasks of the new ones
+    /// (when the topic is mirroring).
+    pub(crate) fn grow_topic(&self, topic: &str, partitions: usize) {
+        let Some(mut rt) = self.inner.topics.get_mut(topic) else { return };
+        let old = rt.partitions;
+        rt.partitions = partitions.max(old);
+        let mirroring = *rt.desired.borrow() == Desired::Mirroring;
+        let spawn = rt.spawn.clone();
+        drop(rt);
+        if mirroring {
+            for p in old..partitions {
+                spawn(p as i32);
+            }
+        }
+    }
+
     /// Every known mirror with its topics, by name.
     pub fn list(&self) -> Vec<MirrorListing> {
         let mut out: Vec<MirrorListing> = self

@@ -49,6 +49,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
                         lifecycle::start_topic(ctx.clone(), topic.clone());
                     }
                 }
+                follow_partition_counts(&shared, &store, &source, &name).await;
                 if selector.has_patterns() {
                     match source.topic_names().await {
                         Ok(names) => {
@@ -69,6 +70,37 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
             _ = tokio::time::sleep(Duration::from_millis(def.topic_refresh_interval_ms)) => {}
             _ = wake.notified() => {}
             _ = stop.changed() => return,
+        }
+    }
+}
+
+/// New source partitions of the mirror's running topics: the destination topic gets them too
+/// (CreatePartitions) and their copy tasks start; new partitions start at offset 0 on both sides.
+async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &ClusterClient, mirror: &str) {
+    for topic in shared.control.claimed_topics(mirror) {
+        let Some((have, desired)) = shared.control.topic_shape(&topic, mirror) else { continue };
+        if desired == Desired::Stopped {
+            continue;
+        }
+        let want = match source.layout(&topic).await {
+            Ok(l) if l.error_code == 0 => l.partitions.len(),
+            _ => continue,
+        };
+        if want <= have {
+            continue;
+        }
+        match crate::topics::add_partitions(&shared.destination, &topic, want).await {
+            Ok(()) => {
+                info!(%topic, from = have, to = want, "source topic gained partitions; mirroring the new ones");
+                if let Some(mut record) = store.topic_owner(&topic) {
+                    record.partitions = want;
+                    if let Err(e) = store.put_topic(&topic, &record).await {
+                        warn!(%topic, error = %e, "cannot record the new partition count");
+                    }
+                }
+                shared.control.grow_topic(&topic, want);
+            }
+            Err(e) => warn!(%topic, error = %e, "cannot add the new partitions on the destination yet"),
         }
     }
 }

@@ -104,6 +104,27 @@ pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> 
     Ok(resp.topics.first().map_or(0, |t| t.error_code))
 }
 
+/// Raises the destination topic's partition count to `partitions` (the source grew). A
+/// destination that already has them (a previous attempt) is fine.
+pub async fn add_partitions(destination: &ClusterClient, topic: &str, partitions: usize) -> Result<(), MirrorError> {
+    use kmp_protocol::kafka_protocol::messages::CreatePartitionsRequest;
+    use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    let mut t = CreatePartitionsTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
+    t.count = partitions as i32;
+    t.assignments = None;
+    let mut req = CreatePartitionsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 30_000;
+    let mut conn = destination.connect_any().await?;
+    let resp = conn.send(&req, 3).await.map_err(MirrorError::Destination)?;
+    match resp.results.first().map_or(0, |r| r.error_code) {
+        0 => Ok(()),
+        37 if destination.layout(topic).await?.partitions.len() >= partitions => Ok(()), // INVALID_PARTITIONS: already there
+        code => Err(MirrorError::Broker { side: "destination", what: format!("add partitions to {topic}"), code }),
+    }
+}
+
 /// How a destination topic came to be the mirror's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prepared {
@@ -146,6 +167,11 @@ pub async fn ensure_destination_topic(
         0 => Ok(Prepared::Created(partitions)),
         TOPIC_ALREADY_EXISTS => {
             let dst = destination.layout(topic).await?;
+            if owned && dst.partitions.len() < partitions {
+                // The source grew while the engine was down: follow it.
+                add_partitions(destination, topic, partitions).await?;
+                return Ok(Prepared::Owned(partitions));
+            }
             if dst.partitions.len() != partitions {
                 return Err(MirrorError::DestinationConflict {
                     topic: topic.to_owned(),

@@ -10,6 +10,7 @@ mod api_versions;
 mod cluster;
 mod error;
 mod guard;
+mod intercept;
 mod metrics;
 mod mirror_configs;
 mod mirror_metrics;

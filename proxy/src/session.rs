@@ -23,10 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
 use crate::api_versions;
-use crate::mirror_rpc;
-use crate::readonly;
+use crate::intercept;
 use crate::guard;
-use crate::mirror_configs;
 use crate::error::ProxyError;
 use crate::server::Shared;
 
@@ -115,78 +113,24 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
             continue;
         }
-        if mirror_api::is_answered(p.api_key) && p.api_version == 0 {
-            // KIP-1279 mirror management: answered here, never forwarded.
-            let frame = mirror_rpc::answer(&frame, &shared.mirrors.control).await.map_err(|e| client_error(shared, e))?;
-            if tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err() {
-                return Ok(());
-            }
-            continue;
-        }
-        if !versions::is_supported(p.api_key, p.api_version) {
+        // The proxy's own KIP-1279 RPCs (v0) are not in the broker table but are offered.
+        let own_rpc = mirror_api::is_answered(p.api_key) && p.api_version == 0;
+        if !own_rpc && !versions::is_supported(p.api_key, p.api_version) {
             m.client_frame_errors.inc();
             warn!(api_key = p.api_key, version = p.api_version, "closing connection: request for an API or version the proxy does not offer");
             return Err(ProxyError::UnsupportedRequest { api_key: p.api_key, api_version: p.api_version });
         }
-        let mut frame = frame;
-        let mut merge: Option<guard::Merge> = None;
-        if shared.masks_fillers && mirror_configs::is_config_api(p.api_key) {
-            // Cluster-mirror config resources (type 64) are the proxy's; the rest is forwarded.
-            match mirror_configs::check(&frame, p.api_key, p.api_version, &shared.mirrors.control).await.map_err(|e| client_error(shared, e))? {
-                guard::Decision::Forward => {}
-                guard::Decision::Refuse(response, _) => {
-                    if tx.send(Pending::Local { api_key: p.api_key, frame: response, started }).await.is_err() {
-                        return Ok(());
-                    }
-                    continue;
+        let (frame, merge) = match intercept::mirror_request(frame, p.api_key, p.api_version, shared).await.map_err(|e| client_error(shared, e))? {
+            intercept::Outcome::Forward { frame, merge } => (frame, merge),
+            intercept::Outcome::Answer(response) => {
+                if let Some(frame) = response
+                    && tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err()
+                {
+                    return Ok(());
                 }
-                guard::Decision::Split(rest, f, _) => {
-                    frame = rest;
-                    merge = Some(f);
-                }
+                continue;
             }
-        }
-        if !shared.mirrors.topics.is_empty() {
-            let decision = if p.api_key == ApiKey::Produce as i16 {
-                readonly::check(&frame, p.api_version, &shared.mirrors.topics).map(|d| match d {
-                    readonly::Decision::Forward => guard::Decision::Forward,
-                    readonly::Decision::Refuse(Some(f), n) => guard::Decision::Refuse(f, n),
-                    readonly::Decision::Refuse(None, n) => guard::Decision::Refuse(Bytes::new(), n),
-                    readonly::Decision::Split { frame, refused } => {
-                        let (n, version) = (refused.partitions, p.api_version);
-                        guard::Decision::Split(frame, Box::new(move |f| readonly::merge(f, version, refused)), n)
-                    }
-                })
-            } else if guard::is_guarded(p.api_key, p.api_version) {
-                guard::check(&frame, p.api_key, p.api_version, &shared.mirrors.topics)
-            } else {
-                Ok(guard::Decision::Forward)
-            };
-            match decision.map_err(|e| client_error(shared, e))? {
-                guard::Decision::Forward => {}
-                guard::Decision::Refuse(response, n) => {
-                    m.refused_mirror_topic_changes.inc_by(n);
-                    // An empty response: acks=0 Produce, which gets none. A response that already
-                    // answers cluster-mirror configs gets those merged in.
-                    let response = match merge.take() {
-                        Some(first) if !response.is_empty() => first(response).map_err(|e| client_error(shared, e))?,
-                        _ => response,
-                    };
-                    if !response.is_empty() && tx.send(Pending::Local { api_key: p.api_key, frame: response, started }).await.is_err() {
-                        return Ok(());
-                    }
-                    continue;
-                }
-                guard::Decision::Split(rest, f, n) => {
-                    m.refused_mirror_topic_changes.inc_by(n);
-                    frame = rest;
-                    merge = Some(match merge.take() {
-                        Some(first) => Box::new(move |resp| first(f(resp)?)),
-                        None => f,
-                    });
-                }
-            }
-        }
+        };
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
             let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started, merge };

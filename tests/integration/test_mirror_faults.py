@@ -262,8 +262,9 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
         # The destination topic is compacted too (configs are copied), so its own cleaner may
         # already have removed the filler tombstones: count what the engine wrote instead.
         _, text = proxy.http("/metrics")
-        written = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_filler_records{")]
-        assert written == [121 - 63], f"every offset the source cleaner removed was filled: {written}"
+        lines = [l for l in text.splitlines() if l.startswith("kmp_mirror_filler_records{") and f'topic="{topic}"' in l]
+        written = [float(l.split()[-1]) for l in lines]
+        assert written == [121 - 63], f"every offset the source cleaner removed was filled: {lines}"
         reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{")]
         assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
 
@@ -379,3 +380,21 @@ def test_a_large_retention_prefix_is_filled_and_one_over_the_limit_fails_with_a_
         assert "more than max_fill_offsets = 1000" in proxy.log(), "the reason says which limit and how to raise it"
     finally:
         assert proxy.stop() == 0
+
+
+def test_partitions_added_on_the_source_are_added_and_mirrored_on_the_destination(clusters, workdir):
+    from confluent_kafka.admin import NewPartitions
+    source, destination = clusters
+    topic = unique("mir-grow")
+    create(source.bootstrap, topic, 2)
+    produce_plain(source.bootstrap, topic, 100)
+    with mirroring_proxy(source, destination, workdir, [topic]):
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+        admin = AdminClient({"bootstrap.servers": source.bootstrap})
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        p = Producer({"bootstrap.servers": source.bootstrap, "linger.ms": 5})
+        for i in range(40):
+            p.produce(topic, key=f"grow-{i}".encode(), value=f"v{i}".encode(), partition=2 + i % 2)
+        assert p.flush(30) == 0
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 4})
+        assert_equal(source, destination, topic, 4)
