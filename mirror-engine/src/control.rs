@@ -335,18 +335,27 @@ impl Control {
         out
     }
 
-    fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
+    /// The topic's desired state and partition count. A topic the mirror has claimed but is
+    /// still preparing (creating the destination topic, reading its id) is waited for.
+    async fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
         if !self.has_mirror(mirror) {
             return Err(TopicResult::err(topic, codes::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {mirror} does not exist")));
         }
-        match self.inner.topics.get(topic) {
-            Some(rt) if rt.mirror == mirror => Ok((*rt.desired.borrow(), rt.partitions)),
-            _ => Err(TopicResult::err(topic, codes::TOPIC_NOT_IN_CLUSTER_MIRROR, format!("topic {topic} does not belong to cluster mirror {mirror}"))),
+        let deadline = tokio::time::Instant::now() + BOOT_WAIT;
+        loop {
+            match self.inner.topics.get(topic) {
+                Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
+                None if self.claimed_by(topic).as_deref() == Some(mirror) && tokio::time::Instant::now() < deadline => {}
+                _ => {
+                    return Err(TopicResult::err(topic, codes::TOPIC_NOT_IN_CLUSTER_MIRROR, format!("topic {topic} does not belong to cluster mirror {mirror}")));
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     async fn wait_caught_up(&self, mirror: &str, topic: &str, limit: Duration) -> Result<(), TopicResult> {
-        let (_, partitions) = self.check(mirror, topic)?;
+        let (_, partitions) = self.check(mirror, topic).await?;
         let deadline = tokio::time::Instant::now() + limit;
         loop {
             let lagging: Vec<i32> = (0..partitions as i32)
@@ -371,7 +380,7 @@ impl Control {
     }
 
     async fn transition(&self, mirror: &str, topic: &str, to: Desired) -> TopicResult {
-        let (from, partitions) = match self.check(mirror, topic) {
+        let (from, partitions) = match self.check(mirror, topic).await {
             Ok(v) => v,
             Err(r) => return r,
         };

@@ -175,7 +175,13 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         eprintln!("--start, --stop, --pause and --resume need --mirror and --topics");
         return Ok(ExitCode::from(2));
     };
-    let (topics, include) = if a.start { split_names(&patterns) } else { (match_topics(&mut c, &mirror, &patterns).await?, Vec::new()) };
+    // --start and --stop send patterns to the proxy (saved for discovery / matched there);
+    // --pause and --resume expand them here.
+    let (topics, include) = if a.start || (a.stop && a.graceful_timeout_ms.is_none()) {
+        split_names(&patterns)
+    } else {
+        (match_topics(&mut c, &mirror, &patterns).await?, Vec::new())
+    };
     if let (true, Some(ms)) = (a.stop, a.graceful_timeout_ms) {
         wait_caught_up(&mut c, &mirror, &topics, Duration::from_millis(ms)).await?;
     }

@@ -58,13 +58,23 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
     if !control.has_mirror(&req.mirror_name) {
         return fail_all(errors::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {} does not exist", req.mirror_name));
     }
-    if !req.patterns.is_empty() {
-        return fail_all(errors::INVALID_REQUEST, "stopping topics by pattern is not supported by kafka-mirror-proxy yet; name the topics".into());
+    let mut topics = req.topics.clone();
+    if key == api::STOP_MIRROR_TOPICS && !req.patterns.is_empty() {
+        // Patterns match the mirror's destination topic names (whole name), as in the KIP's CLI.
+        let mut regexes = Vec::new();
+        for p in &req.patterns {
+            match regex::Regex::new(&format!("^(?:{p})$")) {
+                Ok(r) => regexes.push(r),
+                Err(e) => return fail_all(errors::INVALID_REQUEST, format!("`{p}` is not a valid regular expression: {e}")),
+            }
+        }
+        let mine = control.list().into_iter().find(|m| m.name == req.mirror_name).map(|m| m.topics).unwrap_or_default();
+        topics.extend(mine.into_iter().filter(|t| regexes.iter().any(|r| r.is_match(t)) && !req.topics.contains(t)));
     }
     let results = match key {
-        api::STOP_MIRROR_TOPICS => control.stop_topics(&req.mirror_name, &req.topics, None).await,
-        api::PAUSE_MIRROR_TOPICS => control.pause_topics(&req.mirror_name, &req.topics).await,
-        _ => control.resume_topics(&req.mirror_name, &req.topics).await,
+        api::STOP_MIRROR_TOPICS => control.stop_topics(&req.mirror_name, &topics, None).await,
+        api::PAUSE_MIRROR_TOPICS => control.pause_topics(&req.mirror_name, &topics).await,
+        _ => control.resume_topics(&req.mirror_name, &topics).await,
     };
     TopicsResponse { topics: results.into_iter().map(result).collect(), ..Default::default() }
 }

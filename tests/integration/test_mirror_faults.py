@@ -181,7 +181,7 @@ def test_destination_equals_source_after_ten_sigkills_of_the_proxy(clusters, wor
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 4})
         assert_equal(source, destination, topic, 4)
         _, text = proxy.http("/metrics")
-        assert all(l.endswith(" 0") for l in text.splitlines() if l.startswith("kmp_mirror_failed{")), "no partition failed"
+        assert all(l.endswith(" 0") for l in text.splitlines() if l.startswith("kmp_mirror_failed{") and f'topic="{topic}"' in l), "no partition failed"
     finally:
         assert proxy.stop() == 0
 
@@ -265,7 +265,7 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
         lines = [l for l in text.splitlines() if l.startswith("kmp_mirror_filler_records{") and f'topic="{topic}"' in l]
         written = [float(l.split()[-1]) for l in lines]
         assert written == [121 - 63], f"every offset the source cleaner removed was filled: {lines}"
-        reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{")]
+        reencoded = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_mirror_reencoded_batches{") and f'topic="{topic}"' in l]
         assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
 
 
