@@ -192,32 +192,27 @@ def main() -> int:
         cfg = work / "proxy.toml"
         cfg.write_text(f'[[mirrors]]\nname = "bench"\nsource_bootstrap_servers = ["{src.bootstrap}"]\ntopics = ["{TOPIC}"]\n')
         port, admin = free_port(), free_port()
-        started = time.time()
-        proxy = subprocess.Popen([str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
-                                  "--listen", f"127.0.0.1:{port}", "--node-port-base", str(free_port_block(4) - 1),
-                                  "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"],
-                                 stdout=open(work / "proxy.log", "wb"), stderr=subprocess.STDOUT)
-        try:
-            results["kafka-mirror-proxy"] = copy_run(proxy, started, src.bootstrap, dst.bootstrap, parts, expected)
-            print(f"kafka-mirror-proxy: {results['kafka-mirror-proxy']}", flush=True)
-            results["kafka-mirror-proxy"] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
-        finally:
-            proxy.terminate()
-            proxy.wait(60)
+
+        def measure(name: str, argv: list[str], log: str, expected: list[int]) -> None:
+            """Runs one mirroring process until it copied ``expected``, then the lag phase."""
+            started = time.time()
+            proc = subprocess.Popen(argv, stdout=open(work / log, "wb"), stderr=subprocess.STDOUT)
+            try:
+                results[name] = copy_run(proc, started, src.bootstrap, dst.bootstrap, parts, expected)
+                print(f"{name}: {results[name]}", flush=True)
+                results[name] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
+            finally:
+                proc.terminate()
+                proc.wait(60)
+
+        measure("kafka-mirror-proxy", [str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
+                                       "--listen", f"127.0.0.1:{port}", "--node-port-base", str(free_port_block(4) - 1),
+                                       "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"], "proxy.log", expected)
         expected = watermarks(src.bootstrap, TOPIC, parts) or []
         delete_topic(cp, dst.bootstrap, TOPIC, parts)
-
         props = mm2_config(work, src.bootstrap, dst.bootstrap, args.mm2_tasks)
-        started = time.time()
-        mm2 = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{mm2_libs}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
-                               stdout=open(work / "mm2.log", "wb"), stderr=subprocess.STDOUT)
-        try:
-            results["MirrorMaker 2"] = copy_run(mm2, started, src.bootstrap, dst.bootstrap, parts, expected)
-            print(f"MirrorMaker 2: {results['MirrorMaker 2']}", flush=True)
-            results["MirrorMaker 2"] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
-        finally:
-            mm2.terminate()
-            mm2.wait(60)
+        measure("MirrorMaker 2", ["java", "-Xmx2g", "-cp", f"{mm2_libs}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
+                "mm2.log", expected)
     finally:
         src.stop()
         dst.stop()

@@ -6,6 +6,7 @@
 pub mod batch;
 pub mod client;
 pub mod codec;
+pub mod compact;
 mod cursor;
 mod names;
 pub mod error;
