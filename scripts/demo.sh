@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README "Run" command: a local source and destination Kafka (KRaft, on loopback), the proxy
-# in front of the destination mirroring a source topic at identical offsets, and Kafka's own
-# tools talking to the destination *through* the proxy. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
+# in front of the destination, a cluster mirror created through the proxy copying a source topic
+# at identical offsets, Kafka's own tools talking to the destination *through* the proxy, the
+# read-only refusal and a failover. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${KMP_DEMO_DIR:-/tmp/kmp-demo}
@@ -28,21 +29,18 @@ echo "==> creating topic 'orders' on the source and producing 6 records to it"
 kt org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --create --topic orders --partitions 1 --replication-factor 1
 printf 'order-1\norder-2\norder-3\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
 printf 'order-4\norder-5\norder-6\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
-cat >"$dir/proxy.toml" <<TOML
-[[mirrors]]
-name = "demo"
-source_bootstrap_servers = ["127.0.0.1:19092"]
-topics = ["orders"]
-TOML
-
-echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin), mirroring 'orders'"
-./target/release/kafka-mirror-proxy run --config "$dir/proxy.toml" --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
+echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin)"
+./target/release/kafka-mirror-proxy run --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
   --listen "127.0.0.1:$listen_port" --admin-listen "$admin" >"$dir/proxy.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 100); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done
 curl -sf "http://$admin/readyz"
 
 bs=127.0.0.1:$listen_port
+echo "==> creating the cluster mirror 'demo' and starting 'orders' (KIP-1279 CLI flags, Kafka RPCs answered by the proxy)"
+printf 'bootstrap.servers=127.0.0.1:19092\n' >"$dir/demo-mirror.properties"
+./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --create --mirror demo --mirror-config "$dir/demo-mirror.properties"
+./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --start --mirror demo --topics orders
 echo "==> brokers as clients see them through the proxy (addresses point at the proxy)"
 kt org.apache.kafka.tools.BrokerApiVersionsCommand --bootstrap-server "$bs" 2>/dev/null | grep -E '^[^ ].*\(id:' || true
 echo "==> create a topic, produce 5 lz4-compressed records and consume them, all through the proxy"
