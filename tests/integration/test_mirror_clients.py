@@ -294,8 +294,13 @@ def test_admin_changes_to_a_mirror_topic_are_refused_and_other_topics_in_the_req
     results = {r.name: f for r, f in admin.incremental_alter_configs(resources).items()}
     assert error_of(results[topic]) == KafkaError.TOPIC_AUTHORIZATION_FAILED, "mirror topic configs are read-only"
     assert error_of(results[other]) is None, "the other topic in the same request is changed"
-    described = direct.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, other)])
-    assert next(iter(described.values())).result(30)["retention.ms"].value == "123456"
+    # KRaft brokers apply the change from the metadata log asynchronously: wait until it shows.
+    deadline, value = time.time() + 30, None
+    while value != "123456" and time.time() < deadline:
+        described = direct.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, other)])
+        value = next(iter(described.values())).result(30)["retention.ms"].value
+        time.sleep(0.2)
+    assert value == "123456", f"the other topic's config was changed: retention.ms={value}"
 
     tx = Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": unique("mirror-tx-refused")})
     tx.init_transactions(30)
