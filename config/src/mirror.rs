@@ -4,6 +4,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Compiles a topic pattern the way mirrors use it: a Rust `regex` matched against the whole
+/// topic name (include/exclude, and the topic patterns of the management APIs).
+pub fn topic_pattern(p: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{p})$"))
+}
+
 /// Settings shared by every mirror of this proxy (`[engine]`).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]

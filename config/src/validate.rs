@@ -96,7 +96,7 @@ impl Config {
             }
             for (field, patterns) in [("include", &m.include), ("exclude", &m.exclude)] {
                 for p in patterns {
-                    if let Err(e) = regex::Regex::new(&format!("^(?:{p})$")) {
+                    if let Err(e) = crate::topic_pattern(p) {
                         err(&key(field), format!("`{p}` is not a valid regular expression: {e}"));
                     }
                 }

@@ -135,12 +135,10 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize) {
     info!(desired = desired.as_str(), "topic not copying (stored state)");
     let state = if desired == Desired::Stopped { PartitionState::Stopped } else { PartitionState::Paused };
     for p in 0..partitions as i32 {
-        let stored = ctx.store.partition(topic, p);
+        let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == ctx.mirror.name);
         ctx.shared.status.update(&(ctx.mirror.name.clone(), topic.to_owned(), p), |s| {
             if let Some(r) = &stored {
-                s.records_mirrored = r.records;
-                s.filler_records = r.fillers;
-                s.bytes_mirrored = r.bytes;
+                r.restore_counters(s);
                 s.destination_next_offset = r.next_offset;
                 s.source_high_watermark = r.source_high_watermark;
             }
@@ -159,9 +157,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
     let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == m.name);
     if let Some(r) = &stored {
         ctx.shared.status.update(&key, |s| {
-            s.records_mirrored = r.records;
-            s.filler_records = r.fillers;
-            s.bytes_mirrored = r.bytes;
+            r.restore_counters(s);
             if r.sticky {
                 s.state = PartitionState::Failed;
                 s.last_error = r.error.clone();

@@ -54,7 +54,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
                     match source.topic_names().await {
                         Ok(names) => {
                             for topic in names.into_iter().filter(|t| selector.matches(t)) {
-                                if shared.control.claimed_by(&topic).is_none() && shared.control.claim_topic(&topic, &name) {
+                                if shared.control.claim_topic(&topic, &name) {
                                     info!(%topic, "new source topic matches the mirror; starting it");
                                     lifecycle::start_topic(ctx.clone(), topic);
                                 }

@@ -120,7 +120,7 @@ impl PartitionTask {
             }
         }
         if let Some(e) = end {
-            self.account(uncertain.into_iter().filter(|w| w.base + i64::from(w.records) <= e).collect());
+            self.account_landed(uncertain, e);
         }
         info!(state = done.as_str(), last_offset = ?end, "partition halted");
         self.status.update(&self.key, |s| {
@@ -137,7 +137,7 @@ impl PartitionTask {
         let (topic, partition) = (topic.as_str(), *partition);
         let (mut dest_conn, _) = self.destination.connect_leader(topic, partition).await?;
         let (dest_log_start, next) = settled_offsets(&mut dest_conn, topic, partition).await?;
-        self.account(uncertain.drain(..).filter(|w| w.base + i64::from(w.records) <= next).collect());
+        self.account_landed(std::mem::take(uncertain), next);
         let mut sink = PartitionSink::open(dest_conn, topic, partition, self.max_in_flight).await?;
         let result = self.stream(&mut sink, dest_log_start, next).await;
         if result.is_err() {
@@ -253,6 +253,12 @@ impl PartitionTask {
                 s.source_last_stable_offset = fetched.last_stable_offset;
             });
         }
+    }
+
+    /// Accounts the batches of a failed or cancelled attempt that landed below the settled
+    /// destination log end `end`.
+    fn account_landed(&self, uncertain: Vec<Written>, end: i64) {
+        self.account(uncertain.into_iter().filter(|w| w.base + i64::from(w.records) <= end).collect());
     }
 
     /// Accounts batches the destination acknowledged (in offset order).

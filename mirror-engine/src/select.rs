@@ -17,7 +17,7 @@ pub struct TopicSelector {
 fn compile(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
     patterns
         .iter()
-        .map(|p| Regex::new(&format!("^(?:{p})$")).map_err(|e| MirrorError::Unsupported(format!("topic pattern `{p}`: {e}"))))
+        .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("topic pattern `{p}`: {e}"))))
         .collect()
 }
 

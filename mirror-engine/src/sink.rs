@@ -16,8 +16,23 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::error::MirrorError;
 
-const PRODUCE_VERSION: i16 = 9;
+pub(crate) const PRODUCE_VERSION: i16 = 9;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+/// An acks=all Produce of one batch blob to one partition (the engine's only kind).
+pub(crate) fn produce_request(topic: TopicName, partition: i32, records: Bytes) -> ProduceRequest {
+    let mut pd = PartitionProduceData::default();
+    pd.index = partition;
+    pd.records = Some(records);
+    let mut td = TopicProduceData::default();
+    td.name = topic;
+    td.partition_data = vec![pd];
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = PRODUCE_TIMEOUT_MS;
+    req.topic_data = vec![td];
+    req
+}
 
 /// One produced batch, reported back once the destination acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,16 +109,7 @@ impl PartitionSink {
         while self.in_flight.len() >= self.max_in_flight {
             self.ack_oldest().await?;
         }
-        let mut pd = PartitionProduceData::default();
-        pd.index = self.partition;
-        pd.records = Some(records_blob);
-        let mut td = TopicProduceData::default();
-        td.name = self.topic.clone();
-        td.partition_data = vec![pd];
-        let mut req = ProduceRequest::default();
-        req.acks = -1;
-        req.timeout_ms = PRODUCE_TIMEOUT_MS;
-        req.topic_data = vec![td];
+        let req = produce_request(self.topic.clone(), self.partition, records_blob);
         let sent = self.conn.send_request(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
         self.next_sequence = self.next_sequence.wrapping_add(w.records);
         self.in_flight.push_back((sent, w));

@@ -18,8 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kmp_config::MirrorConfig;
 use kmp_protocol::client::Connection;
-use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
+use kmp_protocol::kafka_protocol::messages::TopicName;
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::records;
 use serde::{Deserialize, Serialize};
@@ -28,6 +27,7 @@ use tracing::warn;
 
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
+use crate::sink::{PRODUCE_VERSION, produce_request};
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
 use crate::topics::{TopicSpec, create_topic};
@@ -74,6 +74,13 @@ pub struct PartitionRecord {
 }
 
 impl PartitionRecord {
+    /// Carries the stored progress counters into a fresh status (after a restart).
+    pub(crate) fn restore_counters(&self, s: &mut PartitionStatus) {
+        s.records_mirrored = self.records;
+        s.filler_records = self.fillers;
+        s.bytes_mirrored = self.bytes;
+    }
+
     fn of(mirror: &str, s: &PartitionStatus) -> Self {
         Self {
             mirror: mirror.to_owned(),
@@ -96,8 +103,6 @@ pub struct StateStore {
     entries: std::sync::Mutex<HashMap<String, Bytes>>,
     writer: Mutex<Option<Connection>>,
 }
-
-const PRODUCE_VERSION: i16 = 9;
 
 impl StateStore {
     /// Creates the state topic if needed and reads it to the end.
@@ -225,16 +230,7 @@ impl StateStore {
             *conn = Some(self.destination.connect_leader(&self.topic, 0).await?.0);
         }
         let Some(c) = conn.as_mut() else { return Ok(()) };
-        let mut pd = PartitionProduceData::default();
-        pd.index = 0;
-        pd.records = Some(blob);
-        let mut td = TopicProduceData::default();
-        td.name = TopicName(StrBytes::from_string(self.topic.clone()));
-        td.partition_data = vec![pd];
-        let mut req = ProduceRequest::default();
-        req.acks = -1;
-        req.timeout_ms = 30_000;
-        req.topic_data = vec![td];
+        let req = produce_request(TopicName(StrBytes::from_string(self.topic.clone())), 0, blob);
         let resp = c.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
         let code = resp.responses.iter().flat_map(|t| t.partition_responses.iter()).map(|p| p.error_code).next().unwrap_or(3);
         if code != 0 {
