@@ -241,7 +241,7 @@ async fn match_topics(c: &mut Client, mirror: &str, patterns: &str) -> anyhow::R
     let known: Vec<String> = l.mirrors.into_iter().find(|m| m.mirror_name == mirror).map(|m| m.topic_names).unwrap_or_default();
     let mut out = Vec::new();
     for p in patterns.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let re = regex::Regex::new(&format!("^(?:{p})$")).with_context(|| format!("`{p}` is not a valid regular expression"))?;
+        let re = kmp_config::topic_pattern(p).with_context(|| format!("`{p}` is not a valid regular expression"))?;
         let hits: Vec<&String> = known.iter().filter(|t| re.is_match(t)).collect();
         if hits.is_empty() {
             out.push(p.to_owned());

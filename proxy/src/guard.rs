@@ -25,7 +25,8 @@ pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + 
 /// What to do with a request.
 pub(crate) enum Decision {
     Forward,
-    /// Answer with this response; `u64` = topics refused.
+    /// Answer with this response (empty: an acks=0 Produce, which gets none); `u64` = topics
+    /// (Produce: partitions) refused.
     Refuse(Bytes, u64),
     /// Forward `frame`, then `merge` the broker's response; `u64` = topics refused.
     Split(Bytes, Merge, u64),

@@ -42,14 +42,7 @@ pub(crate) async fn mirror_request(frame: Bytes, api_key: i16, api_version: i16,
         return Ok(Outcome::Forward { frame, merge });
     }
     let decision = if api_key == ApiKey::Produce as i16 {
-        match readonly::check(&frame, api_version, &shared.mirrors.topics)? {
-            readonly::Decision::Forward => Decision::Forward,
-            readonly::Decision::Refuse(response, n) => Decision::Refuse(response.unwrap_or_default(), n),
-            readonly::Decision::Split { frame, refused } => {
-                let n = refused.partitions;
-                Decision::Split(frame, Box::new(move |f| readonly::merge(f, api_version, refused)), n)
-            }
-        }
+        readonly::check(&frame, api_version, &shared.mirrors.topics)?
     } else if guard::is_guarded(api_key, api_version) {
         guard::check(&frame, api_key, api_version, &shared.mirrors.topics)?
     } else {

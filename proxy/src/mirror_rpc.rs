@@ -63,7 +63,7 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
         // Patterns match the mirror's destination topic names (whole name), as in the KIP's CLI.
         let mut regexes = Vec::new();
         for p in &req.patterns {
-            match regex::Regex::new(&format!("^(?:{p})$")) {
+            match kmp_config::topic_pattern(p) {
                 Ok(r) => regexes.push(r),
                 Err(e) => return fail_all(errors::INVALID_REQUEST, format!("`{p}` is not a valid regular expression: {e}")),
             }

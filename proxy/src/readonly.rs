@@ -7,7 +7,7 @@
 //! TOPIC_AUTHORIZATION_FAILED (29): non-retriable in Java, librdkafka, kafka-python and franz-go,
 //! so the producer fails the batch at once instead of retrying. The per-partition error message
 //! (Produce v8+) names the mirror and how to make the topic writable. Which topics are mirror
-//! topics is the engine's (`MirrorTopics`); sessions only call [`check`] and [`merge`].
+//! topics is the engine's (`MirrorTopics`); `intercept` calls [`check`] and applies the merge.
 
 use bytes::Bytes;
 use kmp_mirror_engine::MirrorTopics;
@@ -17,28 +17,10 @@ use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResp
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::ProtocolError;
 
+use crate::guard::{Decision, Merge};
+
 /// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
 pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
-
-/// What to do with one Produce request.
-pub(crate) enum Decision {
-    /// No mirror topic in it: forward the original frame.
-    Forward,
-    /// Only mirror topics: answer with this response (`None` for acks=0: no response at all);
-    /// the number of partitions refused.
-    Refuse(Option<Bytes>, u64),
-    /// Forward `frame` (the request without its mirror topics), then [`merge`] `refused` into
-    /// the broker's response.
-    Split { frame: Bytes, refused: Refused },
-}
-
-/// Refused topics to add to a forwarded Produce's response.
-#[derive(Debug)]
-pub(crate) struct Refused {
-    topics: Vec<TopicProduceResponse>,
-    /// Partitions refused (for the metric).
-    pub(crate) partitions: u64,
-}
 
 /// Decides what to do with a Produce request frame (prefix included).
 pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
@@ -79,23 +61,21 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Resul
     if refused.is_empty() {
         return Ok(Decision::Forward);
     }
-    let refused = Refused { topics: refused, partitions };
     if req.topic_data.is_empty() {
         if req.acks == 0 {
-            return Ok(Decision::Refuse(None, refused.partitions));
+            return Ok(Decision::Refuse(Bytes::new(), partitions)); // acks=0: no response at all
         }
         let mut resp = ProduceResponse::default();
-        resp.responses = refused.topics;
-        return Ok(Decision::Refuse(Some(encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?), partitions));
+        resp.responses = refused;
+        return Ok(Decision::Refuse(encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?, partitions));
     }
-    Ok(Decision::Split { frame: encode_request(&header, ApiKey::Produce, &req)?, refused })
-}
-
-/// Adds the refused topics to the broker's response to the split request.
-pub(crate) fn merge(frame: Bytes, version: i16, refused: Refused) -> Result<Bytes, ProtocolError> {
-    let (header, mut resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, version)?;
-    resp.responses.extend(refused.topics);
-    encode_response(header.correlation_id, ApiKey::Produce, version, &resp)
+    // Adds the refused topics to the broker's response to the rest of the request.
+    let merge: Merge = Box::new(move |frame: Bytes| {
+        let (header, mut resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, version)?;
+        resp.responses.extend(refused);
+        encode_response(header.correlation_id, ApiKey::Produce, version, &resp)
+    });
+    Ok(Decision::Split(encode_request(&header, ApiKey::Produce, &req)?, merge, partitions))
 }
 
 #[cfg(test)]
@@ -139,18 +119,18 @@ mod tests {
 
     #[test]
     fn a_request_for_mirror_topics_only_is_answered_with_the_refusal_and_acks_0_gets_nothing() {
-        let Decision::Refuse(Some(frame), 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("refused") };
+        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("refused") };
         let (h, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(h.correlation_id, 42);
         let parts = &resp.responses[0].partition_responses;
         assert_eq!(parts.len(), 2);
         assert!(parts.iter().all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr"))));
-        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &registry()).unwrap(), Decision::Refuse(None, 2)));
+        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &registry()).unwrap(), Decision::Refuse(f, 2) if f.is_empty()));
     }
 
     #[test]
     fn a_mixed_request_forwards_the_other_topics_and_merges_the_refusal_into_the_response() {
-        let Decision::Split { frame, refused } = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("split") };
+        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("split") };
         let (_, fwd) = decode_request::<ProduceRequest>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(fwd.topic_data.len(), 1);
         assert_eq!(fwd.topic_data[0].name.0.as_str(), "plain");
@@ -158,7 +138,7 @@ mod tests {
         let mut t = TopicProduceResponse::default();
         t.name = TopicName(StrBytes::from_static_str("plain"));
         broker.responses.push(t);
-        let merged = merge(encode_response(42, ApiKey::Produce, 9, &broker).unwrap(), 9, refused).unwrap();
+        let merged = merge(encode_response(42, ApiKey::Produce, 9, &broker).unwrap()).unwrap();
         let (_, resp) = decode_response::<ProduceResponse>(&merged, ApiKey::Produce, 9).unwrap();
         let names: Vec<_> = resp.responses.iter().map(|t| t.name.0.as_str().to_owned()).collect();
         assert_eq!(names, vec!["plain", "mirrored"]);
