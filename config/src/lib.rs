@@ -10,6 +10,6 @@ mod model;
 mod validate;
 
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
-pub use mirror::{EngineConfig, MirrorConfig, topic_pattern};
+pub use mirror::{DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, MirrorConfig, topic_pattern};
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
 pub use validate::{ConfigError, ConfigErrors};

@@ -92,7 +92,44 @@ pub struct MirrorConfig {
     /// Bytes fetched per source partition per request; default 1048576 (1 MiB).
     #[serde(default = "default_fetch_bytes")]
     pub fetch_max_bytes: i32,
+    /// Milliseconds between consumer-group offset syncs (source commits copied to the
+    /// destination for groups with no active members there; one more sync runs when topics are
+    /// stopped). 0 disables the periodic sync (the one at stop still runs). Default 10000.
+    #[serde(default = "default_sync_interval")]
+    pub group_offset_sync_interval_ms: u64,
+    /// Regular expressions (whole group id) of source consumer groups whose offsets are synced.
+    /// Default `[".*"]` (every group); empty = none.
+    #[serde(default = "default_groups_include")]
+    pub groups_include: Vec<String>,
+    /// Regular expressions of groups never synced, even if included. Default: none.
+    #[serde(default)]
+    pub groups_exclude: Vec<String>,
+    /// Milliseconds between topic config syncs (dynamic configs of the source topics applied to
+    /// the destination topics). 0 disables the periodic sync (configs are still copied when a
+    /// topic is created). Default 10000.
+    #[serde(default = "default_sync_interval")]
+    pub topic_config_sync_interval_ms: u64,
+    /// Regular expressions (whole config name) of source topic configs never copied, on top of
+    /// the settings identical offsets require (`compression.type`, `message.timestamp.*`), which
+    /// are never copied whatever this says. Default: KIP-1279's list of cluster-local settings
+    /// (see [`DEFAULT_TOPIC_CONFIG_EXCLUDE`]).
+    #[serde(default = "default_topic_config_exclude")]
+    pub topic_config_exclude: Vec<String>,
 }
+
+/// Topic configs a mirror does not copy unless told otherwise: settings local to a cluster
+/// (durability, replication throttles, tiered storage) and vendor extensions. KIP-1279's
+/// `mirror.topic.properties.exclude` default plus tiered-storage and `confluent.` settings.
+pub const DEFAULT_TOPIC_CONFIG_EXCLUDE: &[&str] = &[
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
+    "leader.replication.throttled.replicas",
+    "follower.replication.throttled.replicas",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
+    "confluent\\..*",
+];
 
 impl MirrorConfig {
     /// A mirror of no topics yet, every optional setting at its default (mirrors created
@@ -110,6 +147,11 @@ impl MirrorConfig {
             max_filler_batch_records: default_max_filler(),
             max_fill_offsets: default_max_fill(),
             fetch_max_bytes: default_fetch_bytes(),
+            group_offset_sync_interval_ms: default_sync_interval(),
+            groups_include: default_groups_include(),
+            groups_exclude: Vec::new(),
+            topic_config_sync_interval_ms: default_sync_interval(),
+            topic_config_exclude: default_topic_config_exclude(),
         }
     }
 }
@@ -131,4 +173,13 @@ fn default_max_filler() -> i32 {
 }
 fn default_fetch_bytes() -> i32 {
     1024 * 1024
+}
+fn default_sync_interval() -> u64 {
+    10_000
+}
+fn default_groups_include() -> Vec<String> {
+    vec![".*".to_owned()]
+}
+fn default_topic_config_exclude() -> Vec<String> {
+    DEFAULT_TOPIC_CONFIG_EXCLUDE.iter().map(|s| (*s).to_owned()).collect()
 }

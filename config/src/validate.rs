@@ -94,7 +94,13 @@ impl Config {
             if m.topics.is_empty() && m.include.is_empty() {
                 err(&key("topics"), "name at least one topic or an `include` pattern".to_owned());
             }
-            for (field, patterns) in [("include", &m.include), ("exclude", &m.exclude)] {
+            for (field, patterns) in [
+                ("include", &m.include),
+                ("exclude", &m.exclude),
+                ("groups_include", &m.groups_include),
+                ("groups_exclude", &m.groups_exclude),
+                ("topic_config_exclude", &m.topic_config_exclude),
+            ] {
                 for p in patterns {
                     if let Err(e) = crate::topic_pattern(p) {
                         err(&key(field), format!("`{p}` is not a valid regular expression: {e}"));
@@ -103,6 +109,11 @@ impl Config {
             }
             if m.topic_refresh_interval_ms < 100 {
                 err(&key("topic_refresh_interval_ms"), "must be at least 100".to_owned());
+            }
+            for (field, v) in [("group_offset_sync_interval_ms", m.group_offset_sync_interval_ms), ("topic_config_sync_interval_ms", m.topic_config_sync_interval_ms)] {
+                if v != 0 && v < 100 {
+                    err(&key(field), "must be 0 (off) or at least 100".to_owned());
+                }
             }
             if m.start_position != "earliest" {
                 err(&key("start_position"), format!("`{}`: only `earliest` keeps offsets identical", m.start_position));

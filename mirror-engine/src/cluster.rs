@@ -40,6 +40,11 @@ impl ClusterClient {
         Self { side, bootstrap, timeout }
     }
 
+    /// "source" or "destination".
+    pub fn side(&self) -> &'static str {
+        self.side
+    }
+
     /// Connect timeout used for every connection to this cluster.
     pub fn timeout(&self) -> Duration {
         self.timeout

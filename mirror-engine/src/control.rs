@@ -15,6 +15,10 @@ use tracing::{info, warn};
 use crate::registry::MirrorTopics;
 use crate::state::StateStore;
 use crate::status::{PartitionState, PartitionStatus, StatusBoard};
+use crate::sync::{SyncBoard, SyncKind, SyncStatus};
+
+/// Runs the last group offset sync of a mirror's topics when they are stopped.
+pub(crate) type FinalSync = Arc<dyn Fn(String, Vec<String>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
 pub use kmp_protocol::mirror_api::errors as codes;
@@ -103,7 +107,10 @@ struct Inner {
     /// Starts a new mirror's discovery (set when the engine has booted).
     launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
+    /// The group offset pass run before stopped topics become writable (set at boot).
+    final_sync: OnceLock<FinalSync>,
     status: StatusBoard,
+    sync: SyncBoard,
     registry: MirrorTopics,
 }
 
@@ -129,7 +136,9 @@ impl Control {
                 wake: DashMap::new(),
                 launcher: OnceLock::new(),
                 store: OnceLock::new(),
+                final_sync: OnceLock::new(),
                 status,
+                sync: SyncBoard::default(),
                 registry,
             }),
         }
@@ -145,6 +154,7 @@ impl Control {
 
     pub(crate) fn remove_mirror(&self, name: &str) {
         self.inner.mirrors.remove(name);
+        self.inner.sync.remove(name);
         self.wake(name);
         self.inner.wake.remove(name);
     }
@@ -207,6 +217,32 @@ impl Control {
 
     pub(crate) fn set_launcher(&self, launch: Arc<dyn Fn(MirrorConfig) + Send + Sync>) {
         let _ = self.inner.launcher.set(launch);
+    }
+
+    pub(crate) fn set_final_sync(&self, f: FinalSync) {
+        let _ = self.inner.final_sync.set(f);
+    }
+
+    /// Where metadata sync reports.
+    pub(crate) fn sync_board(&self) -> &SyncBoard {
+        &self.inner.sync
+    }
+
+    /// Metadata sync status of mirror `name` per kind (last run, groups synced, errors).
+    pub fn sync_status(&self, name: &str) -> Vec<(SyncKind, SyncStatus)> {
+        self.inner.sync.get(name)
+    }
+
+    /// Metadata sync status of every mirror.
+    pub fn sync_snapshot(&self) -> Vec<((String, SyncKind), SyncStatus)> {
+        self.inner.sync.snapshot()
+    }
+
+    /// Running topics of `mirror` whose desired state is `desired`, sorted.
+    pub(crate) fn topics_in_state(&self, mirror: &str, desired: Desired) -> Vec<String> {
+        let mut out: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == mirror && *t.desired.borrow() == desired).map(|t| t.key().clone()).collect();
+        out.sort();
+        out
     }
 
     pub(crate) fn store(&self) -> Option<Arc<StateStore>> {
@@ -423,6 +459,11 @@ impl Control {
             return TopicResult::err(topic, codes::REQUEST_TIMED_OUT, format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()));
         }
         if to == Desired::Stopped {
+            // Copying has settled: the consumers' latest source positions go over before
+            // producers may write to the topic.
+            if let Some(sync) = self.inner.final_sync.get() {
+                sync(mirror.to_owned(), vec![topic.to_owned()]).await;
+            }
             self.inner.registry.set_writable(topic, true);
         }
         TopicResult::ok(topic)

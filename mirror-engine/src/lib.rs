@@ -6,12 +6,14 @@
 //! cluster), `topics` (destination topic creation and ownership), `state` (the state topic),
 //! `source` (read_committed fetch), `plan` (offset-preserving plan, sans-io), `sink` (pipelined
 //! idempotent producer), `budget` (engine-wide memory bound), `partition` (one partition's loop),
-//! `select` (which topics), `status` (progress). Client-facing proxying does not belong here.
+//! `select` (which topics), `status` (progress), `topic_configs` (which topic configs are
+//! copied), `sync` (metadata sync: group offsets, topic configs). Client-facing proxying does not belong here.
 
 mod budget;
 mod cluster;
 mod control;
 mod lifecycle;
+mod mirror_settings;
 mod mirrors;
 mod error;
 mod partition;
@@ -22,6 +24,8 @@ mod sink;
 mod source;
 mod state;
 mod status;
+mod sync;
+mod topic_configs;
 mod topics;
 
 use std::sync::Arc;
@@ -38,7 +42,8 @@ pub use error::MirrorError;
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
-pub use topics::{EXCLUDED_CONFIGS, FORCED_CONFIGS};
+pub use sync::{SyncKind, SyncStatus};
+pub use topic_configs::{FORCED_CONFIGS, NEVER_COPIED};
 
 
 /// Engine version, reported by the proxy.
@@ -145,6 +150,8 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     );
     let (launch_shared, launch_store) = (shared.clone(), store.clone());
     let span = tracing::Span::current();
+    let sync_shared = shared.clone();
+    shared.control.set_final_sync(Arc::new(move |mirror, topics| Box::pin(sync::final_group_sync(sync_shared.clone(), mirror, topics))));
     shared.control.set_launcher(Arc::new(move |def| {
         let _entered = span.enter();
         mirrors::launch(&launch_shared, &launch_store, def);

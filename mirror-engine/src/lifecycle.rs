@@ -55,9 +55,10 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
     {
         return Err(MirrorError::DestinationConflict { topic: topic.to_owned(), reason: format!("the state topic records it as mirror `{}`'s", o.mirror) });
     }
+    let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
     let prepared = loop {
-        match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some()).await {
+        match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
                 warn!(error = %e, "cannot prepare the destination topic yet; retrying");

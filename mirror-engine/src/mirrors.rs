@@ -12,6 +12,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
+use crate::mirror_settings::{KNOWN_KEYS, check_patterns, csv, list_config, set_interval};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
 use crate::{Shared, TopicContext, lifecycle};
@@ -25,6 +26,7 @@ use codes::{
 pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig) {
     let name = def.name.clone();
     shared.control.add_mirror(def);
+    crate::sync::launch(shared, &name);
     let (shared, store) = (shared.clone(), store.clone());
     tokio::spawn(discover(shared, store, name.clone()).instrument(info_span!("mirror-topics", mirror = %name)));
 }
@@ -105,13 +107,6 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
     }
 }
 
-/// The config keys CreateClusterMirror understands (KIP-1279 §8.2 names).
-const KNOWN_KEYS: &[&str] = &["bootstrap.servers", "mirror.source.cluster.id", "mirror.topics.include", "mirror.topics.exclude", "security.protocol"];
-
-fn csv(v: Option<&str>) -> Vec<String> {
-    v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
-}
-
 impl Control {
     /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
     /// `mirror.topics.include` / `.exclude` comma-separated regexes; only PLAINTEXT sources).
@@ -137,9 +132,14 @@ impl Control {
             return (INVALID_REQUEST, Some("bootstrap.servers is required".into()));
         }
         let mut def = MirrorConfig::new(name, bootstrap);
-        def.include = csv(get("mirror.topics.include"));
-        def.exclude = csv(get("mirror.topics.exclude"));
-        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+        for (key, value) in configs {
+            if let Some(list) = list_config(&mut def, key) {
+                *list = csv(value.as_deref());
+            } else if let Err(e) = set_interval(&mut def, key, value.as_deref()) {
+                return (INVALID_CONFIG, Some(e));
+            }
+        }
+        if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));
         }
         let Some(store) = booted else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
@@ -241,60 +241,6 @@ impl Control {
         }
         self.remove_mirror(name);
         info!(mirror = name, topics = topics.len(), "cluster mirror deleted; its topics are ordinary topics now");
-        (codes::NONE, None)
-    }
-}
-
-impl Control {
-    /// The mirror's configs as KIP-1279 names them (DescribeConfigs on resource type 64).
-    pub fn mirror_configs(&self, name: &str) -> Option<Vec<(&'static str, String)>> {
-        let d = self.definition(name)?;
-        Some(vec![
-            ("bootstrap.servers", d.source_bootstrap_servers.join(",")),
-            ("mirror.topics.include", d.include.join(",")),
-            ("mirror.topics.exclude", d.exclude.join(",")),
-        ])
-    }
-
-    /// IncrementalAlterConfigs on a mirror: `(name, operation, value)` with Kafka's operations
-    /// (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT). Mirrors declared in the config file are changed
-    /// there, not here. Returns the error code and message.
-    pub async fn alter_mirror(&self, name: &str, ops: &[(String, i8, Option<String>)]) -> (i16, Option<String>) {
-        let _ = self.booted_store().await;
-        let Some(mut def) = self.definition(name) else {
-            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
-        };
-        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
-        let origin = store.mirrors().into_iter().find(|m| m.definition.name == name).map_or("api".to_owned(), |m| m.origin);
-        if origin == "config" {
-            return (INVALID_REQUEST, Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")));
-        }
-        for (key, op, value) in ops {
-            let items = csv(value.as_deref());
-            let list = match key.as_str() {
-                "mirror.topics.include" => &mut def.include,
-                "mirror.topics.exclude" => &mut def.exclude,
-                "bootstrap.servers" if *op == 0 && !items.is_empty() => {
-                    def.source_bootstrap_servers = items;
-                    continue;
-                }
-                other => return (INVALID_CONFIG, Some(format!("{other} cannot be changed this way (alterable: bootstrap.servers by SET, mirror.topics.include/exclude)"))),
-            };
-            match op {
-                0 => *list = items,
-                1 => list.clear(),
-                2 => list.extend(items.into_iter().filter(|i| !list.contains(i)).collect::<Vec<_>>()),
-                3 => list.retain(|i| !items.contains(i)),
-                _ => return (INVALID_REQUEST, Some(format!("unknown config operation {op}"))),
-            }
-        }
-        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
-            return (INVALID_CONFIG, Some(e.to_string()));
-        }
-        if let Err(e) = store.put_mirror(&MirrorRecord { origin, definition: def.clone() }).await {
-            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
-        }
-        self.set_definition(def);
         (codes::NONE, None)
     }
 }

@@ -74,6 +74,13 @@ impl W {
     pub fn tags(&mut self) -> &mut Self {
         self.uvarint(0)
     }
+    /// Exactly one tagged field, `tag` holding `value`.
+    pub fn tagged(&mut self, tag: u32, value: W) -> &mut Self {
+        let bytes = value.finish();
+        self.uvarint(1).uvarint(tag).uvarint(bytes.len() as u32);
+        self.0.put_slice(&bytes);
+        self
+    }
     pub(crate) fn finish(self) -> BytesMut {
         self.0
     }

@@ -177,6 +177,32 @@ pub struct DescribedMirror {
     pub mirror_name: String,
     pub authorized_operations: i32,
     pub topics: Vec<(String, Vec<PartitionDetail>)>,
+    /// Proxy extension, tagged field [`SYNC_STATUS_TAG`] of the mirror entry (readers that do
+    /// not know it skip it, as for any tagged field): metadata sync status per kind.
+    pub sync: Vec<SyncEntry>,
+}
+
+/// Tag of the proxy's metadata sync status in a DescribeClusterMirrors mirror entry; far above
+/// the tags KIP-1279 uses, so a later KIP field cannot collide.
+pub const SYNC_STATUS_TAG: u32 = 10_000;
+
+/// Metadata sync status of one kind (`group_offsets`, `topic_configs`) of a described mirror.
+/// Times are wall-clock milliseconds, 0 = never.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncEntry {
+    pub kind: String,
+    pub interval_ms: i64,
+    pub runs: i64,
+    pub last_run_ms: i64,
+    pub last_success_ms: i64,
+    /// Groups in sync (group offsets) or topics compared (topic configs) in the last pass.
+    pub synced: i64,
+    /// Groups left alone in the last pass because they are active on the destination.
+    pub skipped_active: i64,
+    /// Offsets committed / config changes applied since the proxy started.
+    pub applied_total: i64,
+    pub errors_total: i64,
+    pub last_error: Option<String>,
 }
 
 /// DescribeClusterMirrors request (tagged ClusterId / epoch lookups are read and ignored).
@@ -327,7 +353,17 @@ impl DescribeResponse {
                 }
                 w.tags();
             }
-            w.tags();
+            if m.sync.is_empty() {
+                w.tags();
+            } else {
+                let mut inner = W::default();
+                inner.array_len(m.sync.len());
+                for e in &m.sync {
+                    inner.str(&e.kind).i64(e.interval_ms).i64(e.runs).i64(e.last_run_ms).i64(e.last_success_ms).i64(e.synced);
+                    inner.i64(e.skipped_active).i64(e.applied_total).i64(e.errors_total).nstr(e.last_error.as_deref()).tags();
+                }
+                w.tagged(SYNC_STATUS_TAG, inner);
+            }
         }
         w.tags();
         w
@@ -422,8 +458,29 @@ impl DescribeResponse {
                 r.tags()?;
                 topics.push((name, parts));
             }
-            r.tags()?;
-            mirrors.push(DescribedMirror { error_code, mirror_name, authorized_operations, topics });
+            let mut sync = Vec::new();
+            for (tag, bytes) in r.tags()? {
+                if tag != SYNC_STATUS_TAG {
+                    continue;
+                }
+                let mut inner = R::new(bytes, 0, Side::Broker);
+                for _ in 0..inner.array_len()? {
+                    sync.push(SyncEntry {
+                        kind: inner.str()?,
+                        interval_ms: inner.i64()?,
+                        runs: inner.i64()?,
+                        last_run_ms: inner.i64()?,
+                        last_success_ms: inner.i64()?,
+                        synced: inner.i64()?,
+                        skipped_active: inner.i64()?,
+                        applied_total: inner.i64()?,
+                        errors_total: inner.i64()?,
+                        last_error: inner.nstr()?,
+                    });
+                    inner.tags()?;
+                }
+            }
+            mirrors.push(DescribedMirror { error_code, mirror_name, authorized_operations, topics, sync });
         }
         r.tags()?;
         Ok(Self { throttle_time_ms, error_code, error_message, mirrors })
@@ -487,12 +544,20 @@ mod tests {
                 mirror_name: "dr".into(),
                 authorized_operations: i32::MIN,
                 topics: vec![("a".into(), vec![PartitionDetail { partition_index: 0, source_offset: 10, destination_offset: 9, lag: 1, state_value: "MIRRORING".into(), retry_attempt: 0, error_message: None }])],
+                sync: Vec::new(),
             }],
             ..Default::default()
         };
         let f = response_frame(5, d.encode());
         let (_, mut r) = read_response(&f).unwrap();
         assert_eq!(DescribeResponse::decode(&mut r).unwrap(), d);
+        // With the proxy's sync status extension (a tagged field) on the first of two mirrors.
+        let mut two = d.clone();
+        two.mirrors[0].sync = vec![SyncEntry { kind: "group_offsets".into(), interval_ms: 10_000, runs: 3, last_run_ms: 5, last_success_ms: 4, synced: 2, skipped_active: 1, applied_total: 7, errors_total: 1, last_error: Some("x".into()) }];
+        two.mirrors.push(DescribedMirror { mirror_name: "other".into(), ..d.mirrors[0].clone() });
+        let f = response_frame(6, two.encode());
+        let (_, mut r) = read_response(&f).unwrap();
+        assert_eq!(DescribeResponse::decode(&mut r).unwrap(), two);
         let q = DescribeRequest { mirror_names: vec!["dr".into()], include_authorized_operations: false };
         let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
         let (_, mut r) = read_request(&f).unwrap();

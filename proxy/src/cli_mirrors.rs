@@ -135,13 +135,30 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 .map(|(m, t, p)| json!({"mirror": m, "topic": t, "partition": p.partition_index, "source_offset": p.source_offset,
                     "destination_offset": p.destination_offset, "lag": p.lag, "state": p.state_value, "retry_attempt": p.retry_attempt, "error": p.error_message}))
                 .collect();
-            println!("{}", json!({ "partitions": v }));
+            let sync: serde_json::Map<String, serde_json::Value> = d
+                .mirrors
+                .iter()
+                .map(|m| {
+                    let kinds: serde_json::Map<String, serde_json::Value> = m
+                        .sync
+                        .iter()
+                        .map(|e| {
+                            let v = json!({"interval_ms": e.interval_ms, "runs": e.runs, "last_run_ms": e.last_run_ms, "last_success_ms": e.last_success_ms,
+                                "synced": e.synced, "skipped_active_groups": e.skipped_active, "applied_total": e.applied_total, "errors_total": e.errors_total, "last_error": e.last_error});
+                            (e.kind.clone(), v)
+                        })
+                        .collect();
+                    (m.mirror_name.clone(), serde_json::Value::Object(kinds))
+                })
+                .collect();
+            println!("{}", json!({ "partitions": v, "sync": sync }));
         } else {
             println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} STATE", "MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG");
             for (m, t, p) in &rows {
                 let extra = p.error_message.as_deref().map(|e| format!("  {e}")).unwrap_or_default();
                 println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} {}{extra}", m, t, p.partition_index, p.source_offset, p.destination_offset, p.lag, p.state_value);
             }
+            print_sync(&d.mirrors);
         }
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -273,5 +290,34 @@ async fn wait_caught_up(c: &mut Client, mirror: &str, topics: &[String], limit: 
             bail!("the topics still lag after {limit:?}; not stopped (run without --graceful-timeout-ms to fail over anyway)");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The metadata sync table under `--describe` (one row per mirror and sync kind).
+#[allow(clippy::print_stdout, reason = "CLI output")]
+fn print_sync(mirrors: &[api::DescribedMirror]) {
+    if mirrors.iter().all(|m| m.sync.is_empty()) {
+        return;
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let ago = |ms: i64| if ms <= 0 { "never".to_owned() } else { format!("{:.1}s ago", (now - ms) as f64 / 1000.0) };
+    println!();
+    println!("{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} LAST-ERROR", "MIRROR", "SYNC", "INTERVAL-MS", "LAST-RUN", "LAST-SUCCESS", "SYNCED", "SKIPPED-ACTIVE", "APPLIED", "ERRORS");
+    for m in mirrors {
+        for e in &m.sync {
+            println!(
+                "{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} {}",
+                m.mirror_name,
+                e.kind,
+                e.interval_ms,
+                ago(e.last_run_ms),
+                ago(e.last_success_ms),
+                e.synced,
+                e.skipped_active,
+                e.applied_total,
+                e.errors_total,
+                e.last_error.as_deref().unwrap_or("-")
+            );
+        }
     }
 }

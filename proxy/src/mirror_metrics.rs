@@ -50,6 +50,7 @@ pub(crate) fn render(engine: &Engine) -> String {
     for ((mirror, topic, partition), s) in &snapshot {
         let _ = writeln!(out, "kmp_mirror_lag_seconds{{mirror=\"{mirror}\",topic=\"{topic}\",partition=\"{partition}\"}} {}", s.lag_seconds(now));
     }
+    render_sync(engine, &mut out);
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge");
         for ((mirror, topic, partition), s) in &snapshot {
@@ -57,4 +58,34 @@ pub(crate) fn render(engine: &Engine) -> String {
         }
     }
     out
+}
+
+/// Reads one number from a mirror's sync status.
+type SyncValue = fn(&kmp_mirror_engine::SyncStatus) -> f64;
+
+/// Metadata sync per mirror and kind (`group_offsets`, `topic_configs`).
+fn render_sync(engine: &Engine, out: &mut String) {
+    let snapshot = engine.control.sync_snapshot();
+    let series: [(&str, &str, &str, SyncValue); 7] = [
+        ("kmp_mirror_sync_runs", "counter", "Metadata sync passes run", |s| s.runs as f64),
+        ("kmp_mirror_sync_errors", "counter", "Failed metadata sync passes plus per-group / per-topic sync errors", |s| s.errors_total as f64),
+        ("kmp_mirror_sync_applied", "counter", "Group offsets committed / topic config changes applied on the destination", |s| s.applied_total as f64),
+        ("kmp_mirror_sync_last_run_timestamp_seconds", "gauge", "End of the last metadata sync pass (0 = never)", |s| s.last_run_ms as f64 / 1000.0),
+        ("kmp_mirror_sync_last_success_timestamp_seconds", "gauge", "End of the last metadata sync pass without errors (0 = never)", |s| {
+            s.last_success_ms as f64 / 1000.0
+        }),
+        ("kmp_mirror_sync_synced", "gauge", "Groups whose destination offsets equal their source offsets / topics compared, in the last pass", |s| {
+            s.synced as f64
+        }),
+        ("kmp_mirror_sync_skipped_active_groups", "gauge", "Groups left alone in the last pass because they have members on the destination", |s| {
+            s.skipped_active as f64
+        }),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} {kind}");
+        let sample = if kind == "counter" { format!("{name}_total") } else { name.to_owned() };
+        for ((mirror, k), s) in &snapshot {
+            let _ = writeln!(out, "{sample}{{mirror=\"{mirror}\",kind=\"{}\"}} {}", k.as_str(), value(s));
+        }
+    }
 }

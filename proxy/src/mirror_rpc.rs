@@ -7,7 +7,7 @@ use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
-    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail,
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, SyncEntry,
     SimpleResponse, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
@@ -104,7 +104,7 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
         .into_iter()
         .map(|name| {
             if !control.has_mirror(&name) {
-                return DescribedMirror { error_code: errors::UNKNOWN_CLUSTER_MIRROR, mirror_name: name, authorized_operations: i32::MIN, topics: Vec::new() };
+                return DescribedMirror { error_code: errors::UNKNOWN_CLUSTER_MIRROR, mirror_name: name, authorized_operations: i32::MIN, ..Default::default() };
             }
             let topics = control
                 .describe(&name)
@@ -129,7 +129,23 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
                     (topic, details)
                 })
                 .collect();
-            DescribedMirror { error_code: codes::NONE, mirror_name: name, authorized_operations: i32::MIN, topics }
+            let sync = control
+                .sync_status(&name)
+                .into_iter()
+                .map(|(kind, s)| SyncEntry {
+                    kind: kind.as_str().to_owned(),
+                    interval_ms: i64::try_from(s.interval_ms).unwrap_or(i64::MAX),
+                    runs: s.runs as i64,
+                    last_run_ms: s.last_run_ms,
+                    last_success_ms: s.last_success_ms,
+                    synced: s.synced as i64,
+                    skipped_active: s.skipped_active as i64,
+                    applied_total: s.applied_total as i64,
+                    errors_total: s.errors_total as i64,
+                    last_error: s.last_error,
+                })
+                .collect();
+            DescribedMirror { error_code: codes::NONE, mirror_name: name, authorized_operations: i32::MIN, topics, sync }
         })
         .collect();
     DescribeResponse { mirrors, ..Default::default() }

@@ -166,7 +166,25 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
             json!({ "topic": topic, "desired": control.desired(&topic).map(|d| d.as_str()), "partitions": partitions })
         })
         .collect();
-    json_response(StatusCode::OK, json!({ "name": name, "topics": topics }))
+    let sync: serde_json::Map<String, Value> = control
+        .sync_status(name)
+        .into_iter()
+        .map(|(kind, s)| {
+            let v = json!({
+                "interval_ms": s.interval_ms,
+                "runs": s.runs,
+                "last_run_ms": s.last_run_ms,
+                "last_success_ms": s.last_success_ms,
+                "synced": s.synced,
+                "skipped_active_groups": s.skipped_active,
+                "applied_total": s.applied_total,
+                "errors_total": s.errors_total,
+                "last_error": s.last_error,
+            });
+            (kind.as_str().to_owned(), v)
+        })
+        .collect();
+    json_response(StatusCode::OK, json!({ "name": name, "topics": topics, "sync": sync }))
 }
 
 fn result_json(r: &TopicResult) -> Value {

@@ -1,0 +1,210 @@
+//! Consumer-group offset sync, one pass for one mirror (KIP-1279 §6): the committed offsets of
+//! the source's consumer groups (picked by the mirror's group include/exclude patterns) for
+//! the given mirror topics are committed on the destination, unchanged because offsets are
+//! identical on both sides, except clamped into the destination partition's
+//! `[log start, high watermark]` so a group never skips data the destination has not copied
+//! yet. Groups with members on the destination are left alone (and the broker would refuse an
+//! admin commit for them anyway). When passes run is `sync`'s business; the requests are
+//! `group_wire`'s.
+
+use std::collections::{BTreeSet, HashMap};
+
+use kmp_config::MirrorConfig;
+use regex::Regex;
+use tracing::{debug, info};
+
+use super::group_wire::{self, GroupOffsets, ListedGroup};
+use crate::cluster::ClusterClient;
+use crate::error::MirrorError;
+
+/// Destination group states in which the group has members (its own progress wins).
+const ACTIVE_STATES: &[&str] = &["Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"];
+
+/// OffsetCommit errors meaning the group gained members between the check and the commit.
+const BECAME_ACTIVE: &[i16] = &[
+    22,  // ILLEGAL_GENERATION
+    25,  // UNKNOWN_MEMBER_ID
+    27,  // REBALANCE_IN_PROGRESS
+    110, // STALE_MEMBER_EPOCH
+];
+
+/// Which source groups a mirror syncs.
+#[derive(Debug, Clone)]
+pub struct GroupFilter {
+    include: Vec<Regex>,
+    exclude: Vec<Regex>,
+}
+
+fn compile(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
+    patterns
+        .iter()
+        .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("group pattern `{p}`: {e}"))))
+        .collect()
+}
+
+impl GroupFilter {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
+        Ok(Self { include: compile(include)?, exclude: compile(exclude)? })
+    }
+
+    /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
+    /// offsets-only group of `assign()` users), included and not excluded.
+    pub fn syncs(&self, group: &ListedGroup) -> bool {
+        let consumer = match group.group_type.as_str() {
+            "consumer" => true,
+            "classic" | "" => group.protocol_type.is_empty() || group.protocol_type == "consumer",
+            _ => false, // share and streams groups
+        };
+        consumer && self.include.iter().any(|r| r.is_match(&group.id)) && !self.exclude.iter().any(|r| r.is_match(&group.id))
+    }
+}
+
+/// Whether a destination group state means the group has members.
+pub fn is_active(state: &str) -> bool {
+    ACTIVE_STATES.iter().any(|s| s.eq_ignore_ascii_case(state))
+}
+
+/// The offset the destination group gets for a source commit: never past what the destination
+/// holds (`high_watermark`), never before its log start.
+pub fn clamp(source: i64, log_start: i64, high_watermark: i64) -> i64 {
+    source.min(high_watermark).max(log_start)
+}
+
+/// What to commit for one group so its destination offsets equal its (clamped) source
+/// offsets; empty when they already do. Only partitions in `watermarks` (the mirror topics
+/// being synced) are considered.
+pub fn plan_group(source: &GroupOffsets, destination: &GroupOffsets, watermarks: &HashMap<(String, i32), (i64, i64)>) -> GroupOffsets {
+    source
+        .iter()
+        .filter_map(|(tp, (offset, metadata))| {
+            let &(log_start, high_watermark) = watermarks.get(tp)?;
+            let target = clamp(*offset, log_start, high_watermark);
+            (destination.get(tp).map(|c| c.0) != Some(target)).then(|| (tp.clone(), (target, metadata.clone())))
+        })
+        .collect()
+}
+
+/// The outcome of one pass.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupReport {
+    /// Source groups with committed offsets on the synced topics.
+    pub groups: usize,
+    /// Of those, groups whose destination offsets now equal the clamped source offsets.
+    pub in_sync: usize,
+    /// Groups left alone because they have members on the destination.
+    pub skipped_active: Vec<String>,
+    /// Partition offsets written this pass.
+    pub offsets_committed: u64,
+    /// Per-group problems (the other groups were still synced).
+    pub errors: Vec<String>,
+}
+
+/// One pass over `topics` of mirror `def`.
+pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &MirrorConfig, topics: &[String]) -> Result<GroupReport, MirrorError> {
+    let mut report = GroupReport::default();
+    let filter = GroupFilter::new(&def.groups_include, &def.groups_exclude)?;
+    if topics.is_empty() || def.groups_include.is_empty() {
+        return Ok(report);
+    }
+    let candidates: BTreeSet<String> = group_wire::list_groups(source).await?.into_iter().filter(|g| filter.syncs(g)).map(|g| g.id).collect();
+    if candidates.is_empty() {
+        return Ok(report);
+    }
+    let candidates: Vec<String> = candidates.into_iter().collect();
+    let coords = group_wire::coordinators(source, &candidates).await?;
+    let (source_offsets, failed) = group_wire::committed_offsets(source, &coords).await?;
+    report.errors.extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
+    let mirrored: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+    let relevant: Vec<(String, GroupOffsets)> = source_offsets
+        .into_iter()
+        .map(|(g, offsets)| (g, offsets.into_iter().filter(|((t, _), _)| mirrored.contains(t.as_str())).collect::<GroupOffsets>()))
+        .filter(|(_, offsets)| !offsets.is_empty())
+        .collect();
+    report.groups = relevant.len();
+    if relevant.is_empty() {
+        return Ok(report);
+    }
+    let states: HashMap<String, String> = group_wire::list_groups(destination).await?.into_iter().map(|g| (g.id, g.state)).collect();
+    let (active, idle): (Vec<_>, Vec<_>) = relevant.into_iter().partition(|(g, _)| states.get(g).is_some_and(|s| is_active(s)));
+    report.skipped_active = active.into_iter().map(|(g, _)| g).collect();
+    if idle.is_empty() {
+        return Ok(report);
+    }
+    let names: Vec<String> = idle.iter().map(|(g, _)| g.clone()).collect();
+    let coords = group_wire::coordinators(destination, &names).await?;
+    let (current, failed) = group_wire::committed_offsets(destination, &coords).await?;
+    // A group unknown on the destination has no offsets yet (an error only if not "not found").
+    report.errors.extend(failed.iter().filter(|(_, code)| *code != 69).map(|(g, code)| format!("group {g}: destination OffsetFetch error {code}")));
+    let touched: Vec<String> = idle.iter().flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+    let watermarks = group_wire::watermarks(destination, &touched).await?;
+    let empty = GroupOffsets::new();
+    for (group, offsets) in idle {
+        if failed.iter().any(|(g, code)| *g == group && *code != 69) {
+            continue;
+        }
+        let plan = plan_group(&offsets, current.get(&group).unwrap_or(&empty), &watermarks);
+        if plan.is_empty() {
+            report.in_sync += usize::from(offsets.keys().all(|tp| watermarks.contains_key(tp)));
+            continue;
+        }
+        let Some(Ok(coordinator)) = coords.get(&group) else { continue };
+        let codes = match group_wire::commit(destination, coordinator, &group, &plan).await {
+            Ok(codes) => codes,
+            Err(e) => {
+                report.errors.push(format!("group {group}: {e}"));
+                continue;
+            }
+        };
+        match codes.iter().find(|(_, code)| *code != 0) {
+            None => {
+                debug!(%group, partitions = plan.len(), "group offsets committed on the destination");
+                report.offsets_committed += plan.len() as u64;
+                report.in_sync += usize::from(offsets.keys().all(|tp| watermarks.contains_key(tp)));
+            }
+            Some((_, code)) if BECAME_ACTIVE.contains(code) => {
+                info!(%group, "group gained members on the destination during the sync; left alone");
+                report.skipped_active.push(group);
+            }
+            Some(((t, p), code)) => report.errors.push(format!("group {group}: destination OffsetCommit error {code} for {t}-{p}")),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offsets(entries: &[(&str, i32, i64)]) -> GroupOffsets {
+        entries.iter().map(|(t, p, o)| (((*t).to_owned(), *p), (*o, Some("m".to_owned())))).collect()
+    }
+
+    #[test]
+    fn offsets_are_clamped_into_the_destination_log_never_past_its_end() {
+        assert_eq!(clamp(50, 0, 100), 50);
+        assert_eq!(clamp(150, 0, 100), 100, "not copied yet: the group waits at the destination's end");
+        assert_eq!(clamp(5, 20, 100), 20, "below the destination log start");
+    }
+
+    #[test]
+    fn only_changed_partitions_of_synced_topics_are_planned() {
+        let source = offsets(&[("t", 0, 10), ("t", 1, 500), ("other", 0, 3)]);
+        let destination = offsets(&[("t", 0, 10)]);
+        let wm: HashMap<_, _> = [(("t".to_owned(), 0), (0, 100)), (("t".to_owned(), 1), (0, 100))].into();
+        let plan = plan_group(&source, &destination, &wm);
+        assert_eq!(plan, offsets(&[("t", 1, 100)]), "t-0 already equal, t-1 clamped to the high watermark, `other` not mirrored");
+    }
+
+    #[test]
+    fn consumer_groups_are_synced_share_and_connect_groups_are_not() {
+        let f = GroupFilter::new(&[".*".into()], &["private-.*".into()]).unwrap();
+        let g = |id: &str, ty: &str, proto: &str| ListedGroup { id: id.into(), group_type: ty.into(), protocol_type: proto.into(), state: "Empty".into() };
+        assert!(f.syncs(&g("app", "classic", "consumer")));
+        assert!(f.syncs(&g("app", "consumer", "consumer")));
+        assert!(f.syncs(&g("assign-only", "classic", "")));
+        assert!(!f.syncs(&g("workers", "classic", "connect")));
+        assert!(!f.syncs(&g("sg", "share", "share")));
+        assert!(!f.syncs(&g("private-x", "classic", "consumer")), "exclude wins");
+        assert!(is_active("Stable") && is_active("reconciling") && !is_active("Empty") && !is_active("Dead"));
+    }
+}
