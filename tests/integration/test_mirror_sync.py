@@ -14,6 +14,7 @@
 Partition growth and deleted source topics are covered by test_mirror_faults.py."""
 
 import json
+import os
 import subprocess
 import threading
 import time
@@ -409,3 +410,50 @@ def test_source_topic_config_changes_reach_the_destination_within_two_intervals_
         assert sync["applied_total"] >= 3 and sync["last_success_ms"] > 0 and sync["errors_total"] == 0, f"config sync status: {sync}"
         applied = metric_lines(proxy, "kmp_mirror_sync_applied_total", "sync-configs")
         assert applied.get("topic_configs", 0) >= 3, f"/metrics counts applied config changes: {applied}"
+
+
+# ---- share groups ---------------------------------------------------------------------------------
+
+SHARE_JAVA = REPO / "tests" / "clients" / "java" / "ShareCheck.java"
+# Kafka 4.1's preview share groups accept AlterShareGroupOffsets without applying it; from 4.2 on
+# share groups are GA (share.version finalized by default), so this test runs on a newer pair.
+SHARE_KAFKA = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
+
+
+def share_check(kafka_classpath, *args: str) -> list[str]:
+    out = subprocess.run(["java", "-cp", kafka_classpath, str(SHARE_JAVA), *args], capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, f"ShareCheck {args[0]} failed:\n{out.stdout}{out.stderr[-3000:]}"
+    return out.stdout.splitlines()
+
+
+def share_offsets(kafka_classpath, bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    lines = share_check(kafka_classpath, "offsets", bootstrap, group, topic, str(partitions))
+    return {int(f[1]): int(f[2]) for f in (l.split() for l in lines if l.startswith("O "))}
+
+
+def test_share_group_start_offsets_are_synced_to_the_destination(workdir, kafka_classpath):
+    with running_cluster("share-source", 1, workdir, version=SHARE_KAFKA) as source, \
+            running_cluster("share-destination", 1, workdir, version=SHARE_KAFKA) as destination:
+        topic, group = unique("sync-share"), unique("sync-sg")
+        create(source.bootstrap, topic, 2)
+        produce_to_partitions(source.bootstrap, topic, 2, 100)
+        with syncing_proxy(source, destination, workdir, [topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
+            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+            # A share group consumes on the source, then an operator moves its start offsets.
+            lines = share_check(kafka_classpath, "consume", source.bootstrap, group, topic, "50")
+            assert any(l.startswith("N ") and int(l.split()[1]) >= 50 for l in lines), lines
+            share_check(kafka_classpath, "alter", source.bootstrap, group, topic, "0:37,1:180")
+            want = {0: 37, 1: 100}  # 180 is past the destination's end: clamped to its high watermark
+            assert share_offsets(kafka_classpath, source.bootstrap, group, topic, 2) == {0: 37, 1: 180}
+            deadline, got = time.time() + 30, None
+            while time.time() < deadline:
+                got = share_offsets(kafka_classpath, destination.bootstrap, group, topic, 2)
+                if got == want:
+                    break
+                time.sleep(0.5)
+            assert got == want, f"the destination share group starts where the source's does, clamped: {got} vs {want}"
+            sync = describe_sync(proxy, "sync-share")["share_group_offsets"]
+            assert sync["applied_total"] >= 2 and sync["errors_total"] == 0, f"share group sync status: {sync}"
+        # The destination group really starts there: a share consumer gets offsets 37-99 of partition 0.
+        lines = share_check(kafka_classpath, "consume", destination.bootstrap, group, topic, "63")
+        assert "N 63" in lines, f"a share consumer on the destination resumed at the synced start offsets: {lines}"

@@ -55,7 +55,12 @@ impl GroupFilter {
             "classic" | "" => group.protocol_type.is_empty() || group.protocol_type == "consumer",
             _ => false, // share and streams groups
         };
-        consumer && self.include.iter().any(|r| r.is_match(&group.id)) && !self.exclude.iter().any(|r| r.is_match(&group.id))
+        consumer && self.matches(&group.id)
+    }
+
+    /// Whether the group id is included and not excluded (whatever the group's type).
+    pub fn matches(&self, id: &str) -> bool {
+        self.include.iter().any(|r| r.is_match(id)) && !self.exclude.iter().any(|r| r.is_match(id))
     }
 }
 

@@ -1,5 +1,5 @@
-//! Metadata sync (KIP-1279 §6): per mirror, a loop per kind — consumer-group offsets and
-//! topic configs — each on the mirror's own interval, over the mirror's topics that are
+//! Metadata sync (KIP-1279 §6): per mirror, a loop per kind — consumer-group offsets,
+//! share-group offsets and topic configs — each on the mirror's own interval, over the mirror's topics that are
 //! mirroring (nothing is synced for paused or stopped topics), plus one group offset pass for
 //! topics being stopped (failover) before they become writable. Results go to the
 //! [`SyncBoard`]. Partition counts and deleted source topics are followed by the mirror's
@@ -8,6 +8,7 @@
 mod configs;
 mod group_wire;
 mod groups;
+mod share_groups;
 mod status;
 
 use std::time::Duration;
@@ -26,7 +27,7 @@ const PASS_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn interval_ms(def: &MirrorConfig, kind: SyncKind) -> u64 {
     match kind {
-        SyncKind::GroupOffsets => def.group_offset_sync_interval_ms,
+        SyncKind::GroupOffsets | SyncKind::ShareGroupOffsets => def.group_offset_sync_interval_ms,
         SyncKind::TopicConfigs => def.topic_config_sync_interval_ms,
     }
 }
@@ -82,6 +83,12 @@ pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, to
                 applied: r.offsets_committed,
                 errors: r.errors,
             }),
+            SyncKind::ShareGroupOffsets => share_groups::sync(&source, &shared.destination, def, topics).await.map(|r| PassOutcome {
+                synced: r.in_sync as u64,
+                skipped_active: r.skipped_active.len() as u64,
+                applied: r.offsets_committed,
+                errors: r.errors,
+            }),
             SyncKind::TopicConfigs => {
                 let filter = crate::topic_configs::ConfigFilter::new(&def.topic_config_exclude)?;
                 configs::sync(&source, &shared.destination, &filter, topics).await.map(|r| PassOutcome {
@@ -112,11 +119,13 @@ pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, to
     shared.control.sync_board().record(&def.name, kind, interval_ms(def, kind), outcome);
 }
 
-/// The last group offset pass for `topics` of mirror `name`, run when they are stopped
-/// (failover): the consumers' latest source positions reach the destination before producers
-/// may write there.
+/// The last consumer- and share-group offset passes for `topics` of mirror `name`, run when
+/// they are stopped (failover): the groups' latest source positions reach the destination
+/// before producers may write there.
 pub(crate) async fn final_group_sync(shared: Shared, name: String, topics: Vec<String>) {
     let Some(def) = shared.control.definition(&name) else { return };
-    let span = info_span!("mirror-sync", mirror = %name, kind = "group_offsets", at = "stop");
-    pass(&shared, &def, SyncKind::GroupOffsets, &topics).instrument(span).await;
+    for kind in [SyncKind::GroupOffsets, SyncKind::ShareGroupOffsets] {
+        let span = info_span!("mirror-sync", mirror = %name, kind = kind.as_str(), at = "stop");
+        pass(&shared, &def, kind, &topics).instrument(span).await;
+    }
 }

@@ -12,15 +12,17 @@ use crate::status::now_ms;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SyncKind {
     GroupOffsets,
+    ShareGroupOffsets,
     TopicConfigs,
 }
 
 impl SyncKind {
-    pub const ALL: [SyncKind; 2] = [SyncKind::GroupOffsets, SyncKind::TopicConfigs];
+    pub const ALL: [SyncKind; 3] = [SyncKind::GroupOffsets, SyncKind::ShareGroupOffsets, SyncKind::TopicConfigs];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::GroupOffsets => "group_offsets",
+            Self::ShareGroupOffsets => "share_group_offsets",
             Self::TopicConfigs => "topic_configs",
         }
     }
