@@ -137,3 +137,26 @@ impl Control {
         (codes::NONE, None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kip_names_set_the_sync_settings_and_bad_values_are_refused() {
+        let mut def = MirrorConfig::new("m", vec!["s:1".into()]);
+        *list_config(&mut def, "mirror.groups.include").unwrap() = csv(Some("app-.*, billing"));
+        *list_config(&mut def, "mirror.topic.properties.exclude").unwrap() = csv(Some("min.insync.replicas"));
+        assert_eq!(def.groups_include, vec!["app-.*", "billing"]);
+        assert_eq!(def.topic_config_exclude, vec!["min.insync.replicas"]);
+        assert_eq!(set_interval(&mut def, "mirror.metadata.refresh.interval.ms", Some("30000")), Ok(true));
+        assert_eq!((def.group_offset_sync_interval_ms, def.topic_config_sync_interval_ms), (30_000, 30_000));
+        assert_eq!(set_interval(&mut def, "mirror.group.offset.sync.interval.ms", Some("0")), Ok(true));
+        assert_eq!(def.group_offset_sync_interval_ms, 0, "0 turns the periodic sync off");
+        assert!(set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("50")).is_err(), "below 100 ms");
+        assert!(set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("soon")).is_err());
+        assert_eq!(set_interval(&mut def, "mirror.topics.include", Some("x")), Ok(false));
+        def.groups_exclude = vec!["(".into()];
+        assert!(check_patterns(&def).is_err(), "an invalid group pattern is refused");
+    }
+}
