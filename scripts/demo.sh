@@ -2,7 +2,7 @@
 # The README "Run" command: a local source and destination Kafka (KRaft, on loopback), the proxy
 # in front of the destination, a cluster mirror created through the proxy copying a source topic
 # at identical offsets, Kafka's own tools talking to the destination *through* the proxy, the
-# read-only refusal and a failover. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
+# read-only refusal, a failover and a consumer group resuming on the destination at its source offset. Leaves everything running with KMP_DEMO_KEEP=1; otherwise stops it all at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${KMP_DEMO_DIR:-/tmp/kmp-demo}
@@ -66,12 +66,18 @@ echo "==> the mirror as the KIP-1279 CLI shows it (kafka-mirror-proxy mirrors, K
 echo "==> producing to the mirror topic through the proxy is refused (read-only until failover)"
 printf 'not-allowed\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic orders \
   --producer-property retries=0 2>&1 | grep -m1 -o 'TopicAuthorizationException.*' || true
-echo "==> failover: stop mirroring 'orders' once it has no lag; it becomes writable"
+echo "==> consumer group 'billing' has processed 'orders' up to offset 4 on the source (committed there)"
+kt org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server 127.0.0.1:19092 --group billing \
+  --topic orders --reset-offsets --to-offset 4 --execute 2>/dev/null | grep -E 'GROUP|billing'
+echo "==> failover: stop mirroring 'orders' once it has no lag; group offsets are synced once more; it becomes writable"
 ./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --stop --mirror demo --topics orders --graceful-timeout-ms 30000
 printf 'order-7-after-failover\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic orders
 echo "--- 'orders' through the proxy after failover: the producer continued at offset 6"
 kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic orders --from-beginning \
   --max-messages 7 --property print.offset=true 2>/dev/null
+echo "--- group 'billing' through the proxy resumes where it stopped on the source (offset 4), no record twice"
+kt org.apache.kafka.tools.consumer.ConsoleConsumer --bootstrap-server "$bs" --topic orders --group billing \
+  --max-messages 3 --property print.offset=true 2>/dev/null
 curl -s "http://$admin/v1/mirrors/demo"; echo
 echo "==> a few proxy metrics"
 curl -s "http://$admin/metrics" | grep -E '^kmp_(requests_total|open_connections|known_brokers|bytes_total|mirror_lag_records)' | head -14

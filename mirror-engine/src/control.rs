@@ -353,12 +353,13 @@ impl Control {
         out
     }
 
-    /// Stops topics (failover): copying stops after the in-flight writes, the topics become
-    /// writable. With `graceful`, first waits (at most that long) until every partition is
+    /// Stops topics (failover): copying stops after the in-flight writes, one more consumer- and
+    /// share-group offset sync runs for the topics stopped now, then they become writable. With
+    /// `graceful`, first waits (at most that long) until every partition is
     /// mirroring with no lag; if it does not get there (still lagging, paused, failed) the topic
     /// is left as it was and the result says so (REQUEST_TIMED_OUT).
     pub async fn stop_topics(&self, mirror: &str, topics: &[String], graceful: Option<Duration>) -> Vec<TopicResult> {
-        let mut out = Vec::new();
+        let (mut out, mut halted) = (Vec::new(), Vec::new());
         for t in topics {
             if let Some(limit) = graceful
                 && let Err(r) = self.wait_caught_up(mirror, t, limit).await
@@ -366,7 +367,22 @@ impl Control {
                 out.push(r);
                 continue;
             }
-            out.push(self.transition(mirror, t, Desired::Stopped).await);
+            let was_stopped = self.desired(t) == Some(Desired::Stopped);
+            let r = self.transition(mirror, t, Desired::Stopped).await;
+            if r.error_code == codes::NONE && !was_stopped {
+                halted.push(t.clone());
+            }
+            out.push(r);
+        }
+        if !halted.is_empty() {
+            // Copying has settled: the groups' latest source positions go over (one pass for
+            // every topic stopped now) before producers may write to the topics.
+            if let Some(sync) = self.inner.final_sync.get() {
+                sync(mirror.to_owned(), halted.clone()).await;
+            }
+            for t in &halted {
+                self.inner.registry.set_writable(t, true);
+            }
         }
         out
     }
@@ -458,14 +474,7 @@ impl Control {
             warn!(%topic, "partition tasks did not finish in time");
             return TopicResult::err(topic, codes::REQUEST_TIMED_OUT, format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()));
         }
-        if to == Desired::Stopped {
-            // Copying has settled: the consumers' latest source positions go over before
-            // producers may write to the topic.
-            if let Some(sync) = self.inner.final_sync.get() {
-                sync(mirror.to_owned(), vec![topic.to_owned()]).await;
-            }
-            self.inner.registry.set_writable(topic, true);
-        }
+        // A stopped topic becomes writable in `stop_topics`, after the last group offset sync.
         TopicResult::ok(topic)
     }
 

@@ -14,16 +14,17 @@ pub struct TopicSelector {
     exclude: Vec<Regex>,
 }
 
-fn compile(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
+/// Compiles whole-name patterns (`what` names them in the error: "topic", "group", …).
+pub(crate) fn compile(what: &str, patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
     patterns
         .iter()
-        .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("topic pattern `{p}`: {e}"))))
+        .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("{what} pattern `{p}`: {e}"))))
         .collect()
 }
 
 impl TopicSelector {
     pub fn new(names: &[String], include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self { names: names.to_vec(), include: compile(include)?, exclude: compile(exclude)? })
+        Ok(Self { names: names.to_vec(), include: compile("topic", include)?, exclude: compile("topic", exclude)? })
     }
 
     /// Whether `topic` is mirrored.

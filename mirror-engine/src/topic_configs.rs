@@ -45,11 +45,7 @@ pub struct ConfigFilter {
 impl ConfigFilter {
     /// `exclude`: the mirror's `topic_config_exclude` (whole-name regexes).
     pub fn new(exclude: &[String]) -> Result<Self, MirrorError> {
-        let exclude = exclude
-            .iter()
-            .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("topic config pattern `{p}`: {e}"))))
-            .collect::<Result<_, _>>()?;
-        Ok(Self { exclude })
+        Ok(Self { exclude: crate::select::compile("topic config", exclude)? })
     }
 
     /// Whether the config `name` is copied from the source.

@@ -7,7 +7,7 @@
 //! admin commit for them anyway). When passes run is `sync`'s business; the requests are
 //! `group_wire`'s.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kmp_config::MirrorConfig;
 use regex::Regex;
@@ -16,6 +16,7 @@ use tracing::{debug, info};
 use super::group_wire::{self, GroupOffsets, ListedGroup};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
+use crate::select::compile;
 
 /// Destination group states in which the group has members (its own progress wins).
 const ACTIVE_STATES: &[&str] = &["Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"];
@@ -35,16 +36,9 @@ pub struct GroupFilter {
     exclude: Vec<Regex>,
 }
 
-fn compile(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
-    patterns
-        .iter()
-        .map(|p| kmp_config::topic_pattern(p).map_err(|e| MirrorError::Unsupported(format!("group pattern `{p}`: {e}"))))
-        .collect()
-}
-
 impl GroupFilter {
     pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self { include: compile(include)?, exclude: compile(exclude)? })
+        Ok(Self { include: compile("group", include)?, exclude: compile("group", exclude)? })
     }
 
     /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
@@ -89,6 +83,24 @@ pub fn plan_group(source: &GroupOffsets, destination: &GroupOffsets, watermarks:
         .collect()
 }
 
+/// Something per `(topic, partition)` of a group (committed offsets, start offsets).
+pub(crate) type PerPartition<V> = BTreeMap<(String, i32), V>;
+
+/// Each group's offsets on `topics` only; groups with none there are dropped.
+pub(crate) fn on_topics<V>(groups: HashMap<String, PerPartition<V>>, topics: &[String]) -> Vec<(String, PerPartition<V>)> {
+    let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
+    groups
+        .into_iter()
+        .map(|(g, offsets)| (g, offsets.into_iter().filter(|((t, _), _)| wanted.contains(t.as_str())).collect::<BTreeMap<_, _>>()))
+        .filter(|(_, offsets)| !offsets.is_empty())
+        .collect()
+}
+
+/// The topics any of `groups` has offsets on, sorted.
+pub(crate) fn topics_of<V>(groups: &[(String, PerPartition<V>)]) -> Vec<String> {
+    groups.iter().flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone())).collect::<BTreeSet<_>>().into_iter().collect()
+}
+
 /// The outcome of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GroupReport {
@@ -119,12 +131,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     let coords = group_wire::coordinators(source, &candidates).await?;
     let (source_offsets, failed) = group_wire::committed_offsets(source, &coords).await?;
     report.errors.extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
-    let mirrored: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
-    let relevant: Vec<(String, GroupOffsets)> = source_offsets
-        .into_iter()
-        .map(|(g, offsets)| (g, offsets.into_iter().filter(|((t, _), _)| mirrored.contains(t.as_str())).collect::<GroupOffsets>()))
-        .filter(|(_, offsets)| !offsets.is_empty())
-        .collect();
+    let relevant = on_topics(source_offsets, topics);
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);
@@ -140,7 +147,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     let (current, failed) = group_wire::committed_offsets(destination, &coords).await?;
     // A group unknown on the destination has no offsets yet (an error only if not "not found").
     report.errors.extend(failed.iter().filter(|(_, code)| *code != 69).map(|(g, code)| format!("group {g}: destination OffsetFetch error {code}")));
-    let touched: Vec<String> = idle.iter().flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+    let touched = topics_of(&idle);
     let watermarks = group_wire::watermarks(destination, &touched).await?;
     let empty = GroupOffsets::new();
     for (group, offsets) in idle {

@@ -17,7 +17,7 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
 use super::group_wire::{self, Coordinators};
-use super::groups::{GroupFilter, GroupReport, clamp, is_active};
+use super::groups::{GroupFilter, GroupReport, clamp, is_active, on_topics, topics_of};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 
@@ -119,12 +119,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     }
     let (source_offsets, errors) = start_offsets(source, &group_wire::coordinators(source, &candidates).await?).await?;
     report.errors.extend(errors);
-    let mirrored: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
-    let relevant: Vec<(String, StartOffsets)> = source_offsets
-        .into_iter()
-        .map(|(g, o)| (g, o.into_iter().filter(|((t, _), _)| mirrored.contains(t.as_str())).collect::<StartOffsets>()))
-        .filter(|(_, o)| !o.is_empty())
-        .collect();
+    let relevant = on_topics(source_offsets, topics);
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);
@@ -133,7 +128,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     let names: Vec<String> = relevant.iter().map(|(g, _)| g.clone()).collect();
     let coords = group_wire::coordinators(destination, &names).await?;
     let (current, _) = start_offsets(destination, &coords).await?;
-    let touched: Vec<String> = relevant.iter().flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone())).collect::<BTreeSet<_>>().into_iter().collect();
+    let touched = topics_of(&relevant);
     let watermarks = group_wire::watermarks(destination, &touched).await?;
     for (group, offsets) in relevant {
         match states.get(&group) {
