@@ -7,12 +7,14 @@
 //! librdkafka then leaves its reported position before the skipped offsets, unlike directly
 //! against Kafka; the marker form keeps clients' positions identical to the source's.)
 //!
+//! ShareFetch responses get the same treatment ([`mask_share_fetch_response`]).
+//!
 //! Sans-io. Finding fillers in a response without decoding it is [`fetch_has_fillers`]; the
 //! response rewrite that uses [`mask_records`] lives in `rewrite`.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use kafka_protocol::messages::{ApiKey, FetchResponse};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ShareFetchResponse};
 
 use crate::batch::{FILLER_KEY, HEADER_SIZE, parse_header, put_varint};
 use crate::codec::{decode_response, encode_response};
@@ -127,6 +129,30 @@ pub fn mask_fetch_response(frame: &Bytes, version: i16) -> Result<Bytes, Protoco
         }
     }
     encode_response(header.correlation_id, ApiKey::Fetch, version, &resp)
+}
+
+/// Rewrites a ShareFetch response frame (prefix included) with every filler batch masked, or
+/// `None` when it carries none (forward it as is). Share consumers acknowledge the masked
+/// offsets as GAP — KIP-932's type for acquired offsets without a deliverable record — exactly
+/// as they do for the source's own transaction markers, so the share-partition start offset
+/// moves past them. ShareFetch is decoded every time (it is rare next to Fetch).
+pub fn mask_share_fetch_response(frame: &Bytes, version: i16) -> Result<Option<Bytes>, ProtocolError> {
+    let (header, mut resp) = decode_response::<ShareFetchResponse>(frame, ApiKey::ShareFetch, version)?;
+    let mut masked = false;
+    for t in &mut resp.responses {
+        for p in &mut t.partitions {
+            if let Some(r) = &p.records
+                && records_have_fillers(r)
+            {
+                p.records = Some(mask_records(r));
+                masked = true;
+            }
+        }
+    }
+    if !masked {
+        return Ok(None);
+    }
+    encode_response(header.correlation_id, ApiKey::ShareFetch, version, &resp).map(Some)
 }
 
 /// Whether any partition of a Fetch response frame (prefix included) carries a filler batch.
@@ -257,6 +283,38 @@ mod tests {
             let shape: Vec<_> = split(&recs).unwrap().iter().map(|(h, _)| (h.base_offset, h.records_count)).collect();
             assert_eq!(shape, vec![(0, 2), (2, 1)], "v{v}");
         }
+    }
+
+    #[test]
+    fn share_fetch_responses_are_masked_only_when_they_carry_fillers() {
+        use kafka_protocol::messages::share_fetch_response::{AcquiredRecords, PartitionData as SharePartition, ShareFetchableTopicResponse};
+        let response = |records: Bytes| {
+            let mut p = SharePartition::default();
+            p.records = Some(records);
+            let mut a = AcquiredRecords::default();
+            (a.first_offset, a.last_offset, a.delivery_count) = (0, 4, 1);
+            p.acquired_records = vec![a];
+            let mut t = ShareFetchableTopicResponse::default();
+            t.partitions = vec![p];
+            let mut r = ShareFetchResponse::default();
+            r.responses = vec![t];
+            r
+        };
+        let plain = crate::codec::encode_response(3, ApiKey::ShareFetch, 1, &response(real_batch(0, 5, b"a"))).unwrap();
+        assert!(mask_share_fetch_response(&plain, 1).unwrap().is_none(), "no fillers: forwarded as is");
+        let mut with = BytesMut::new();
+        with.put_slice(&real_batch(0, 2, b"a"));
+        with.put_slice(&filler_at(2, 3));
+        let frame = crate::codec::encode_response(3, ApiKey::ShareFetch, 1, &response(with.freeze())).unwrap();
+        let masked = mask_share_fetch_response(&frame, 1).unwrap().expect("fillers masked");
+        let (_, r) = decode_response::<ShareFetchResponse>(&masked, ApiKey::ShareFetch, 1).unwrap();
+        let p = &r.responses[0].partitions[0];
+        let recs = p.records.clone().unwrap();
+        let batches = split(&recs).unwrap();
+        let shape: Vec<_> = batches.iter().map(|(h, _)| (h.base_offset, h.records_count)).collect();
+        assert_eq!(shape, vec![(0, 2), (2, 1)], "the filler run became one marker batch over offsets 2-4");
+        assert!(!records_have_fillers(&recs));
+        assert_eq!((p.acquired_records[0].first_offset, p.acquired_records[0].last_offset), (0, 4), "acquired ranges untouched");
     }
 
     #[test]

@@ -89,7 +89,7 @@ impl Metrics {
         registry.register("known_brokers", "Brokers listed in the upstream cluster's latest metadata refresh", known_brokers.clone());
 
         let masked_fetch_responses = Counter::default();
-        registry.register("masked_fetch_responses", "Fetch responses in which mirror filler batches were replaced by empty batches", masked_fetch_responses.clone());
+        registry.register("masked_fetch_responses", "Fetch and ShareFetch responses in which mirror filler batches were replaced by transaction marker batches", masked_fetch_responses.clone());
         let refused_mirror_topic_changes = Counter::default();
         registry.register(
             "refused_mirror_topic_changes",

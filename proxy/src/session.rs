@@ -212,6 +212,11 @@ fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared
     let frame = if key == ApiKey::Fetch && shared.masks_fillers && fillers::fetch_has_fillers(&frame, api_version)? {
         shared.metrics.masked_fetch_responses.inc();
         fillers::mask_fetch_response(&frame, api_version)?
+    } else if key == ApiKey::ShareFetch && shared.masks_fillers
+        && let Some(masked) = fillers::mask_share_fetch_response(&frame, api_version)?
+    {
+        shared.metrics.masked_fetch_responses.inc();
+        masked
     } else {
         frame
     };

@@ -431,14 +431,43 @@ def share_offsets(kafka_classpath, bootstrap: str, group: str, topic: str, parti
     return {int(f[1]): int(f[2]) for f in (l.split() for l in lines if l.startswith("O "))}
 
 
-def test_share_group_start_offsets_are_synced_to_the_destination(workdir, kafka_classpath):
+def produce_with_transactions(bootstrap: str, topic: str) -> None:
+    """10 plain records, a committed and an aborted transaction of 5 (two markers), 10 plain: 25
+    committed records, 7 offsets that become fillers on the destination."""
+    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("share-tx")})
+    tx.init_transactions(30)
+    for i in range(10):
+        plain.produce(topic, key=f"a{i}".encode(), value=b"v", partition=0)
+    assert plain.flush(30) == 0
+    for end in (tx.commit_transaction, tx.abort_transaction):
+        tx.begin_transaction()
+        for i in range(5):
+            tx.produce(topic, key=f"{end.__name__[:6]}{i}".encode(), value=b"v", partition=0)
+        tx.flush(30)
+        end(30)
+    for i in range(10):
+        plain.produce(topic, key=f"b{i}".encode(), value=b"v", partition=0)
+    assert plain.flush(30) == 0
+
+
+def test_share_groups_sync_their_start_offsets_and_never_see_fillers_through_the_proxy(workdir, kafka_classpath):
     with running_cluster("share-source", 1, workdir, version=SHARE_KAFKA) as source, \
             running_cluster("share-destination", 1, workdir, version=SHARE_KAFKA) as destination:
-        topic, group = unique("sync-share"), unique("sync-sg")
+        topic, group, txn_topic = unique("sync-share"), unique("sync-sg"), unique("sync-share-tx")
         create(source.bootstrap, topic, 2)
         produce_to_partitions(source.bootstrap, topic, 2, 100)
-        with syncing_proxy(source, destination, workdir, [topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
-            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+        create(source.bootstrap, txn_topic, 1)
+        produce_with_transactions(source.bootstrap, txn_topic)
+        with syncing_proxy(source, destination, workdir, [topic, txn_topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
+            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2, txn_topic: 1})
+            # Markers and aborted records are fillers on the destination; a share consumer
+            # through the proxy gets exactly the source's committed records.
+            want = [(r[1], r[2].hex()) for r in read_all(source.bootstrap, txn_topic, 1, "read_committed")]
+            assert len(want) == 25, want
+            lines = share_check(kafka_classpath, "consume", proxy.bootstrap, unique("share-px"), txn_topic, str(len(want)))
+            got = sorted((int(f[2]), f[3]) for f in (l.split() for l in lines if l.startswith("R ")))
+            assert got == sorted(want), f"share consumer through the proxy: {got}"
             # A share group consumes on the source, then an operator moves its start offsets.
             lines = share_check(kafka_classpath, "consume", source.bootstrap, group, topic, "50")
             assert any(l.startswith("N ") and int(l.split()[1]) >= 50 for l in lines), lines

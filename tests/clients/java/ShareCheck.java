@@ -5,7 +5,7 @@
 //   java -cp "<kafka libs>/*" ShareCheck.java alter <bootstrap> <group> <topic> <partition:offset,...>
 // consume: sets the group's share.auto.offset.reset to earliest, reads at least <n> records with a
 // KafkaShareConsumer (implicit acknowledgement), commits the acknowledgements and leaves; prints
-// "N <records>".
+// "R <partition> <offset> <key hex|->" per record and "N <records>".
 // alter: resets the (empty) group's start offsets (Admin.alterShareGroupOffsets); prints "OK".
 // offsets: prints "O <partition> <start offset|-1>" per partition (Admin.listShareGroupOffsets).
 import java.time.Duration;
@@ -17,6 +17,13 @@ import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
 public class ShareCheck {
+    static String hex(byte[] b) {
+        if (b == null) return "-";
+        StringBuilder s = new StringBuilder();
+        for (byte x : b) s.append(String.format("%02x", x));
+        return s.length() == 0 ? "_" : s.toString();
+    }
+
     public static void main(String[] args) throws Exception {
         String mode = args[0], bootstrap = args[1], group = args[2], topic = args[3];
         Properties a = new Properties();
@@ -57,7 +64,10 @@ public class ShareCheck {
             consumer.subscribe(List.of(topic));
             long deadline = System.currentTimeMillis() + 60_000;
             while (seen < n && System.currentTimeMillis() < deadline) {
-                seen += consumer.poll(Duration.ofMillis(200)).count();
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    seen++;
+                    System.out.println("R " + r.partition() + " " + r.offset() + " " + hex(r.key()));
+                }
             }
             consumer.commitSync();
         }
