@@ -55,6 +55,18 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
     {
         return Err(MirrorError::DestinationConflict { topic: topic.to_owned(), reason: format!("the state topic records it as mirror `{}`'s", o.mirror) });
     }
+    // A topic the state records as this mirror's, still on the destination, is taken back
+    // without asking the source: after losing the source, a restarted proxy must still manage
+    // (and fail over) its topics. Partition tasks then retry the source; growth is followed by
+    // the discovery loop.
+    if let Some(o) = &owner
+        && let Ok(l) = ctx.shared.destination.layout(topic).await
+        && l.error_code == 0
+        && l.partitions.len() >= o.partitions
+    {
+        register_topic_id(ctx, topic).await;
+        return Ok(o.partitions);
+    }
     let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
     let prepared = loop {

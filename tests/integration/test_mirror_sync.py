@@ -3,8 +3,8 @@
 * The disaster-recovery test: a Java (KIP-848 protocol) and a librdkafka (classic protocol) group
   consume part of two mirrored topics on a dedicated source cluster and commit — right after a
   transaction marker, on the marker, right after a compaction gap and inside it. The source is
-  killed, the topics are failed over, and each group, now pointed at the proxy, reads every
-  remaining record exactly once.
+  killed, the proxy is killed and restarted without it, the topics are failed over, and each
+  group, now pointed at the proxy, reads every remaining record exactly once.
 * A group with members on the destination is never overwritten; offsets are clamped into the
   destination log; stopped topics are not synced any more; one more sync runs at stop.
 * Changed source topic configs reach the destination within two intervals, removed ones are
@@ -15,6 +15,7 @@ Partition growth and deleted source topics are covered by test_mirror_faults.py.
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -168,7 +169,7 @@ def records_from(records: list[tuple], topic: str, start: int) -> list[tuple]:
     return [(topic, r[1], r[3]) for r in records if r[1] >= start]
 
 
-def test_consumer_groups_resume_exactly_once_on_the_destination_after_the_source_is_lost(dr_source, clusters, workdir, kafka_classpath):
+def test_consumer_groups_resume_exactly_once_on_the_destination_after_the_source_and_the_proxy_are_lost(dr_source, clusters, workdir, kafka_classpath):
     source, (_, destination) = dr_source, clusters
     marker, compacted = unique("dr-marker"), unique("dr-compacted")
     create(source.bootstrap, marker, 1)
@@ -180,7 +181,9 @@ def test_consumer_groups_resume_exactly_once_on_the_destination_after_the_source
     java_at = {(marker, 0): 61, (compacted, 0): 29}
     rdkafka_at = {(marker, 0): 60, (compacted, 0): 10}
     java_group, rdkafka_group = unique("dr-java"), unique("dr-rdkafka")
-    with syncing_proxy(source, destination, workdir, [marker, compacted], "dr-sync", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
+    args = sync_config(workdir, source, [marker, compacted], "dr-sync", group_offset_sync_interval_ms=INTERVAL_MS)
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {marker: 1, compacted: 1})
         spec = ",".join(f"{t}:{p}:{o}" for (t, p), o in java_at.items())
         lines = java(kafka_classpath, "commit", source.bootstrap, java_group, "consumer", spec)
@@ -205,6 +208,10 @@ def test_consumer_groups_resume_exactly_once_on_the_destination_after_the_source
 
         for node in list(source.procs):
             source.kill_broker(node)
+        # The proxy crashes too and comes back while the source is gone: it must still take its
+        # mirror topics back from the state topic and fail them over.
+        proxy.stop(signal.SIGKILL)
+        proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
         started = time.time()
         status, body = call(proxy, "POST", "/v1/mirrors/dr-sync/stop", {"topics": [marker, compacted]})
         assert status == 200 and all(r["error_code"] == 0 for r in body["results"]), f"failover with the source down: {status} {body}"
@@ -234,6 +241,8 @@ def test_consumer_groups_resume_exactly_once_on_the_destination_after_the_source
         c.close()
         assert len(got) == len(set(got)), "librdkafka: no record twice"
         assert sorted(got) == want_rdkafka, f"librdkafka read every remaining record exactly once ({len(got)} of {len(want_rdkafka)})"
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
 
 
 # ---- group rules on the shared clusters --------------------------------------------------------
