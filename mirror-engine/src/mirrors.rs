@@ -46,6 +46,13 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
                 let ctx = TopicContext { mirror: def.clone(), source: source.clone(), shared: shared.clone(), store: store.clone() };
+                // Topics the state records as this mirror's come back whatever the source says
+                // (it may be gone: they must still be managed and failed over).
+                for (topic, _) in store.owned_topics().into_iter().filter(|(_, o)| o.mirror == name) {
+                    if shared.control.claim_topic(&topic, &name) {
+                        lifecycle::start_topic(ctx.clone(), topic);
+                    }
+                }
                 for topic in selector.named() {
                     if shared.control.claim_topic(topic, &name) {
                         lifecycle::start_topic(ctx.clone(), topic.clone());
