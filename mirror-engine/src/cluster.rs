@@ -101,6 +101,11 @@ impl ClusterClient {
     /// with fetches so a deposed leader answers FENCED_LEADER_EPOCH instead of stale data).
     pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         let layout = self.layout(topic).await?;
+        self.connect_in(&layout, topic, partition).await
+    }
+
+    /// Like [`Self::connect_leader`], with a layout the caller already read.
+    pub async fn connect_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         if layout.error_code != 0 {
             return Err(MirrorError::Broker { side: self.side, what: format!("metadata of {topic}"), code: layout.error_code });
         }

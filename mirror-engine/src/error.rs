@@ -23,7 +23,7 @@ pub enum MirrorError {
     #[error("destination topic {topic} already exists and is not this mirror's: {reason}; refusing to append (delete it or choose another topic)")]
     DestinationConflict { topic: String, reason: String },
     /// The source topic disappeared after mirroring started; the destination data stays.
-    #[error("source topic {0} was deleted; the mirrored data on the destination is kept")]
+    #[error("source topic {0} was deleted (or deleted and recreated: its topic id changed); the mirrored data on the destination is kept")]
     SourceTopicDeleted(String),
     /// A run of offsets without visible data is larger than the mirror's `max_fill_offsets`.
     #[error("{count} offsets from {base} have no visible source data, more than max_fill_offsets = {limit}; raise max_fill_offsets to fill them (see docs/mirroring.md for the fill rate)")]

@@ -10,8 +10,8 @@ use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::control::{self, Desired};
-use crate::partition::PartitionTask;
-use crate::state::TopicRecord;
+use crate::partition::{PartitionTask, SourceTopicId};
+use crate::state::{TopicRecord, id_from_hex, id_to_hex};
 use crate::status::{PartitionState, now_ms};
 use crate::topics::{self, Prepared};
 use crate::{MirrorError, TopicContext};
@@ -26,13 +26,14 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
             if let Some(n) = all_partitions_failed_for_good(&ctx, &topic) {
                 // E.g. the source topic was deleted before this restart: nothing to prepare.
                 let (_, desired) = watch::channel(Desired::Mirroring);
+                let identity = SourceTopicId::default();
                 for p in 0..n as i32 {
-                    start_partition(&ctx, &topic, p, desired.clone());
+                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone());
                 }
                 return;
             }
             match prepare_topic(&ctx, &topic).await {
-                Ok(partitions) => run_topic(&ctx, &topic, partitions),
+                Ok((partitions, id)) => run_topic(&ctx, &topic, partitions, id),
                 Err(e) => {
                     warn!(error = %e, "mirror topic FAILED");
                     status.update(&(m.name.clone(), topic.clone(), -1), |s| {
@@ -47,7 +48,8 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
 }
 
 /// Creates or adopts the destination topic (retrying transient errors) and records ownership.
-async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorError> {
+/// Returns the partition count and the source topic's id (when known).
+async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option<[u8; 16]>), MirrorError> {
     let m = &ctx.mirror;
     let owner = ctx.store.topic_owner(topic);
     if let Some(o) = &owner
@@ -65,11 +67,11 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
         && l.partitions.len() >= o.partitions
     {
         register_topic_id(ctx, topic).await;
-        return Ok(o.partitions);
+        return Ok((o.partitions, id_from_hex(&o.source_topic_id)));
     }
     let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
-    let prepared = loop {
+    let (prepared, source_id) = loop {
         match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
@@ -82,12 +84,19 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
     };
     register_topic_id(ctx, topic).await;
     let how = match prepared {
-        Prepared::Owned(n) => return Ok(n),
+        Prepared::Owned(n) => return Ok((n, owner.as_ref().and_then(|o| id_from_hex(&o.source_topic_id)).or(Some(source_id)))),
         Prepared::Created(_) => "created",
         Prepared::AdoptedEmpty(_) => "adopted",
     };
     info!(how, partitions = prepared.partitions(), "destination topic is the mirror's");
-    let record = TopicRecord { mirror: m.name.clone(), partitions: prepared.partitions(), how: how.into(), at_ms: now_ms(), desired: Desired::Mirroring.as_str().into() };
+    let record = TopicRecord {
+        mirror: m.name.clone(),
+        partitions: prepared.partitions(),
+        how: how.into(),
+        at_ms: now_ms(),
+        desired: Desired::Mirroring.as_str().into(),
+        source_topic_id: id_to_hex(source_id),
+    };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
     let mut backoff = Duration::from_millis(200);
     while let Err(e) = ctx.store.put_topic(topic, &record).await {
@@ -95,7 +104,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<usize, MirrorE
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-    Ok(prepared.partitions())
+    Ok((prepared.partitions(), Some(source_id)))
 }
 
 /// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
@@ -129,13 +138,17 @@ fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usi
 
 /// Hands the topic to the control plane and starts its partitions as its stored desired state
 /// says: copying (mirroring), or not copying and read-only (paused) or writable (stopped).
-fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize) {
+fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Option<[u8; 16]>) {
     let desired = ctx.store.topic_owner(topic).map_or(Desired::Mirroring, |r| Desired::parse(&r.desired));
     let (tx, rx) = watch::channel(desired);
+    let identity = SourceTopicId::default();
+    if let Some(id) = source_id {
+        let _ = identity.set(id);
+    }
     let (spawn_ctx, spawn_topic, span) = (ctx.clone(), topic.to_owned(), tracing::Span::current());
     let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(move |p| {
         let _entered = span.enter();
-        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone());
+        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone());
     });
     let rt = control::TopicRuntime { mirror: ctx.mirror.name.clone(), partitions, desired: tx, spawn: spawn.clone() };
     ctx.shared.control.add_topic(topic, rt);
@@ -164,7 +177,7 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize) {
 }
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
-fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>) {
+fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId) {
     let m = &ctx.mirror;
     let key = (m.name.clone(), topic.to_owned(), p);
     let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == m.name);
@@ -185,6 +198,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
     let task = PartitionTask {
         key,
         source: ctx.source.clone(),
+        source_topic_id,
         destination: ctx.shared.destination.clone(),
         fetch_max_bytes: m.fetch_max_bytes,
         max_filler_batch_records: m.max_filler_batch_records,

@@ -91,10 +91,25 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
         if desired == Desired::Stopped {
             continue;
         }
-        let want = match source.layout(&topic).await {
-            Ok(l) if l.error_code == 0 => l.partitions.len(),
+        let layout = match source.layout(&topic).await {
+            Ok(l) if l.error_code == 0 => l,
             _ => continue,
         };
+        if let Some(mut record) = store.topic_owner(&topic) {
+            match crate::state::id_from_hex(&record.source_topic_id) {
+                // Another topic under the same name: its partitions fail; never grow for it.
+                Some(known) if known != layout.topic_id => continue,
+                Some(_) => {}
+                None => {
+                    // A record from before ids were kept: remember the id now.
+                    record.source_topic_id = crate::state::id_to_hex(layout.topic_id);
+                    if let Err(e) = store.put_topic(&topic, &record).await {
+                        warn!(%topic, error = %e, "cannot record the source topic id");
+                    }
+                }
+            }
+        }
+        let want = layout.partitions.len();
         if want <= have {
             continue;
         }

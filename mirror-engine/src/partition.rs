@@ -5,6 +5,7 @@
 //! transient failures with exponential backoff. A non-retriable error turns this partition
 //! FAILED; the others keep going.
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -21,10 +22,15 @@ use crate::sink::{PartitionSink, Written};
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
+/// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set
+/// from the state topic, or by the first task that reaches the source.
+pub type SourceTopicId = Arc<OnceLock<[u8; 16]>>;
+
 /// What a partition task needs.
 pub struct PartitionTask {
     pub key: PartitionKey,
     pub source: ClusterClient,
+    pub source_topic_id: SourceTopicId,
     pub destination: ClusterClient,
     pub fetch_max_bytes: i32,
     pub max_filler_batch_records: i32,
@@ -45,6 +51,12 @@ const SETTLE: Duration = Duration::from_millis(700);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
 const IDLE_FETCH_BYTES: i32 = 64 * 1024;
+
+/// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
+/// same name (another id) since the mirror took up the one with id `known`.
+fn replaced(layout: &crate::cluster::TopicLayout, known: [u8; 16]) -> bool {
+    layout.error_code == UNKNOWN_TOPIC_OR_PARTITION || (layout.error_code == 0 && known != [0; 16] && layout.topic_id != known)
+}
 
 impl PartitionTask {
     /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
@@ -152,7 +164,13 @@ impl PartitionTask {
     async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
-        let (mut src, leader_epoch) = self.source.connect_leader(topic, partition).await?;
+        let layout = self.source.layout(topic).await?;
+        let known = self.source_topic_id.get().copied();
+        if known.is_some_and(|id| replaced(&layout, id)) {
+            return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
+        }
+        let (mut src, leader_epoch) = self.source.connect_in(&layout, topic, partition).await?;
+        let topic_id = *self.source_topic_id.get_or_init(|| layout.topic_id);
         let mut aborts = AbortTracker::default();
         info!(next, leader_epoch, "mirroring from the destination's high watermark");
         self.status.update(&self.key, |s| {
@@ -168,7 +186,7 @@ impl PartitionTask {
         loop {
             // The next Fetch overlaps the acknowledgements of what the previous one produced.
             let previous = held.take();
-            let at = FetchAt { topic, partition, offset: next, leader_epoch, max_bytes: want, max_wait_ms: 500 };
+            let at = FetchAt { topic, topic_id, partition, offset: next, leader_epoch, max_bytes: want, max_wait_ms: 500 };
             let (fetched, flushed) = tokio::join!(
                 async {
                     let room = self.budget.reserve(u64::try_from(want).unwrap_or(0)).await;
@@ -184,10 +202,9 @@ impl PartitionTask {
             flushed?;
             let (room, fetched) = fetched;
             let fetched = match fetched {
-                Err(MirrorError::Broker { code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID, .. })
-                    if self.source.layout(topic).await?.error_code == UNKNOWN_TOPIC_OR_PARTITION =>
-                {
-                    // The topic existed when this task started, so it was deleted on the source.
+                Err(MirrorError::Broker { code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID, .. }) if replaced(&self.source.layout(topic).await?, topic_id) => {
+                    // The topic existed when this task started: it was deleted on the source, or
+                    // deleted and recreated (another topic under the same name).
                     return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
                 }
                 Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {

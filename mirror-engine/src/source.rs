@@ -5,13 +5,15 @@ use bytes::Bytes;
 use kmp_protocol::batch::{self, BatchHeader};
 use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
-use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
+use uuid::Uuid;
 
 use crate::error::MirrorError;
 
-/// Fetch version used against the source (topic names, flexible; every Kafka 4.x broker).
-const FETCH_VERSION: i16 = 12;
+/// Fetch version used against the source: topics by id (v13+, every Kafka 4.x broker), so a
+/// source topic deleted and recreated under the same name answers UNKNOWN_TOPIC_ID instead of
+/// handing out another topic's records at the same offsets.
+const FETCH_VERSION: i16 = 13;
 const READ_COMMITTED: i8 = 1;
 
 /// What one Fetch returned for one partition.
@@ -29,6 +31,8 @@ pub struct Fetched {
 #[derive(Debug, Clone, Copy)]
 pub struct FetchAt<'a> {
     pub topic: &'a str,
+    /// The source topic's id as the mirror first saw it.
+    pub topic_id: [u8; 16],
     pub partition: i32,
     pub offset: i64,
     /// Leader epoch from the metadata used to find the leader, or -1.
@@ -39,7 +43,7 @@ pub struct FetchAt<'a> {
 
 /// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader.
 pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
-    let FetchAt { topic, partition, offset, leader_epoch, max_bytes, max_wait_ms } = at;
+    let FetchAt { topic, topic_id, partition, offset, leader_epoch, max_bytes, max_wait_ms } = at;
     let mut p = FetchPartition::default();
     p.partition = partition;
     p.fetch_offset = offset;
@@ -48,7 +52,7 @@ pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, Mi
     p.log_start_offset = -1;
     p.partition_max_bytes = max_bytes;
     let mut t = FetchTopic::default();
-    t.topic = TopicName(StrBytes::from_string(topic.to_owned()));
+    t.topic_id = Uuid::from_bytes(topic_id);
     t.partitions = vec![p];
     let mut req = FetchRequest::default();
     req.replica_id = BrokerId(-1);

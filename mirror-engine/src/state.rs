@@ -51,6 +51,28 @@ pub struct TopicRecord {
     /// What the operator asked for: `mirroring` (default), `paused` or `stopped`.
     #[serde(default = "mirroring")]
     pub desired: String,
+    /// The source topic's id (32 hex digits) when the mirror took it up; a source topic of the
+    /// same name with another id is a different topic (deleted and recreated). Empty in records
+    /// written before ids were kept: learned at the next contact.
+    #[serde(default)]
+    pub source_topic_id: String,
+}
+
+/// A topic id as 32 hex digits (the state topic's form).
+pub fn id_to_hex(id: [u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A topic id from its 32 hex digits; `None` for anything else (an empty field included).
+pub fn id_from_hex(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
 }
 
 fn mirroring() -> String {
@@ -123,12 +145,13 @@ impl StateStore {
     }
 
     async fn load(&self) -> Result<(), MirrorError> {
-        let (mut conn, epoch) = self.destination.connect_leader(&self.topic, 0).await?;
+        let layout = self.destination.layout(&self.topic).await?;
+        let (mut conn, epoch) = self.destination.connect_in(&layout, &self.topic, 0).await?;
         let (start, end) = offsets("destination", &mut conn, &self.topic, 0).await?;
         let mut next = start;
         let mut entries = HashMap::new();
         while next < end {
-            let at = FetchAt { topic: &self.topic, partition: 0, offset: next, leader_epoch: epoch, max_bytes: 4 << 20, max_wait_ms: 100 };
+            let at = FetchAt { topic: &self.topic, topic_id: layout.topic_id, partition: 0, offset: next, leader_epoch: epoch, max_bytes: 4 << 20, max_wait_ms: 100 };
             let fetched = fetch(&mut conn, at).await?;
             let Some((last, _)) = fetched.batches.last() else { break };
             next = last.next_offset();
@@ -277,5 +300,20 @@ pub async fn persist(store: std::sync::Arc<StateStore>, board: StatusBoard, inte
         if stopping {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_ids_round_trip_through_hex_and_old_records_have_none() {
+        let id = [0xab, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xff];
+        assert_eq!(id_from_hex(&id_to_hex(id)), Some(id));
+        assert_eq!(id_from_hex(""), None, "records written before ids were kept");
+        assert_eq!(id_from_hex("zz"), None);
+        let old: TopicRecord = serde_json::from_str(r#"{"mirror":"m","partitions":2,"how":"created","at_ms":1}"#).unwrap();
+        assert_eq!((old.desired.as_str(), old.source_topic_id.as_str()), ("mirroring", ""));
     }
 }

@@ -100,7 +100,7 @@ impl Prepared {
 /// Makes sure `topic` exists on the destination with the source's partition count. `owned`:
 /// the state topic says this mirror already owns it. An existing topic the mirror does not own
 /// is accepted only if every partition is empty (high watermark 0): appending to data the mirror
-/// did not write would break the identical-offset invariant.
+/// did not write would break the identical-offset invariant. Also returns the source topic's id.
 pub async fn ensure_destination_topic(
     source: &ClusterClient,
     destination: &ClusterClient,
@@ -108,7 +108,7 @@ pub async fn ensure_destination_topic(
     replication_factor: i16,
     owned: bool,
     filter: &ConfigFilter,
-) -> Result<Prepared, MirrorError> {
+) -> Result<(Prepared, [u8; 16]), MirrorError> {
     let src = source.layout(topic).await?;
     if src.error_code != 0 {
         return Err(MirrorError::Broker { side: "source", what: format!("metadata of {topic}"), code: src.error_code });
@@ -118,13 +118,13 @@ pub async fn ensure_destination_topic(
     let forced = FORCED_CONFIGS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
     let spec = TopicSpec { name: topic, partitions: partitions as i32, replication_factor, configs: copied.into_iter().chain(forced).collect() };
     match create_topic(destination, &spec).await? {
-        0 => Ok(Prepared::Created(partitions)),
+        0 => Ok((Prepared::Created(partitions), src.topic_id)),
         TOPIC_ALREADY_EXISTS => {
             let dst = destination.layout(topic).await?;
             if owned && dst.partitions.len() < partitions {
                 // The source grew while the engine was down: follow it.
                 add_partitions(destination, topic, partitions).await?;
-                return Ok(Prepared::Owned(partitions));
+                return Ok((Prepared::Owned(partitions), src.topic_id));
             }
             if dst.partitions.len() != partitions {
                 return Err(MirrorError::DestinationConflict {
@@ -133,7 +133,7 @@ pub async fn ensure_destination_topic(
                 });
             }
             if owned {
-                return Ok(Prepared::Owned(partitions));
+                return Ok((Prepared::Owned(partitions), src.topic_id));
             }
             for p in 0..partitions as i32 {
                 let (mut conn, _) = destination.connect_leader(topic, p).await?;
@@ -145,7 +145,7 @@ pub async fn ensure_destination_topic(
                     });
                 }
             }
-            Ok(Prepared::AdoptedEmpty(partitions))
+            Ok((Prepared::AdoptedEmpty(partitions), src.topic_id))
         }
         code => Err(MirrorError::Broker { side: "destination", what: format!("create topic {topic}"), code }),
     }

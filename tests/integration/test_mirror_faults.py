@@ -232,6 +232,57 @@ def test_a_deleted_source_topic_fails_its_partitions_while_others_keep_mirroring
         assert read_all(destination.bootstrap, doomed, 2, "read_uncommitted") == kept, "the destination data stays"
 
 
+def recreate(bootstrap: str, topic: str) -> None:
+    """Deletes ``topic`` and creates a new topic under the same name (another topic id)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.delete_topics([topic])[topic].result(30)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+            return
+        except Exception:  # still being deleted
+            time.sleep(0.3)
+    raise TimeoutError(f"{topic} could not be recreated")
+
+
+def failed_partitions(proxy, topic: str) -> list[str]:
+    _, text = proxy.http("/metrics")
+    return [l for l in text.splitlines() if l.startswith("kmp_mirror_failed{") and f'topic="{topic}"' in l and l.endswith(" 1")]
+
+
+def test_a_source_topic_recreated_under_the_same_name_fails_instead_of_appending_the_new_topics_records(clusters, workdir):
+    """One topic is replaced while the proxy mirrors it, the other while the proxy is down; the
+    new topics have more records than the mirrored ones, so appending from the mirrored offset
+    on would copy records of another topic."""
+    source, destination = clusters
+    live, offline = unique("mir-recreated"), unique("mir-recreated-off")
+    for t in (live, offline):
+        create(source.bootstrap, t, 1)
+        produce_plain(source.bootstrap, t, 50)
+    args = mirror_config(workdir, source, [live, offline], name="recreate")
+    proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {live: 1, offline: 1})
+        kept = {t: read_all(destination.bootstrap, t, 1, "read_uncommitted") for t in (live, offline)}
+        assert proxy.stop() == 0
+        recreate(source.bootstrap, offline)
+        produce_plain(source.bootstrap, offline, 200, start=1000)
+        proxy = ProxyProcess(destination.bootstrap, workdir, args).start()
+        recreate(source.bootstrap, live)
+        produce_plain(source.bootstrap, live, 200, start=1000)
+        deadline = time.time() + 60
+        while time.time() < deadline and not (failed_partitions(proxy, live) and failed_partitions(proxy, offline)):
+            time.sleep(0.5)
+        assert failed_partitions(proxy, live) and failed_partitions(proxy, offline), "both replaced topics' partitions are FAILED"
+        assert "deleted and recreated" in proxy.log(), "the reason names the recreation"
+        time.sleep(2)
+        for t in (live, offline):
+            assert read_all(destination.bootstrap, t, 1, "read_uncommitted") == kept[t], f"{t}: nothing of the new source topic was appended"
+    finally:
+        assert proxy.stop() == 0
+
+
 def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(clusters, workdir):
     source, destination = clusters
     topic = unique("mir-compacted")
