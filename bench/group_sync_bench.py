@@ -24,7 +24,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests" / "harness"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
-from kafka_cluster import KafkaCluster, classpath  # noqa: E402
-from mirror_bench import create_topic, watermarks  # noqa: E402
+from kafka_cluster import classpath  # noqa: E402
+from mirror_bench import create_topic, prepare, watermarks  # noqa: E402
 
 TOPIC, PARTITIONS = "orders", 4
 
@@ -179,11 +178,7 @@ def main() -> int:
 
     from conftest import free_port, free_port_block  # noqa: E402
 
-    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
-    mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="kmp-group-sync-bench-"))
-    src = KafkaCluster("gs-src", 1, free_port_block(101), work).start()
-    dst = KafkaCluster("gs-dst", 1, free_port_block(101), work).start()
+    mm2_libs, work, src, dst = prepare("group-sync-bench")
     cp = classpath()
     results: dict[str, dict] = {}
     load = None

@@ -156,6 +156,18 @@ dst.producer.batch.size = 131072
     return path
 
 
+def prepare(name: str) -> tuple[str, Path, KafkaCluster, KafkaCluster]:
+    """What both mirror benchmarks start from: the release binary built, MirrorMaker 2's jars, a
+    work directory and a running 1-broker source and destination."""
+    from conftest import free_port_block  # noqa: E402
+    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
+    mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
+    work = Path(tempfile.mkdtemp(prefix=f"kmp-{name}-"))
+    src = KafkaCluster(f"{name}-src", 1, free_port_block(101), work).start()
+    dst = KafkaCluster(f"{name}-dst", 1, free_port_block(101), work).start()
+    return mm2_libs, work, src, dst
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--records", type=int, default=1_048_576, help="1 KiB records in the data set (default 1 GiB)")
@@ -168,11 +180,7 @@ def main() -> int:
 
     from conftest import free_port, free_port_block  # noqa: E402
 
-    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
-    mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="kmp-mirror-bench-"))
-    src = KafkaCluster("bench-src", 1, free_port_block(101), work).start()
-    dst = KafkaCluster("bench-dst", 1, free_port_block(101), work).start()
+    mm2_libs, work, src, dst = prepare("mirror-bench")
     cp = classpath()
     n, parts = args.records, args.partitions
     mb = n * 1024 / 1e6
