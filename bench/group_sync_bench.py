@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from kafka_cluster import classpath  # noqa: E402
-from mirror_bench import create_topic, prepare, watermarks  # noqa: E402
+from mirror_bench import create_topic, mm2_config, prepare, watermarks  # noqa: E402
 
 TOPIC, PARTITIONS = "orders", 4
 
@@ -126,37 +126,6 @@ def measure(src: str, dst: str, groups: list[str], rounds: int, interval_s: floa
     }
 
 
-def mm2_config(work: Path, src: str, dst: str, interval_s: int) -> Path:
-    path = work / "mm2.properties"
-    path.write_text(f"""clusters = src, dst
-src.bootstrap.servers = {src}
-dst.bootstrap.servers = {dst}
-src->dst.enabled = true
-src->dst.topics = {TOPIC}
-src->dst.groups = mm2-.*
-dst->src.enabled = false
-replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
-tasks.max = 2
-replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-config.storage.replication.factor = 1
-emit.heartbeats.enabled = false
-emit.checkpoints.enabled = true
-emit.checkpoints.interval.seconds = {interval_s}
-sync.group.offsets.enabled = true
-sync.group.offsets.interval.seconds = {interval_s}
-refresh.groups.interval.seconds = 5
-refresh.topics.interval.seconds = 5
-sync.topic.acls.enabled = false
-sync.topic.configs.enabled = false
-""")
-    return path
-
-
 def wait_caught_up(src: str, dst: str, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -190,7 +159,11 @@ def main() -> int:
                                                    "--listen", f"127.0.0.1:{free_port()}", "--node-port-base", str(free_port_block(4) - 1),
                                                    "--admin-listen", f"127.0.0.1:{free_port()}", "--config", str(proxy_cfg), "--log", "warn"]),
             ("MirrorMaker 2", "mm2", lambda: ["java", "-Xmx1g", "-cp", f"{mm2_libs}/*", "org.apache.kafka.connect.mirror.MirrorMaker",
-                                              str(mm2_config(work, src.bootstrap, dst.bootstrap, args.interval_s))]),
+                                              str(mm2_config(work, src.bootstrap, dst.bootstrap, TOPIC, 2, {
+                                                  "src->dst.groups": "mm2-.*", "emit.checkpoints.enabled": "true",
+                                                  "emit.checkpoints.interval.seconds": args.interval_s, "sync.group.offsets.enabled": "true",
+                                                  "sync.group.offsets.interval.seconds": args.interval_s,
+                                                  "refresh.groups.interval.seconds": 5}))]),
         ]
         proxy_cfg = work / "proxy.toml"
         proxy_cfg.write_text(f'[[mirrors]]\nname = "bench"\nsource_bootstrap_servers = ["{src.bootstrap}"]\ntopics = ["{TOPIC}"]\n'

@@ -127,32 +127,30 @@ def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds:
     return {"lag_p50_ms": q(0.50), "lag_p99_ms": q(0.99), "lag_max_ms": lags[-1] if lags else float("nan"), "lag_n": len(lags)}
 
 
-def mm2_config(work: Path, src: str, dst: str, tasks: int) -> Path:
+def mm2_config(work: Path, src: str, dst: str, topic: str, tasks: int, settings: dict[str, object]) -> Path:
+    """MirrorMaker 2 (dedicated mode) copying ``topic`` from ``src`` to ``dst`` under the same name
+    (IdentityReplicationPolicy), 1-broker replication factors, no heartbeats, ACL or config sync;
+    ``settings`` add to or override that."""
+    conf: dict[str, object] = {
+        "clusters": "src, dst",
+        "src.bootstrap.servers": src,
+        "dst.bootstrap.servers": dst,
+        "src->dst.enabled": "true",
+        "src->dst.topics": topic,
+        "dst->src.enabled": "false",
+        "replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy",
+        "tasks.max": tasks,
+        **{f"{t}.replication.factor": 1 for t in ("checkpoints.topic", "heartbeats.topic", "offset-syncs.topic", "offset.storage",
+                                                    "status.storage", "config.storage")},
+        "replication.factor": 1,
+        "emit.heartbeats.enabled": "false",
+        "sync.topic.acls.enabled": "false",
+        "sync.topic.configs.enabled": "false",
+        "refresh.topics.interval.seconds": 5,
+        **settings,
+    }
     path = work / "mm2.properties"
-    path.write_text(f"""clusters = src, dst
-src.bootstrap.servers = {src}
-dst.bootstrap.servers = {dst}
-src->dst.enabled = true
-src->dst.topics = {TOPIC}
-dst->src.enabled = false
-replication.policy.class = org.apache.kafka.connect.mirror.IdentityReplicationPolicy
-tasks.max = {tasks}
-replication.factor = 1
-checkpoints.topic.replication.factor = 1
-heartbeats.topic.replication.factor = 1
-offset-syncs.topic.replication.factor = 1
-offset.storage.replication.factor = 1
-status.storage.replication.factor = 1
-config.storage.replication.factor = 1
-emit.heartbeats.enabled = false
-emit.checkpoints.enabled = false
-sync.topic.acls.enabled = false
-sync.topic.configs.enabled = false
-refresh.topics.interval.seconds = 5
-dst.producer.compression.type = lz4
-dst.producer.linger.ms = 10
-dst.producer.batch.size = 131072
-""")
+    path.write_text("".join(f"{k} = {v}\n" for k, v in conf.items()))
     return path
 
 
@@ -218,7 +216,9 @@ def main() -> int:
                                        "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"], "proxy.log", expected)
         expected = watermarks(src.bootstrap, TOPIC, parts) or []
         delete_topic(cp, dst.bootstrap, TOPIC, parts)
-        props = mm2_config(work, src.bootstrap, dst.bootstrap, args.mm2_tasks)
+        props = mm2_config(work, src.bootstrap, dst.bootstrap, TOPIC, args.mm2_tasks,
+                           {"emit.checkpoints.enabled": "false", "dst.producer.compression.type": "lz4",
+                            "dst.producer.linger.ms": 10, "dst.producer.batch.size": 131072})
         measure("MirrorMaker 2", ["java", "-Xmx2g", "-cp", f"{mm2_libs}/*", "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                 "mm2.log", expected)
     finally:
