@@ -31,6 +31,10 @@ pub enum MirrorError {
     /// The source has something the engine cannot copy exactly yet.
     #[error("unsupported source data: {0}")]
     Unsupported(String),
+    /// A plan broke one of the engine's invariants (a filler over a source record, offsets
+    /// skipped or written twice); nothing of it was written.
+    #[error("engine invariant violated, nothing written: {0}")]
+    Invariant(String),
 }
 
 /// Kafka error codes that clear up by themselves (leader moves, restarts, timeouts).
@@ -66,7 +70,7 @@ impl MirrorError {
         match self {
             Self::Source(_) | Self::Destination(_) => true,
             Self::Broker { code, .. } => RETRIABLE.contains(code),
-            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::SourceTopicDeleted(_) | Self::FillTooLarge { .. } | Self::Unsupported(_) => false,
+            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::SourceTopicDeleted(_) | Self::FillTooLarge { .. } | Self::Unsupported(_) | Self::Invariant(_) => false,
         }
     }
 }

@@ -11,8 +11,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use kmp_protocol::reencode::{Piece, split_holes};
-
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
@@ -92,7 +90,9 @@ impl PartitionTask {
                 }
                 Err(e) => {
                     warn!(error = %e, "partition FAILED");
+                    let invariant = matches!(e, MirrorError::Invariant(_));
                     self.status.update(&self.key, |s| {
+                        s.invariant_violations += u64::from(invariant);
                         s.state = PartitionState::Failed;
                         s.last_error = Some(e.to_string());
                         s.sticky = e.is_sticky();
@@ -232,29 +232,20 @@ impl PartitionTask {
                 continue;
             }
             aborts.extend(fetched.aborted.iter().copied());
-            let (actions, _) = plan(next, fetched.batches, &mut aborts);
-            for action in actions {
+            let planned = plan(next, fetched.batches, &mut aborts)?;
+            if planned.reencoded > 0 {
+                self.status.update(&self.key, |s| s.reencoded_batches += planned.reencoded);
+            }
+            for action in planned.actions {
                 match action {
                     Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
                     Action::Write { base, header, batch } => {
                         sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
                         next = header.next_offset();
                     }
-                    Action::Holes { header, batch, .. } => {
-                        // Compaction removed records inside this batch: each contiguous run is
-                        // re-encoded as its own batch and the holes become fillers.
-                        for piece in split_holes(&batch, &header).map_err(MirrorError::Source)? {
-                            match piece {
-                                Piece::Run { base: run_base, records, batch } => {
-                                    sink.write_batch(&batch, records, run_base, header.max_timestamp).await?;
-                                }
-                                Piece::Gap { base: gap_base, count, timestamp } => {
-                                    self.fill(sink, gap_base, count, timestamp).await?;
-                                }
-                            }
-                        }
-                        next = header.next_offset();
-                        self.status.update(&self.key, |s| s.reencoded_batches += 1);
+                    Action::Run { base, records, max_timestamp, batch } => {
+                        sink.write_batch(&batch, records, base, max_timestamp).await?;
+                        next = base + i64::from(records);
                     }
                 }
             }

@@ -1,21 +1,48 @@
 //! The offset-preserving plan, sans-io: given where the destination log ends and what a
-//! read_committed Fetch returned, decide what to write so every source batch lands at its own
+//! read_committed Fetch returned, decide what to write so every source record lands at its own
 //! offset. Offsets with no visible source data (compaction gaps, transaction markers, aborted
-//! transactional data, empty batches) become filler records. Doing the I/O belongs to
-//! `partition`.
+//! transactional data, empty batches, offsets below the source log start) become filler
+//! records. A batch is written whole when it can be; the part of a batch at and after the
+//! destination log end, or a batch with compaction holes, is re-encoded record by record
+//! (`kmp_protocol::reencode`). Every plan is checked against the fetched data before anything
+//! is written (`check`): a filler never covers a record. Doing the I/O belongs to `partition`.
 
 use bytes::Bytes;
 use kmp_protocol::batch::BatchHeader;
+use kmp_protocol::reencode::{Piece, records, split_from};
+
+use crate::error::MirrorError;
 
 /// One write to the destination, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// `count` filler records starting at destination offset `base`.
     Fill { base: i64, count: i64, timestamp: i64 },
-    /// A source batch (contiguous, non-control, not aborted) written at its own base offset.
+    /// A source batch (contiguous, non-control, not aborted) written whole at its own base offset.
     Write { base: i64, header: BatchHeader, batch: Bytes },
-    /// A batch whose records have holes (compaction): re-encoded into runs and fillers.
-    Holes { base: i64, header: BatchHeader, batch: Bytes },
+    /// Contiguous records of a source batch re-encoded as their own batch starting at `base`.
+    Run { base: i64, records: i32, max_timestamp: i64, batch: Bytes },
+}
+
+impl Action {
+    /// The offsets the action occupies on the destination.
+    fn range(&self) -> (i64, i64) {
+        match self {
+            Self::Fill { base, count, .. } => (*base, base + count),
+            Self::Write { base, header, .. } => (*base, base + i64::from(header.last_offset_delta) + 1),
+            Self::Run { base, records, .. } => (*base, base + i64::from(*records)),
+        }
+    }
+}
+
+/// The writes for one fetch.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub actions: Vec<Action>,
+    /// The destination log end once every action is written.
+    pub next: i64,
+    /// Source batches that had to be re-encoded (holes, or the log end inside them).
+    pub reencoded: u64,
 }
 
 /// Tracks transactions that the source reported aborted, across fetches.
@@ -56,105 +83,96 @@ impl AbortTracker {
 }
 
 /// Plans the writes for `batches` (in source order) when the destination log ends at `next`.
-/// Returns the actions and the new log end. Batches entirely below `next` were written before
-/// (a re-fetch after a retry) and are skipped.
-pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker) -> (Vec<Action>, i64) {
-    let mut out = Vec::new();
-    let mut next = next;
+/// Batches entirely below `next` were written before (a re-fetch after a retry) and are
+/// skipped; of a batch that starts below `next`, only the records at and after `next` are
+/// written. Fails (before anything is written) when the plan breaks an invariant.
+pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker) -> Result<Plan, MirrorError> {
+    let start = next;
+    let mut p = Plan { next, ..Plan::default() };
+    // Batches with records the consumers of the source can read, for the check.
+    let mut visible = Vec::new();
     for (h, batch) in batches {
         let end = h.next_offset();
         let aborted = aborts.is_aborted(&h);
-        if end <= next {
+        if end <= p.next {
             continue;
         }
-        if h.base_offset > next {
-            out.push(Action::Fill { base: next, count: h.base_offset - next, timestamp: h.base_timestamp });
-            next = h.base_offset;
+        if h.base_offset > p.next {
+            p.actions.push(Action::Fill { base: p.next, count: h.base_offset - p.next, timestamp: h.base_timestamp });
+            p.next = h.base_offset;
         }
-        if h.base_offset < next {
-            // The destination already holds the start of this batch: only possible for data the
-            // engine filled itself (never for real batches, which are written whole).
-            out.push(Action::Fill { base: next, count: end - next, timestamp: h.base_timestamp });
-        } else if h.is_control() || aborted || h.records_count == 0 {
-            out.push(Action::Fill { base: next, count: end - next, timestamp: h.base_timestamp });
-        } else if !h.is_contiguous() {
-            out.push(Action::Holes { base: next, header: h, batch });
+        let from = p.next;
+        let data = !(h.is_control() || aborted || h.records_count == 0);
+        if !data {
+            p.actions.push(Action::Fill { base: from, count: end - from, timestamp: h.base_timestamp });
+        } else if from == h.base_offset && h.is_contiguous() {
+            p.actions.push(Action::Write { base: from, header: h, batch: batch.clone() });
         } else {
-            out.push(Action::Write { base: next, header: h, batch });
+            for piece in split_from(&batch, &h, from).map_err(MirrorError::Source)? {
+                p.actions.push(match piece {
+                    Piece::Run { base, records, batch } => Action::Run { base, records, max_timestamp: h.max_timestamp, batch },
+                    Piece::Gap { base, count, timestamp } => Action::Fill { base, count, timestamp },
+                });
+            }
+            p.reencoded += 1;
         }
-        next = end;
+        if data {
+            visible.push((h, batch));
+        }
+        p.next = end;
     }
-    (out, next)
+    check(start, &p, &visible)?;
+    Ok(p)
+}
+
+/// The engine's invariants on a plan, computed from the fetched batches independently of how
+/// the plan was made: the actions cover `start .. plan.next` exactly once, in order, and no
+/// filler covers an offset at which a visible (non-control, non-aborted) batch holds a record.
+fn check(start: i64, plan: &Plan, visible: &[(BatchHeader, Bytes)]) -> Result<(), MirrorError> {
+    let mut at = start;
+    for a in &plan.actions {
+        let (from, to) = a.range();
+        if from != at || to <= from {
+            return Err(MirrorError::Invariant(format!("plan writes {from}..{to} where the destination log ends at {at}")));
+        }
+        at = to;
+    }
+    if at != plan.next {
+        return Err(MirrorError::Invariant(format!("plan ends at {at}, expected {}", plan.next)));
+    }
+    let mut occupied: Vec<(i64, i64)> = Vec::new();
+    for (h, batch) in visible {
+        if h.is_contiguous() {
+            occupied.push((h.base_offset.max(start), h.next_offset()));
+        } else {
+            let recs = records(batch, h).map_err(MirrorError::Source)?;
+            occupied.extend(recs.iter().filter(|r| r.offset >= start).map(|r| (r.offset, r.offset + 1)));
+        }
+    }
+    occupied.sort_unstable();
+    // Merged into disjoint ranges, so their ends are sorted too (a hostile source may overlap them).
+    let mut merged: Vec<(i64, i64)> = Vec::with_capacity(occupied.len());
+    for (s, e) in occupied {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    for a in &plan.actions {
+        let Action::Fill { base, count, .. } = a else { continue };
+        let end = base + count;
+        // The first occupied range ending after `base` overlaps the fill if it starts before its end.
+        let i = merged.partition_point(|&(_, e)| e <= *base);
+        if let Some(&(s, e)) = merged.get(i).filter(|&&(s, _)| s < end) {
+            let offset = s.max(*base);
+            return Err(MirrorError::Invariant(format!(
+                "a filler over {base}..{end} would cover the source record at offset {offset} (fetched records at {s}..{e})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn h(base: i64, count: i32, lod: i32, pid: i64, txn: bool, control: bool) -> (BatchHeader, Bytes) {
-        let attributes = (if txn { 1 << 4 } else { 0 }) | (if control { 1 << 5 } else { 0 });
-        let header = BatchHeader {
-            base_offset: base,
-            batch_length: 49,
-            magic: 2,
-            crc: 0,
-            attributes,
-            last_offset_delta: lod,
-            base_timestamp: 1000 + base,
-            max_timestamp: 1000 + base,
-            producer_id: pid,
-            producer_epoch: 0,
-            base_sequence: 0,
-            records_count: count,
-        };
-        (header, Bytes::from_static(b"batch"))
-    }
-
-    fn kinds(actions: &[Action]) -> Vec<(char, i64, i64)> {
-        actions
-            .iter()
-            .map(|a| match a {
-                Action::Fill { base, count, .. } => ('F', *base, *count),
-                Action::Write { base, header, .. } => ('W', *base, i64::from(header.records_count)),
-                Action::Holes { base, .. } => ('H', *base, 0),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn gaps_before_batches_are_filled() {
-        let (a, next) = plan(0, vec![h(5, 3, 2, -1, false, false), h(10, 1, 0, -1, false, false)], &mut AbortTracker::default());
-        assert_eq!(kinds(&a), vec![('F', 0, 5), ('W', 5, 3), ('F', 8, 2), ('W', 10, 1)]);
-        assert_eq!(next, 11);
-    }
-
-    #[test]
-    fn committed_transactions_are_written_and_markers_filled() {
-        let (a, next) = plan(0, vec![h(0, 2, 1, 7, true, false), h(2, 1, 0, 7, true, true)], &mut AbortTracker::default());
-        assert_eq!(kinds(&a), vec![('W', 0, 2), ('F', 2, 1)]);
-        assert_eq!(next, 3);
-    }
-
-    #[test]
-    fn aborted_transactional_data_becomes_fillers_but_other_producers_are_kept() {
-        let mut aborts = AbortTracker::default();
-        aborts.extend([(7, 0)]);
-        let batches = vec![h(0, 2, 1, 7, true, false), h(2, 1, 0, 8, false, false), h(3, 1, 0, 7, true, true), h(4, 1, 0, 7, true, false)];
-        let (a, _) = plan(0, batches, &mut aborts);
-        assert_eq!(kinds(&a), vec![('F', 0, 2), ('W', 2, 1), ('F', 3, 1), ('W', 4, 1)], "after the abort marker, pid 7 writes again");
-    }
-
-    #[test]
-    fn refetched_batches_below_the_log_end_are_skipped_and_batches_with_holes_are_marked() {
-        let (a, next) = plan(3, vec![h(0, 3, 2, -1, false, false), h(3, 2, 4, -1, false, false), h(8, 1, 0, -1, false, false)], &mut AbortTracker::default());
-        assert_eq!(kinds(&a), vec![('H', 3, 0), ('W', 8, 1)]);
-        assert_eq!(next, 9);
-    }
-
-    #[test]
-    fn empty_retained_batches_are_filled() {
-        let (a, next) = plan(0, vec![h(0, 0, 4, -1, false, false)], &mut AbortTracker::default());
-        assert_eq!(kinds(&a), vec![('F', 0, 5)]);
-        assert_eq!(next, 5);
-    }
-}
+#[path = "plan_tests.rs"]
+mod tests;

@@ -1,17 +1,23 @@
-//! Re-encoding a source batch whose records have holes (the log cleaner removed records but
-//! kept the batch's original first and last offsets). A broker only accepts batches whose
-//! offset deltas are exactly `0..count` through Produce, so such a batch becomes, in order,
-//! contiguous runs — each re-encoded as its own batch in the original codec, records unchanged
-//! (offsets, timestamps, keys, values, headers) — and gaps, to be written as fillers. This is the
-//! only place the mirror decompresses data. Deciding when to call it belongs to the engine.
+//! Re-encoding part of a source batch, for the two cases where the engine cannot produce the
+//! batch whole: the log cleaner removed records inside it (the batch keeps its original first
+//! and last offsets, and a broker only accepts offset deltas `0..count` through Produce), or the
+//! destination already ends inside it (the source log start moved into the batch, so the engine
+//! filled up to that offset; or a previous run stopped in the middle of a re-encoded batch).
+//!
+//! The records are kept *byte for byte*: each record's attributes, key, value and headers are
+//! copied raw (duplicate header keys and any bytes included); only its offset and timestamp
+//! deltas are re-based onto the new batch, so offsets and timestamps stay the source's. Runs are
+//! compressed again with the source batch's codec. This is the only place the mirror
+//! decompresses data. Deciding when to call it belongs to the engine's planner.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, None as NoCompression, Snappy, Zstd};
 
-use crate::batch::BatchHeader;
+use crate::batch::{BatchHeader, HEADER_SIZE, put_varint};
+use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
 
-/// One piece of a batch with holes, in offset order.
+/// One piece of a batch, in offset order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Piece {
     /// Contiguous records re-encoded as a batch that starts at `base` (producer fields still
@@ -21,45 +27,159 @@ pub enum Piece {
     Gap { base: i64, count: i64, timestamp: i64 },
 }
 
+/// One record of a batch: its absolute offset and timestamp, and its raw bytes after the
+/// offset delta (key, value, headers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRecord {
+    pub offset: i64,
+    pub timestamp: i64,
+    attributes: u8,
+    body: Bytes,
+}
+
+const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
+const DELETE_HORIZON_BIT: i16 = 1 << 6;
+
 fn err(detail: String) -> ProtocolError {
     ProtocolError::Malformed { what: "record batch", detail, side: Side::Broker }
 }
 
-/// Splits `batch` (described by `header`) into runs and gaps covering exactly
-/// `header.base_offset .. header.next_offset()`.
-pub fn split_holes(batch: &Bytes, header: &BatchHeader) -> Result<Vec<Piece>, ProtocolError> {
-    let set = RecordBatchDecoder::decode(&mut batch.clone()).map_err(|e| err(format!("cannot decode batch at {}: {e}", header.base_offset)))?;
-    let mut pieces = Vec::new();
+/// The records section of `batch`, decompressed.
+fn decompress(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, ProtocolError> {
+    let mut section = batch.get(HEADER_SIZE..header.size().min(batch.len())).map(|s| batch.slice_ref(s)).unwrap_or_default();
+    let at = header.base_offset;
+    let out = |b: &mut Bytes| Ok(std::mem::take(b));
+    match header.compression() {
+        0 => Ok(section),
+        1 => <Gzip as Decompressor<Bytes>>::decompress(&mut section, out),
+        2 => <Snappy as Decompressor<Bytes>>::decompress(&mut section, out),
+        3 => <Lz4 as Decompressor<Bytes>>::decompress(&mut section, out),
+        4 => <Zstd as Decompressor<Bytes>>::decompress(&mut section, out),
+        c => return Err(err(format!("batch at {at}: unknown compression codec {c}"))),
+    }
+    .map_err(|e| err(format!("cannot decompress batch at {at}: {e}")))
+}
+
+fn compress(codec: i16, raw: &[u8]) -> Result<BytesMut, ProtocolError> {
+    let mut out = BytesMut::new();
+    let put = |b: &mut BytesMut| {
+        b.put_slice(raw);
+        Ok(())
+    };
+    match codec {
+        0 => <NoCompression as Compressor<BytesMut>>::compress(&mut out, put),
+        1 => <Gzip as Compressor<BytesMut>>::compress(&mut out, put),
+        2 => <Snappy as Compressor<BytesMut>>::compress(&mut out, put),
+        3 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put),
+        4 => <Zstd as Compressor<BytesMut>>::compress(&mut out, put),
+        c => return Err(err(format!("unknown compression codec {c}"))),
+    }
+    .map_err(|e| err(format!("cannot compress a re-encoded run: {e}")))?;
+    Ok(out)
+}
+
+/// Every record of `batch` (described by `header`), in order, checked against the header: the
+/// announced count, offsets strictly increasing inside the batch's offset range, nothing left over.
+pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, ProtocolError> {
+    let section = decompress(batch, header)?;
+    let at = header.base_offset;
+    let mut c = Cursor::new(&section, 0, "record", Side::Broker);
+    // Each record takes at least 7 bytes: a count from the header is checked against that.
+    let count = usize::try_from(header.records_count).map_err(|_| err(format!("batch at {at}: negative record count")))?;
+    if count > section.len() / 7 + 1 {
+        return Err(err(format!("batch at {at} announces {count} records in {} bytes", section.len())));
+    }
+    let mut out = Vec::with_capacity(count);
     let mut next = header.base_offset;
-    let mut run: Vec<Record> = Vec::new();
-    let flush = |run: &mut Vec<Record>, pieces: &mut Vec<Piece>| -> Result<(), ProtocolError> {
+    for _ in 0..count {
+        let len = usize::try_from(c.varint()?).map_err(|_| err(format!("batch at {at}: negative record length")))?;
+        let start = c.pos;
+        let mut r = Cursor::new(c.take(len)?, 0, "record", Side::Broker);
+        let attributes = r.take(1)?[0];
+        let timestamp = header.base_timestamp.wrapping_add(r.varint()?);
+        let offset = header.base_offset + r.varint()?;
+        if offset < next || offset >= header.next_offset() {
+            return Err(err(format!("record offset {offset} outside batch {at}..{} or out of order", header.next_offset())));
+        }
+        next = offset + 1;
+        let body = section.slice(start + r.pos..start + len);
+        out.push(RawRecord { offset, timestamp, attributes, body });
+    }
+    if c.remaining() != 0 {
+        return Err(err(format!("batch at {at}: {} bytes after its {count} records", c.remaining())));
+    }
+    Ok(out)
+}
+
+/// Encodes `run` (contiguous offsets) as one batch with `header`'s codec, timestamp type and
+/// producer fields.
+fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, ProtocolError> {
+    let (Some(first), Some(last)) = (run.first(), run.last()) else { return Err(err("empty run".into())) };
+    let base_ts = first.timestamp;
+    let mut raw = BytesMut::new();
+    let mut rec = BytesMut::new();
+    for r in run {
+        rec.clear();
+        rec.put_u8(r.attributes);
+        put_varint(&mut rec, r.timestamp.wrapping_sub(base_ts));
+        put_varint(&mut rec, r.offset - first.offset);
+        rec.put_slice(&r.body);
+        put_varint(&mut raw, rec.len() as i64);
+        raw.put_slice(&rec);
+    }
+    // LogAppendTime: every record reads the batch's max timestamp, which is kept.
+    let log_append = header.attributes & TIMESTAMP_TYPE_BIT != 0;
+    let max_ts = if log_append { header.max_timestamp } else { run.iter().map(|r| r.timestamp).max().unwrap_or(base_ts) };
+    // The delete horizon is the source cleaner's; the destination's cleaner sets its own.
+    let attributes = header.attributes & !DELETE_HORIZON_BIT;
+    let records = compress(header.compression(), &raw)?;
+    let count = i32::try_from(run.len()).map_err(|_| err("run too long".into()))?;
+    let sequence = if header.base_sequence < 0 { -1 } else { header.base_sequence.wrapping_add((first.offset - header.base_offset) as i32) };
+    let mut b = BytesMut::with_capacity(HEADER_SIZE + records.len());
+    b.put_i64(first.offset);
+    b.put_i32((HEADER_SIZE - 12 + records.len()) as i32);
+    b.put_i32(-1); // partition leader epoch: the destination's own
+    b.put_i8(2);
+    b.put_u32(0); // CRC, below
+    b.put_i16(attributes);
+    b.put_i32((last.offset - first.offset) as i32);
+    b.put_i64(base_ts);
+    b.put_i64(max_ts);
+    b.put_i64(header.producer_id);
+    b.put_i16(header.producer_epoch);
+    b.put_i32(sequence);
+    b.put_i32(count);
+    b.put_slice(&records);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(b.freeze())
+}
+
+/// Splits the part of `batch` at and after offset `from` into runs and gaps covering exactly
+/// `max(from, base) .. header.next_offset()`. Records below `from` are left out.
+pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<Piece>, ProtocolError> {
+    let all = records(batch, header)?;
+    let mut pieces = Vec::new();
+    let start = from.max(header.base_offset);
+    let mut next = start;
+    let mut run: Vec<RawRecord> = Vec::new();
+    let flush = |run: &mut Vec<RawRecord>, pieces: &mut Vec<Piece>| -> Result<(), ProtocolError> {
         if let Some(first) = run.first() {
-            let base = first.offset;
-            let mut buf = BytesMut::new();
-            RecordBatchEncoder::encode(&mut buf, run.iter(), &RecordEncodeOptions { version: 2, compression: set.compression })
-                .map_err(|e| err(format!("cannot re-encode run at {base}: {e}")))?;
-            pieces.push(Piece::Run { base, records: run.len() as i32, batch: buf.freeze() });
+            pieces.push(Piece::Run { base: first.offset, records: run.len() as i32, batch: encode_run(run, header)? });
             run.clear();
         }
         Ok(())
     };
-    for record in set.records {
-        if record.offset < next || record.offset >= header.next_offset() {
-            return Err(err(format!(
-                "record offset {} outside batch {}..{} or out of order",
-                record.offset,
-                header.base_offset,
-                header.next_offset()
-            )));
-        }
+    let mut last_timestamp = header.max_timestamp;
+    for record in all.into_iter().filter(|r| r.offset >= start) {
         if record.offset > next {
             flush(&mut run, &mut pieces)?;
             pieces.push(Piece::Gap { base: next, count: record.offset - next, timestamp: record.timestamp });
         }
         next = record.offset + 1;
+        last_timestamp = record.timestamp;
         run.push(record);
     }
-    let last_timestamp = run.last().map_or(header.max_timestamp, |r| r.timestamp);
     flush(&mut run, &mut pieces)?;
     if next < header.next_offset() {
         pieces.push(Piece::Gap { base: next, count: header.next_offset() - next, timestamp: last_timestamp });
@@ -67,71 +187,11 @@ pub fn split_holes(batch: &Bytes, header: &BatchHeader) -> Result<Vec<Piece>, Pr
     Ok(pieces)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::batch::{parse_header, split};
-    use kafka_protocol::records::{Compression, TimestampType};
-
-    /// A batch as the cleaner leaves it: records at `offsets` (absolute), first/last offset of
-    /// the original batch kept.
-    fn compacted(offsets: &[i64], first: i64, last: i64, compression: Compression) -> Bytes {
-        let records: Vec<Record> = offsets
-            .iter()
-            .map(|&o| Record {
-                transactional: false,
-                control: false,
-                partition_leader_epoch: 0,
-                producer_id: 5,
-                producer_epoch: 0,
-                timestamp_type: TimestampType::Creation,
-                offset: o,
-                sequence: o as i32,
-                timestamp: 1_000 + o,
-                key: Some(Bytes::from(format!("key-{o}"))),
-                value: Some(Bytes::from(format!("value-{o}"))),
-                headers: Default::default(),
-                delete_horizon: false,
-            })
-            .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
-        let mut b = buf.to_vec();
-        assert_eq!(offsets[0], first, "the helper keeps the first record at the batch base");
-        // Keep the original batch's last offset, as the cleaner does, and fix the CRC.
-        b[23..27].copy_from_slice(&((last - first) as i32).to_be_bytes());
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
-        Bytes::from(b)
-    }
-
-    #[test]
-    fn holes_become_runs_and_gaps_that_cover_the_batch_exactly() {
-        for compression in [Compression::None, Compression::Gzip, Compression::Zstd, Compression::Lz4, Compression::Snappy] {
-            let b = compacted(&[10, 11, 14, 15, 16, 19], 10, 21, compression);
-            let h = parse_header(&b).unwrap();
-            assert!(!h.is_contiguous());
-            let pieces = split_holes(&b, &h).unwrap();
-            let shape: Vec<_> = pieces
-                .iter()
-                .map(|p| match p {
-                    Piece::Run { base, records, .. } => ('R', *base, i64::from(*records)),
-                    Piece::Gap { base, count, .. } => ('G', *base, *count),
-                })
-                .collect();
-            assert_eq!(shape, vec![('R', 10, 2), ('G', 12, 2), ('R', 14, 3), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)], "{compression:?}");
-            for p in &pieces {
-                if let Piece::Run { base, records, batch } = p {
-                    let (rh, _) = split(batch).unwrap().remove(0);
-                    assert!(rh.is_contiguous() && rh.records_count == *records && rh.base_offset == *base);
-                    assert_eq!(rh.compression(), h.compression(), "codec kept");
-                    let set = RecordBatchDecoder::decode(&mut batch.clone()).unwrap();
-                    for r in set.records {
-                        assert_eq!(r.key, Some(Bytes::from(format!("key-{}", r.offset))));
-                        assert_eq!(r.timestamp, 1_000 + r.offset, "timestamps kept");
-                    }
-                }
-            }
-        }
-    }
+/// [`split_from`] for the whole batch (compaction holes only).
+pub fn split_holes(batch: &Bytes, header: &BatchHeader) -> Result<Vec<Piece>, ProtocolError> {
+    split_from(batch, header, header.base_offset)
 }
+
+#[cfg(test)]
+#[path = "reencode_tests.rs"]
+mod tests;

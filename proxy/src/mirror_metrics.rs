@@ -21,7 +21,7 @@ pub(crate) fn render(engine: &Engine) -> String {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
     }
-    let gauges: [(&str, &str, Gauge); 10] = [
+    let gauges: [(&str, &str, Gauge); 11] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| s.lag_records()),
         ("kmp_mirror_replication_latency_ms", "Write time minus the source timestamp of the newest record of the last batch written", |s| {
             s.replication_latency_ms
@@ -33,8 +33,11 @@ pub(crate) fn render(engine: &Engine) -> String {
         ("kmp_mirror_records", "Source records written to the destination", |s| s.records_mirrored as i64),
         ("kmp_mirror_filler_records", "Filler records written for offsets without visible source data", |s| s.filler_records as i64),
         ("kmp_mirror_bytes", "Record batch bytes written to the destination", |s| s.bytes_mirrored as i64),
-        ("kmp_mirror_reencoded_batches", "Source batches with compaction holes re-encoded into runs and fillers", |s| {
+        ("kmp_mirror_reencoded_batches", "Source batches re-encoded record by record (compaction holes, or the destination log end inside the batch)", |s| {
             s.reencoded_batches as i64
+        }),
+        ("kmp_mirror_invariant_violations", "Plans refused for breaking an engine invariant (a filler over a source record, offsets skipped); each turns the partition FAILED", |s| {
+            s.invariant_violations as i64
         }),
         ("kmp_mirror_filling", "1 while the partition writes a fill that takes several batches", |s| {
             i64::from(s.state == PartitionState::Filling)

@@ -1,0 +1,282 @@
+use super::*;
+use bytes::BytesMut;
+use kmp_protocol::batch::{parse_header, split};
+use kmp_protocol::kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+use proptest::prelude::*;
+
+fn record(o: i64, pid: i64, txn: bool) -> Record {
+    Record {
+        transactional: txn,
+        control: false,
+        partition_leader_epoch: 0,
+        producer_id: pid,
+        producer_epoch: 0,
+        timestamp_type: TimestampType::Creation,
+        offset: o,
+        sequence: 0,
+        timestamp: 1_000 + o,
+        key: Some(Bytes::from(format!("k{o}"))),
+        value: Some(Bytes::from(format!("v{o}"))),
+        headers: Default::default(),
+        delete_horizon: false,
+    }
+}
+
+/// A real batch over `first..=last` holding records at `offsets` (holes where compaction
+/// removed the others), as a broker returns it.
+fn batch_with(offsets: &[i64], first: i64, last: i64, pid: i64, txn: bool, compression: Compression) -> (BatchHeader, Bytes) {
+    // The encoder keeps records in one batch while offset - sequence stays the same; without a
+    // producer id the batch's base sequence must come out as -1.
+    let records: Vec<Record> =
+        offsets.iter().map(|&o| Record { sequence: (o - first) as i32 + if pid < 0 { -1 } else { 0 }, ..record(o, pid, txn) }).collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
+    let mut b = buf.to_vec();
+    b[0..8].copy_from_slice(&first.to_be_bytes());
+    // Offsets in the records are relative to the batch base.
+    assert_eq!(offsets[0], first, "first record at the batch base");
+    b[23..27].copy_from_slice(&((last - first) as i32).to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let b = Bytes::from(b);
+    (parse_header(&b).unwrap(), b)
+}
+
+fn batch(base: i64, count: i64) -> (BatchHeader, Bytes) {
+    let offsets: Vec<i64> = (base..base + count).collect();
+    batch_with(&offsets, base, base + count - 1, -1, false, Compression::Lz4)
+}
+
+fn txn_batch(base: i64, count: i64, pid: i64) -> (BatchHeader, Bytes) {
+    let offsets: Vec<i64> = (base..base + count).collect();
+    batch_with(&offsets, base, base + count - 1, pid, true, Compression::Zstd)
+}
+
+/// A COMMIT/ABORT marker (control batch, one record) at `offset`; only its header matters.
+fn marker(offset: i64, pid: i64) -> (BatchHeader, Bytes) {
+    let (mut h, b) = batch_with(&[offset], offset, offset, pid, true, Compression::None);
+    h.attributes |= 1 << 5;
+    (h, b)
+}
+
+fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
+    p.actions
+        .iter()
+        .map(|a| match a {
+            Action::Fill { base, count, .. } => ('F', *base, *count),
+            Action::Write { base, header, .. } => ('W', *base, i64::from(header.records_count)),
+            Action::Run { base, records, .. } => ('R', *base, i64::from(*records)),
+        })
+        .collect()
+}
+
+/// `(offset, key)` of every record the plan writes (whole batches and re-encoded runs).
+fn written(p: &Plan) -> Vec<(i64, Bytes)> {
+    let mut out = Vec::new();
+    for a in &p.actions {
+        let (base, blob) = match a {
+            Action::Write { base, batch, .. } | Action::Run { base, batch, .. } => (*base, batch),
+            Action::Fill { .. } => continue,
+        };
+        let (h, _) = split(blob).unwrap().remove(0);
+        assert_eq!(h.base_offset, base, "a batch is produced at its own base offset");
+        for r in RecordBatchDecoder::decode(&mut blob.clone()).unwrap().records {
+            out.push((r.offset, r.key.unwrap()));
+        }
+    }
+    out
+}
+
+fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
+    offsets.into_iter().map(|o| (o, Bytes::from(format!("k{o}")))).collect()
+}
+
+fn run(next: i64, batches: Vec<(BatchHeader, Bytes)>) -> Plan {
+    plan(next, batches, &mut AbortTracker::default()).unwrap()
+}
+
+#[test]
+fn gaps_before_batches_are_filled() {
+    let p = run(0, vec![batch(5, 3), batch(10, 1)]);
+    assert_eq!(kinds(&p), vec![('F', 0, 5), ('W', 5, 3), ('F', 8, 2), ('W', 10, 1)]);
+    assert_eq!(p.next, 11);
+}
+
+#[test]
+fn committed_transactions_are_written_and_markers_filled() {
+    let p = run(0, vec![txn_batch(0, 2, 7), marker(2, 7)]);
+    assert_eq!(kinds(&p), vec![('W', 0, 2), ('F', 2, 1)]);
+    assert_eq!(p.next, 3);
+}
+
+#[test]
+fn aborted_transactional_data_becomes_fillers_but_other_producers_are_kept() {
+    let mut aborts = AbortTracker::default();
+    aborts.extend([(7, 0)]);
+    let (mut plain, b) = batch(2, 1);
+    plain.producer_id = 8;
+    let p = plan(0, vec![txn_batch(0, 2, 7), (plain, b), marker(3, 7), txn_batch(4, 1, 7)], &mut aborts).unwrap();
+    assert_eq!(kinds(&p), vec![('F', 0, 2), ('W', 2, 1), ('F', 3, 1), ('W', 4, 1)], "after the abort marker, pid 7 writes again");
+}
+
+#[test]
+fn refetched_batches_below_the_log_end_are_skipped() {
+    let p = run(10, vec![batch(0, 10), batch(10, 2)]);
+    assert_eq!(kinds(&p), vec![('W', 10, 2)]);
+    assert_eq!(p.next, 12);
+}
+
+#[test]
+fn empty_retained_batches_are_filled() {
+    let (mut h, b) = batch(0, 5);
+    h.records_count = 0;
+    let p = run(0, vec![(h, b)]);
+    assert_eq!(kinds(&p), vec![('F', 0, 5)]);
+}
+
+// ---- the log end inside a batch (source log start moved into it, or a resumed re-encode) ----
+
+#[test]
+fn a_log_end_inside_the_first_fetched_batch_keeps_every_record_after_it() {
+    let p = run(37, vec![batch(0, 100), batch(100, 50)]);
+    assert_eq!(kinds(&p), vec![('R', 37, 63), ('W', 100, 50)], "records 37..99 are data, not fillers");
+    assert_eq!(written(&p), keys(37..150));
+    assert_eq!(p.reencoded, 1);
+}
+
+#[test]
+fn a_log_end_inside_a_later_batch_keeps_every_record_after_it() {
+    let p = run(150, vec![batch(0, 100), batch(100, 100), batch(200, 10)]);
+    assert_eq!(kinds(&p), vec![('R', 150, 50), ('W', 200, 10)]);
+    assert_eq!(written(&p), keys(150..210));
+}
+
+#[test]
+fn a_log_end_at_a_batch_boundary_writes_whole_batches() {
+    let p = run(100, vec![batch(0, 100), batch(100, 100)]);
+    assert_eq!(kinds(&p), vec![('W', 100, 100)]);
+    let p = run(99, vec![batch(0, 100), batch(100, 100)]);
+    assert_eq!(kinds(&p), vec![('R', 99, 1), ('W', 100, 100)], "the batch's last record alone");
+    assert_eq!(written(&p), keys(99..200));
+}
+
+#[test]
+fn a_log_end_inside_a_compacted_batch_keeps_later_runs_and_fills_only_holes() {
+    let compacted = || batch_with(&[10, 11, 14, 15, 16, 19], 10, 21, -1, false, Compression::Gzip);
+    let p = run(15, vec![compacted(), batch(22, 2)]);
+    assert_eq!(kinds(&p), vec![('R', 15, 2), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2), ('W', 22, 2)]);
+    assert_eq!(written(&p), keys([15, 16, 19, 22, 23]));
+    let p = run(12, vec![compacted()]);
+    assert_eq!(kinds(&p), vec![('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)], "a log end on a hole");
+    let p = run(10, vec![compacted()]);
+    assert_eq!(kinds(&p), vec![('R', 10, 2), ('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)]);
+}
+
+#[test]
+fn a_log_end_inside_a_committed_transactional_batch_keeps_its_records() {
+    let p = run(4, vec![txn_batch(0, 10, 7), marker(10, 7)]);
+    assert_eq!(kinds(&p), vec![('R', 4, 6), ('F', 10, 1)]);
+    assert_eq!(written(&p), keys(4..10));
+}
+
+#[test]
+fn a_log_end_inside_an_aborted_transactional_batch_fills_the_rest() {
+    let mut aborts = AbortTracker::default();
+    aborts.extend([(7, 0)]);
+    let p = plan(4, vec![txn_batch(0, 10, 7), marker(10, 7), batch(11, 1)], &mut aborts).unwrap();
+    assert_eq!(kinds(&p), vec![('F', 4, 6), ('F', 10, 1), ('W', 11, 1)]);
+}
+
+// ---- the invariant check ----
+
+#[test]
+fn the_check_refuses_a_filler_over_a_visible_record() {
+    let (h, b) = batch(0, 100);
+    let bad = Plan { actions: vec![Action::Fill { base: 37, count: 63, timestamp: 0 }], next: 100, reencoded: 0 };
+    let e = check(37, &bad, &[(h, b)]).unwrap_err();
+    assert!(matches!(e, MirrorError::Invariant(_)), "{e}");
+    assert!(e.to_string().contains("offset 37"), "the reason names the record: {e}");
+    assert!(!e.is_retriable(), "a violation turns the partition FAILED");
+}
+
+#[test]
+fn the_check_refuses_a_filler_over_a_record_inside_a_compacted_batch_and_allows_holes() {
+    let (h, b) = batch_with(&[10, 11, 14, 15, 16, 19], 10, 21, -1, false, Compression::Snappy);
+    let holes = Plan { actions: vec![Action::Fill { base: 12, count: 2, timestamp: 0 }], next: 14, reencoded: 0 };
+    check(12, &holes, &[(h, b.clone())]).expect("filling a hole is allowed");
+    let bad = Plan { actions: vec![Action::Fill { base: 17, count: 3, timestamp: 0 }], next: 20, reencoded: 0 };
+    let e = check(17, &bad, &[(h, b)]).unwrap_err();
+    assert!(e.to_string().contains("offset 19"), "{e}");
+}
+
+#[test]
+fn the_check_refuses_plans_with_gaps_or_overlaps() {
+    let gap = Plan { actions: vec![Action::Fill { base: 5, count: 2, timestamp: 0 }], next: 7, reencoded: 0 };
+    assert!(check(3, &gap, &[]).is_err(), "offsets 3..5 would be skipped");
+    let overlap = Plan {
+        actions: vec![Action::Fill { base: 3, count: 2, timestamp: 0 }, Action::Fill { base: 4, count: 2, timestamp: 0 }],
+        next: 6,
+        reencoded: 0,
+    };
+    assert!(check(3, &overlap, &[]).is_err());
+}
+
+// ---- every shape, generated ----
+
+/// One generated batch: (gap before it, length, kind) where kind 0 = plain, 1 = compacted
+/// (every third record removed), 2 = committed transactional, 3 = aborted transactional,
+/// 4 = marker.
+fn history(spec: &[(i64, i64, u8)]) -> (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>) {
+    let (mut at, mut batches, mut aborted, mut visible) = (0i64, Vec::new(), Vec::new(), Vec::new());
+    for (i, &(gap, len, kind)) in spec.iter().enumerate() {
+        at += gap;
+        let pid = 100 + i as i64;
+        let (h, b) = match kind {
+            0 => batch(at, len),
+            1 => {
+                let offsets: Vec<i64> = (at..at + len).filter(|o| o == &at || (o - at) % 3 != 1).collect();
+                batch_with(&offsets, at, at + len - 1, -1, false, Compression::Lz4)
+            }
+            2 | 3 => txn_batch(at, len, pid),
+            _ => marker(at, 1),
+        };
+        if kind == 3 {
+            aborted.push((pid, at));
+        }
+        if kind != 3 && kind != 4 {
+            let recs = kmp_protocol::reencode::records(&b, &h).unwrap();
+            visible.extend(recs.iter().map(|r| r.offset));
+        }
+        at = h.next_offset();
+        batches.push((h, b));
+    }
+    (batches, aborted, visible)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// From any destination log end, inside a batch or not, the plan writes exactly the visible
+    /// records at and after it, each at its own offset, and fills only what holds none.
+    #[test]
+    fn every_visible_record_after_the_log_end_is_written_at_its_offset(
+        spec in proptest::collection::vec((0i64..4, 1i64..12, 0u8..5), 1..8),
+        cut in 0usize..1000,
+        split_at in 0usize..8,
+    ) {
+        let (batches, aborted, visible) = history(&spec);
+        let end = batches.last().map_or(0, |(h, _)| h.next_offset());
+        let next = (cut as i64) % (end + 1);
+        let mut aborts = AbortTracker::default();
+        aborts.extend(aborted);
+        // The same history over two fetches plans the same writes.
+        let split_at = split_at.min(batches.len());
+        let (first, second) = (batches[..split_at].to_vec(), batches[split_at..].to_vec());
+        let p1 = plan(next, first, &mut aborts).unwrap();
+        let p2 = plan(p1.next, second, &mut aborts).unwrap();
+        let mut got = written(&p1);
+        got.extend(written(&p2));
+        prop_assert_eq!(got, keys(visible.into_iter().filter(|&o| o >= next)));
+        prop_assert_eq!(p2.next, end.max(next));
+    }
+}
