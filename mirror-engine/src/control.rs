@@ -12,6 +12,7 @@ use kmp_config::MirrorConfig;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
+use crate::boot_gate::BootGate;
 use crate::registry::MirrorTopics;
 use crate::state::StateStore;
 use crate::status::{PartitionState, PartitionStatus, StatusBoard};
@@ -112,7 +113,12 @@ struct Inner {
     status: StatusBoard,
     sync: SyncBoard,
     registry: MirrorTopics,
+    /// Open once the stored state is loaded.
+    booted: BootGate,
 }
+
+/// The answer to a management request while the stored state is still loading (retriable).
+pub const LOADING: &str = "the mirror engine is still loading its stored state; retry";
 
 /// How long a management request waits for the engine to finish booting.
 const BOOT_WAIT: Duration = Duration::from_secs(30);
@@ -140,6 +146,7 @@ impl Control {
                 status,
                 sync: SyncBoard::default(),
                 registry,
+                booted: BootGate::default(),
             }),
         }
     }
@@ -252,16 +259,22 @@ impl Control {
     /// The state store once the engine has booted, waiting at most `BOOT_WAIT` (a request can
     /// arrive while the state topic is still being read).
     pub(crate) async fn booted_store(&self) -> Option<Arc<StateStore>> {
-        let deadline = tokio::time::Instant::now() + BOOT_WAIT;
-        loop {
-            if let (Some(store), Some(_)) = (self.inner.store.get(), self.inner.launcher.get()) {
-                return Some(store.clone());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        if self.wait_booted().await { self.store() } else { None }
+    }
+
+    /// Marks the stored state as loaded (every stored mirror known, its topics registered).
+    pub(crate) fn mark_booted(&self) {
+        self.inner.booted.open();
+    }
+
+    /// Whether the stored state is loaded: until then "no such mirror" may be wrong.
+    pub fn is_booted(&self) -> bool {
+        self.inner.booted.is_open()
+    }
+
+    /// Waits (at most `BOOT_WAIT`) until the stored state is loaded; whether it is.
+    pub async fn wait_booted(&self) -> bool {
+        self.inner.booted.wait(BOOT_WAIT).await
     }
 
     pub(crate) fn registry(&self) -> &MirrorTopics {
@@ -390,6 +403,9 @@ impl Control {
     /// The topic's desired state and partition count. A topic the mirror has claimed but is
     /// still preparing (creating the destination topic, reading its id) is waited for.
     async fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
+        let Some(store) = self.booted_store().await else {
+            return Err(TopicResult::err(topic, codes::COORDINATOR_LOAD_IN_PROGRESS, LOADING.into()));
+        };
         if !self.has_mirror(mirror) {
             return Err(TopicResult::err(topic, codes::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {mirror} does not exist")));
         }
@@ -397,7 +413,10 @@ impl Control {
         loop {
             match self.inner.topics.get(topic) {
                 Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
-                None if self.claimed_by(topic).as_deref() == Some(mirror) && tokio::time::Instant::now() < deadline => {}
+                // Claimed and being prepared, or recorded as the mirror's and not claimed yet
+                // (the mirror's discovery loop is about to take it up after a restart).
+                None if (self.claimed_by(topic).as_deref() == Some(mirror) || store.topic_owner(topic).is_some_and(|o| o.mirror == mirror))
+                    && tokio::time::Instant::now() < deadline => {}
                 _ => {
                     return Err(TopicResult::err(topic, codes::TOPIC_NOT_IN_CLUSTER_MIRROR, format!("topic {topic} does not belong to cluster mirror {mirror}")));
                 }

@@ -9,6 +9,7 @@
 //! `select` (which topics), `status` (progress), `topic_configs` (which topic configs are
 //! copied), `sync` (metadata sync: group offsets, topic configs). Client-facing proxying does not belong here.
 
+mod boot_gate;
 mod budget;
 mod cluster;
 mod control;
@@ -37,7 +38,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 pub use budget::Budget;
 pub use cluster::ClusterClient;
-pub use control::{Control, Desired, MirrorListing, PartitionDetail, TopicResult, codes};
+pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use registry::{MirrorTopic, MirrorTopics};
@@ -63,8 +64,14 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine with no mirrors (nothing configured).
+    /// A disabled engine: no mirrors, nothing stored to load (so it counts as booted).
     pub fn idle(engine: &EngineConfig) -> Self {
+        let e = Self::unbooted(engine);
+        e.control.mark_booted();
+        e
+    }
+
+    fn unbooted(engine: &EngineConfig) -> Self {
         let (_, done) = watch::channel(());
         let (status, topics) = (StatusBoard::default(), MirrorTopics::default());
         let control = Control::new(status.clone(), topics.clone());
@@ -88,7 +95,7 @@ pub fn start(
     stop: watch::Receiver<bool>,
 ) -> Engine {
     let (done_tx, done) = watch::channel(());
-    let handle = Engine { done, ..Engine::idle(engine) };
+    let handle = Engine { done, ..Engine::unbooted(engine) };
     let destination = ClusterClient::new("destination", destination_bootstrap, timeout);
     let shared = Shared {
         destination,
@@ -138,6 +145,18 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     for (topic, owner) in store.owned_topics() {
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
     }
+    // Former mirror topics are writable, but their fillers stay masked.
+    let mut unknown_ids: Vec<String> = store.owned_topics().into_iter().map(|(t, _)| t).collect();
+    for (topic, former) in store.former_topics() {
+        match state::id_from_hex(&former.topic_id) {
+            Some(id) => shared.topics.mark_filler_topic(&topic, id),
+            None => {
+                shared.topics.mark_filler_topic(&topic, [0; 16]);
+                unknown_ids.push(topic);
+            }
+        }
+    }
+    tokio::spawn(learn_filler_topic_ids(shared.clone(), unknown_ids).in_current_span());
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
@@ -161,6 +180,33 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         store.mirrors().into_iter().filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name)).map(|r| r.definition).collect();
     for def in mirrors.into_iter().chain(created) {
         mirrors::launch(&shared, &store, def);
+    }
+    // Every stored and declared mirror is known, every stored mirror topic registered.
+    shared.control.mark_booted();
+    info!("mirror engine booted");
+}
+
+/// Looks up the destination topic ids of topics that may hold fillers (Fetch v13+ names topics
+/// by id only), retrying while the destination is unreachable; a topic that does not exist is
+/// dropped from the list.
+async fn learn_filler_topic_ids(shared: Shared, mut topics: Vec<String>) {
+    let mut backoff = Duration::from_millis(200);
+    while !topics.is_empty() {
+        let mut left = Vec::new();
+        for topic in topics {
+            match shared.destination.layout(&topic).await {
+                Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => shared.topics.mark_filler_topic(&topic, l.topic_id),
+                Ok(l) if l.error_code == 3 => {}
+                _ => left.push(topic),
+            }
+        }
+        topics = left;
+        let mut stop = shared.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(10));
     }
 }
 

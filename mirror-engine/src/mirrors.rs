@@ -252,7 +252,9 @@ impl Control {
         let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
         for t in &topics {
             let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
-            if let Err(e) = store.detach_topic(t, partitions).await {
+            let topic_id = self.registry().topic_id(t).map(crate::state::id_to_hex).unwrap_or_default();
+            let former = crate::state::FormerTopicRecord { mirror: name.to_owned(), topic_id, at_ms: crate::status::now_ms() };
+            if let Err(e) = store.detach_topic(t, partitions, &former).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
             }
             self.registry().remove(t);

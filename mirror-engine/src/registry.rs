@@ -1,7 +1,9 @@
 //! Which destination topics belong to a mirror and whether clients may write to them: the
 //! proxy consults this on every Produce it has to check. A mirror topic is read-only in every
-//! state except stopped (KIP-1279 §7). Deciding states belongs to the engine; refusing writes to
-//! the proxy.
+//! state except stopped (KIP-1279 §7). Also which topics may hold the engine's filler records —
+//! those that are or were mirror topics (a deleted mirror's topics keep their fillers) — so the
+//! proxy masks fillers there and nowhere else. Deciding states belongs to the engine; refusing
+//! writes and masking to the proxy.
 
 use std::sync::Arc;
 
@@ -22,11 +24,15 @@ pub struct MirrorTopic {
 pub struct MirrorTopics {
     by_name: Arc<DashMap<String, MirrorTopic>>,
     by_id: Arc<DashMap<[u8; 16], String>>,
+    /// Topics that are or were mirror topics (may hold fillers), by name and by topic id.
+    fillers_by_name: Arc<DashMap<String, ()>>,
+    fillers_by_id: Arc<DashMap<[u8; 16], ()>>,
 }
 
 impl MirrorTopics {
     /// Registers (or updates) `topic` as `mirror`'s, read-only; `topic_id` all zero if unknown.
     pub fn register(&self, topic: &str, mirror: &str, topic_id: [u8; 16]) {
+        self.mark_filler_topic(topic, topic_id);
         if topic_id != [0; 16] {
             self.by_id.insert(topic_id, topic.to_owned());
         }
@@ -44,7 +50,37 @@ impl MirrorTopics {
         }
     }
 
-    /// Forgets `topic` (its mirror was deleted; it is an ordinary topic again).
+    /// Records that `topic` (destination id `topic_id`, all zero if unknown) holds or may hold
+    /// fillers: a mirror topic, or one that was (from the state topic after a restart).
+    pub fn mark_filler_topic(&self, topic: &str, topic_id: [u8; 16]) {
+        self.fillers_by_name.insert(topic.to_owned(), ());
+        if topic_id != [0; 16] {
+            self.fillers_by_id.insert(topic_id, ());
+        }
+    }
+
+    /// Whether any topic may hold fillers (a proxy without one never looks for them).
+    pub fn has_filler_topics(&self) -> bool {
+        !self.fillers_by_name.is_empty()
+    }
+
+    /// Whether the topic named `topic` is or was a mirror topic.
+    pub fn may_hold_fillers(&self, topic: &str) -> bool {
+        self.fillers_by_name.contains_key(topic)
+    }
+
+    /// Whether the topic with destination id `topic_id` is or was a mirror topic.
+    pub fn may_hold_fillers_id(&self, topic_id: &[u8; 16]) -> bool {
+        self.fillers_by_id.contains_key(topic_id)
+    }
+
+    /// The destination topic id of a mirror topic, if known.
+    pub fn topic_id(&self, topic: &str) -> Option<[u8; 16]> {
+        self.by_name.get(topic).map(|t| t.topic_id).filter(|id| *id != [0; 16])
+    }
+
+    /// Forgets `topic` as a mirror topic (its mirror was deleted; it is an ordinary topic again)
+    /// but keeps it among the topics that may hold fillers: the fillers stay in its log.
     pub fn remove(&self, topic: &str) {
         if let Some((_, t)) = self.by_name.remove(topic) {
             self.by_id.remove(&t.topic_id);
@@ -82,5 +118,18 @@ mod tests {
         r.register("orders", "dr", [7; 16]);
         assert_eq!(r.read_only_id(&[7; 16]), Some(("orders".into(), "dr".into())));
         assert_eq!(r.read_only("payments"), None);
+    }
+
+    #[test]
+    fn only_topics_that_are_or_were_mirror_topics_may_hold_fillers() {
+        let r = MirrorTopics::default();
+        assert!(!r.has_filler_topics());
+        r.register("orders", "dr", [7; 16]);
+        r.remove("orders");
+        assert_eq!(r.read_only("orders"), None, "a deleted mirror's topic is writable");
+        assert!(r.may_hold_fillers("orders") && r.may_hold_fillers_id(&[7; 16]), "its fillers are still masked");
+        assert!(!r.may_hold_fillers("payments") && !r.may_hold_fillers_id(&[8; 16]));
+        r.mark_filler_topic("old", [9; 16]);
+        assert!(r.may_hold_fillers_id(&[9; 16]) && r.read_only("old").is_none(), "a former mirror topic from the state topic");
     }
 }

@@ -5,6 +5,8 @@
 //! - `topic/<topic>` → [`TopicRecord`]: the destination topic belongs to this mirror (written once
 //!   the engine created it or adopted it empty; a destination topic with data and no such record
 //!   is refused);
+//! - `former/<topic>` → [`FormerTopicRecord`]: the topic was a mirror topic and its mirror was
+//!   deleted; it is an ordinary topic now, but its log still holds fillers (masked for clients);
 //! - `partition/<topic>/<p>` → [`PartitionRecord`]: state and progress, written every
 //!   `engine.state_flush_interval_ms` when changed and on shutdown.
 //!
@@ -56,6 +58,15 @@ pub struct TopicRecord {
     /// written before ids were kept: learned at the next contact.
     #[serde(default)]
     pub source_topic_id: String,
+}
+
+/// A destination topic that was a mirror topic (its fillers stay in its log).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FormerTopicRecord {
+    pub mirror: String,
+    /// The destination topic's id (32 hex digits; empty if it was never learned).
+    pub topic_id: String,
+    pub at_ms: i64,
 }
 
 /// A topic id as 32 hex digits (the state topic's form).
@@ -195,6 +206,12 @@ impl StateStore {
         keys.iter().filter_map(|k| Some((k.strip_prefix("topic/")?.to_owned(), self.get(k)?))).collect()
     }
 
+    /// Topics that were mirror topics (their mirror was deleted).
+    pub fn former_topics(&self) -> Vec<(String, FormerTopicRecord)> {
+        let keys: Vec<String> = self.lock().keys().filter(|k| k.starts_with("former/")).cloned().collect();
+        keys.iter().filter_map(|k| Some((k.strip_prefix("former/")?.to_owned(), self.get(k)?))).collect()
+    }
+
     /// The stored state of `topic`-`partition`.
     pub fn partition(&self, topic: &str, partition: i32) -> Option<PartitionRecord> {
         self.get(&format!("partition/{topic}/{partition}"))
@@ -218,9 +235,10 @@ impl StateStore {
         self.write(vec![(format!("mirror/{name}"), None)]).await
     }
 
-    /// Removes a topic's ownership and partition records (its mirror was deleted).
-    pub async fn detach_topic(&self, topic: &str, partitions: usize) -> Result<(), MirrorError> {
-        let mut entries = vec![(format!("topic/{topic}"), None)];
+    /// Removes a topic's ownership and partition records (its mirror was deleted) and records it
+    /// as a former mirror topic.
+    pub async fn detach_topic(&self, topic: &str, partitions: usize, former: &FormerTopicRecord) -> Result<(), MirrorError> {
+        let mut entries = vec![(format!("topic/{topic}"), None), (format!("former/{topic}"), Some(json(former)?))];
         entries.extend((0..partitions).map(|p| (format!("partition/{topic}/{p}"), None)));
         self.write(entries).await
     }

@@ -9,6 +9,9 @@
 //!
 //! ShareFetch responses get the same treatment ([`mask_share_fetch_response`]).
 //!
+//! Only topics the caller says may hold fillers (those that are or were mirror topics) are
+//! looked at: a record keyed `__kmp_filler` in any other topic is an ordinary record.
+//!
 //! Sans-io. Finding fillers in a response without decoding it is [`fetch_has_fillers`]; the
 //! response rewrite that uses [`mask_records`] lives in `rewrite`.
 
@@ -21,6 +24,13 @@ use crate::codec::{decode_response, encode_response};
 use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
 use crate::frame::PREFIX;
+
+/// A topic as a Fetch or ShareFetch response names it: by name (Fetch v4-12) or by id (v13+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicRef<'a> {
+    Name(&'a [u8]),
+    Id([u8; 16]),
+}
 
 /// Whether `batch` (a whole v2 batch) is a filler batch.
 pub fn is_filler_batch(batch: &[u8]) -> bool {
@@ -117,9 +127,13 @@ const CONTROL: i16 = 1 << 5;
 
 /// Rewrites a Fetch response frame (prefix included) with every filler batch masked. Call only
 /// when [`fetch_has_fillers`] said so: this decodes and re-encodes the whole response.
-pub fn mask_fetch_response(frame: &Bytes, version: i16) -> Result<Bytes, ProtocolError> {
+pub fn mask_fetch_response(frame: &Bytes, version: i16, maskable: &dyn Fn(TopicRef<'_>) -> bool) -> Result<Bytes, ProtocolError> {
     let (header, mut resp) = decode_response::<FetchResponse>(frame, ApiKey::Fetch, version)?;
     for t in &mut resp.responses {
+        let topic = if version >= 13 { TopicRef::Id(*t.topic_id.as_bytes()) } else { TopicRef::Name(t.topic.0.as_bytes()) };
+        if !maskable(topic) {
+            continue;
+        }
         for p in &mut t.partitions {
             if let Some(r) = &p.records
                 && records_have_fillers(r)
@@ -136,10 +150,17 @@ pub fn mask_fetch_response(frame: &Bytes, version: i16) -> Result<Bytes, Protoco
 /// offsets as GAP — KIP-932's type for acquired offsets without a deliverable record — exactly
 /// as they do for the source's own transaction markers, so the share-partition start offset
 /// moves past them. ShareFetch is decoded every time (it is rare next to Fetch).
-pub fn mask_share_fetch_response(frame: &Bytes, version: i16) -> Result<Option<Bytes>, ProtocolError> {
+pub fn mask_share_fetch_response(
+    frame: &Bytes,
+    version: i16,
+    maskable: &dyn Fn(TopicRef<'_>) -> bool,
+) -> Result<Option<Bytes>, ProtocolError> {
     let (header, mut resp) = decode_response::<ShareFetchResponse>(frame, ApiKey::ShareFetch, version)?;
     let mut masked = false;
     for t in &mut resp.responses {
+        if !maskable(TopicRef::Id(*t.topic_id.as_bytes())) {
+            continue;
+        }
         for p in &mut t.partitions {
             if let Some(r) = &p.records
                 && records_have_fillers(r)
@@ -155,9 +176,10 @@ pub fn mask_share_fetch_response(frame: &Bytes, version: i16) -> Result<Option<B
     encode_response(header.correlation_id, ApiKey::ShareFetch, version, &resp).map(Some)
 }
 
-/// Whether any partition of a Fetch response frame (prefix included) carries a filler batch.
-/// Walks the response without allocating, for every Fetch version the proxy offers (4+).
-pub fn fetch_has_fillers(frame: &[u8], version: i16) -> Result<bool, ProtocolError> {
+/// Whether any partition of a `maskable` topic in a Fetch response frame (prefix included)
+/// carries a filler batch. Walks the response without allocating, for every Fetch version the
+/// proxy offers (4+).
+pub fn fetch_has_fillers(frame: &[u8], version: i16, maskable: &dyn Fn(TopicRef<'_>) -> bool) -> Result<bool, ProtocolError> {
     let flexible = version >= 12;
     let mut c = Cursor::new(frame, PREFIX + 4, "Fetch response", Side::Broker);
     if flexible {
@@ -169,14 +191,18 @@ pub fn fetch_has_fillers(frame: &[u8], version: i16) -> Result<bool, ProtocolErr
     }
     let array = |c: &mut Cursor<'_>| if flexible { c.compact_array_len().map(i64::from) } else { c.i32().map(i64::from) };
     for _ in 0..array(&mut c)?.max(0) {
-        if version >= 13 {
-            c.skip(16)?;
+        let topic = if version >= 13 {
+            let mut id = [0u8; 16];
+            id.copy_from_slice(c.take(16)?);
+            TopicRef::Id(id)
         } else if flexible {
-            c.skip_compact_bytes()?;
+            let n = c.uvarint()?;
+            TopicRef::Name(c.take((n as usize).saturating_sub(1))?)
         } else {
             let n = c.i16()?;
-            c.skip(n.max(0) as usize)?;
-        }
+            TopicRef::Name(c.take(n.max(0) as usize)?)
+        };
+        let wanted = maskable(topic);
         for _ in 0..array(&mut c)?.max(0) {
             c.skip(4 + 2 + 8 + 8)?; // index, error, high watermark, last stable offset
             if version >= 5 {
@@ -192,7 +218,8 @@ pub fn fetch_has_fillers(frame: &[u8], version: i16) -> Result<bool, ProtocolErr
                 c.skip(4)?; // preferred_read_replica
             }
             let len = if flexible { i64::from(c.uvarint()?) - 1 } else { i64::from(c.i32()?) };
-            if len > 0 && records_have_fillers(c.take(len as usize)?) {
+            let records = if len > 0 { c.take(len as usize)? } else { &[] };
+            if wanted && records_have_fillers(records) {
                 return Ok(true);
             }
             if flexible {
@@ -211,6 +238,9 @@ mod tests {
     use super::*;
     use crate::batch::{ProducerFields, filler_batch, split};
     use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    /// Every topic may hold fillers.
+    const ALL: fn(TopicRef<'_>) -> bool = |_| true;
 
     fn fields() -> ProducerFields {
         ProducerFields { producer_id: 9, producer_epoch: 0, base_sequence: 0 }
@@ -251,6 +281,7 @@ mod tests {
         for t in 0..topics {
             let mut topic = FetchableTopicResponse::default();
             topic.topic = kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(format!("t{t}")));
+            topic.topic_id = uuid::Uuid::from_bytes([t as u8 + 1; 16]);
             for p in 0..2 {
                 let mut pd = PartitionData::default();
                 pd.partition_index = p;
@@ -273,15 +304,35 @@ mod tests {
         let with = with.freeze();
         for v in 4..=18 {
             let plain = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(real_batch(0, 3, b"a"), 2)).unwrap();
-            assert!(!fetch_has_fillers(&plain, v).unwrap(), "v{v}: no fillers");
+            assert!(!fetch_has_fillers(&plain, v, &ALL).unwrap(), "v{v}: no fillers");
             let frame = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(with.clone(), 2)).unwrap();
-            assert!(fetch_has_fillers(&frame, v).unwrap(), "v{v}: fillers found");
-            let masked = mask_fetch_response(&frame, v).unwrap();
-            assert!(!fetch_has_fillers(&masked, v).unwrap(), "v{v}: masked");
+            assert!(fetch_has_fillers(&frame, v, &ALL).unwrap(), "v{v}: fillers found");
+            let masked = mask_fetch_response(&frame, v, &ALL).unwrap();
+            assert!(!fetch_has_fillers(&masked, v, &ALL).unwrap(), "v{v}: masked");
             let (_, r) = decode_response::<FetchResponse>(&masked, ApiKey::Fetch, v).unwrap();
             let recs = r.responses[1].partitions[1].records.clone().unwrap();
             let shape: Vec<_> = split(&recs).unwrap().iter().map(|(h, _)| (h.base_offset, h.records_count)).collect();
             assert_eq!(shape, vec![(0, 2), (2, 1)], "v{v}");
+        }
+    }
+
+    #[test]
+    fn fillers_are_masked_only_in_topics_that_may_hold_them_by_name_and_by_id() {
+        let mut with = BytesMut::new();
+        with.put_slice(&real_batch(0, 2, b"a"));
+        with.put_slice(&filler_at(2, 3));
+        let with = with.freeze();
+        for v in 4..=18 {
+            // The fillers are in topic t1 (id [2; 16]); only t0 (id [1; 16]) is a mirror topic.
+            let frame = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(with.clone(), 2)).unwrap();
+            let only_t0 = |t: TopicRef<'_>| matches!(t, TopicRef::Name(b"t0") | TopicRef::Id([1, ..]));
+            assert!(!fetch_has_fillers(&frame, v, &only_t0).unwrap(), "v{v}: a plain topic's `__kmp_filler` records are not fillers");
+            let unmasked = mask_fetch_response(&frame, v, &only_t0).unwrap();
+            assert_eq!(unmasked, frame, "v{v}: nothing changes in a topic that never was a mirror topic");
+            let only_t1 = |t: TopicRef<'_>| matches!(t, TopicRef::Name(b"t1") | TopicRef::Id([2, ..]));
+            assert!(fetch_has_fillers(&frame, v, &only_t1).unwrap(), "v{v}: the mirror topic's fillers are found");
+            let masked = mask_fetch_response(&frame, v, &only_t1).unwrap();
+            assert!(!fetch_has_fillers(&masked, v, &ALL).unwrap(), "v{v}: and masked");
         }
     }
 
@@ -301,12 +352,12 @@ mod tests {
             r
         };
         let plain = crate::codec::encode_response(3, ApiKey::ShareFetch, 1, &response(real_batch(0, 5, b"a"))).unwrap();
-        assert!(mask_share_fetch_response(&plain, 1).unwrap().is_none(), "no fillers: forwarded as is");
+        assert!(mask_share_fetch_response(&plain, 1, &ALL).unwrap().is_none(), "no fillers: forwarded as is");
         let mut with = BytesMut::new();
         with.put_slice(&real_batch(0, 2, b"a"));
         with.put_slice(&filler_at(2, 3));
         let frame = crate::codec::encode_response(3, ApiKey::ShareFetch, 1, &response(with.freeze())).unwrap();
-        let masked = mask_share_fetch_response(&frame, 1).unwrap().expect("fillers masked");
+        let masked = mask_share_fetch_response(&frame, 1, &ALL).unwrap().expect("fillers masked");
         let (_, r) = decode_response::<ShareFetchResponse>(&masked, ApiKey::ShareFetch, 1).unwrap();
         let p = &r.responses[0].partitions[0];
         let recs = p.records.clone().unwrap();

@@ -44,6 +44,7 @@ pub mod errors {
     pub const NONE: i16 = 0;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
@@ -66,6 +67,7 @@ pub mod errors {
             NONE => "NONE",
             UNKNOWN_TOPIC_OR_PARTITION => "UNKNOWN_TOPIC_OR_PARTITION",
             REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
+            COORDINATOR_LOAD_IN_PROGRESS => "COORDINATOR_LOAD_IN_PROGRESS",
             COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
             35 => "UNSUPPORTED_VERSION",
             INVALID_CONFIG => "INVALID_CONFIG",

@@ -1,5 +1,5 @@
 //! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
-//! cluster answered the last metadata refresh), `/metrics` (Prometheus text format) and the
+//! cluster answered the last metadata refresh and the mirror engine has loaded its stored state), `/metrics` (Prometheus text format) and the
 //! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
 //! readiness by `refresh`.
 
@@ -58,10 +58,12 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
-            if shared.ready.load(Ordering::Relaxed) {
-                text(StatusCode::OK, "ready\n".into())
-            } else {
+            if !shared.ready.load(Ordering::Relaxed) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "upstream cluster not reachable\n".into())
+            } else if !shared.mirrors.control.is_booted() {
+                text(StatusCode::SERVICE_UNAVAILABLE, "mirror engine still loading its stored state\n".into())
+            } else {
+                text(StatusCode::OK, "ready\n".into())
             }
         }
         "/metrics" => {

@@ -16,6 +16,10 @@ use kmp_protocol::mirror_api::{
 /// Answers one mirror RPC request frame (prefix included) with a response frame.
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
+    if !control.wait_booted().await {
+        // Never "does not exist" while the stored mirrors are still being read: retriable.
+        return Ok(api::response_frame(header.correlation_id, loading(header.api_key)));
+    }
     let body = match header.api_key {
         api::CREATE_CLUSTER_MIRROR => {
             let req = CreateRequest::decode(&mut r)?;
@@ -46,6 +50,19 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, Pr
         }
     };
     Ok(api::response_frame(header.correlation_id, body))
+}
+
+/// The retriable answer of every mirror RPC while the engine loads its stored state.
+fn loading(api_key: i16) -> kmp_protocol::mirror_api::W {
+    let (error_code, error_message) = (errors::COORDINATOR_LOAD_IN_PROGRESS, Some(kmp_mirror_engine::LOADING.to_owned()));
+    match api_key {
+        api::START_MIRROR_TOPICS | api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
+            TopicsResponse { error_code, error_message, ..Default::default() }.encode()
+        }
+        api::LIST_CLUSTER_MIRRORS => ListResponse { error_code, error_message, ..Default::default() }.encode(),
+        api::DESCRIBE_CLUSTER_MIRRORS => DescribeResponse { error_code, error_message, ..Default::default() }.encode(),
+        _ => SimpleResponse { error_code, error_message, ..Default::default() }.encode(),
+    }
 }
 
 async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsResponse {

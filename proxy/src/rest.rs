@@ -48,6 +48,10 @@ struct CreateBody {
 pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Option<&str>, control: &Control) -> Response<Full<Bytes>> {
     let path: Vec<String> = req.uri().path().trim_start_matches("/v1").split('/').filter(|s| !s.is_empty()).map(str::to_owned).collect();
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    if path.first() == Some(&"mirrors") && !control.wait_booted().await {
+        // Never "does not exist" while the stored mirrors are still being read: retriable.
+        return error(StatusCode::SERVICE_UNAVAILABLE, kmp_mirror_engine::LOADING);
+    }
     match (req.method().clone(), path.as_slice()) {
         (Method::GET, ["openapi.json"]) => json_response(StatusCode::OK, serde_json::from_str(OPENAPI).unwrap_or(Value::Null)),
         (Method::GET, ["mirrors"]) => json_response(StatusCode::OK, list(control)),

@@ -208,12 +208,20 @@ fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared
     if key == ApiKey::ApiVersions {
         return api_versions::clamp_response(frame, api_version);
     }
-    // Filler records exist only in topics the engine wrote, so only a proxy with mirrors looks.
-    let frame = if key == ApiKey::Fetch && shared.masks_fillers && fillers::fetch_has_fillers(&frame, api_version)? {
+    // Filler records exist only in topics the engine wrote (that are or were mirror topics), so
+    // only those are looked at, and only by a proxy that knows of one.
+    let registry = &shared.mirrors.topics;
+    let looks = shared.masks_fillers && registry.has_filler_topics();
+    let maskable = |t: fillers::TopicRef<'_>| match t {
+        fillers::TopicRef::Name(n) => std::str::from_utf8(n).is_ok_and(|n| registry.may_hold_fillers(n)),
+        fillers::TopicRef::Id(id) => registry.may_hold_fillers_id(&id),
+    };
+    let frame = if key == ApiKey::Fetch && looks && fillers::fetch_has_fillers(&frame, api_version, &maskable)? {
         shared.metrics.masked_fetch_responses.inc();
-        fillers::mask_fetch_response(&frame, api_version)?
-    } else if key == ApiKey::ShareFetch && shared.masks_fillers
-        && let Some(masked) = fillers::mask_share_fetch_response(&frame, api_version)?
+        fillers::mask_fetch_response(&frame, api_version, &maskable)?
+    } else if key == ApiKey::ShareFetch
+        && looks
+        && let Some(masked) = fillers::mask_share_fetch_response(&frame, api_version, &maskable)?
     {
         shared.metrics.masked_fetch_responses.inc();
         masked
