@@ -196,7 +196,7 @@ async fn learn_filler_topic_ids(shared: Shared, mut topics: Vec<String>) {
         for topic in topics {
             match shared.destination.layout(&topic).await {
                 Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => shared.topics.mark_filler_topic(&topic, l.topic_id),
-                Ok(l) if l.error_code == 3 => {}
+                Ok(l) if l.error_code == 3 => shared.topics.forget_filler_topic(&topic),
                 _ => left.push(topic),
             }
         }

@@ -6,6 +6,7 @@
 //! writes and masking to the proxy.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 
@@ -24,9 +25,12 @@ pub struct MirrorTopic {
 pub struct MirrorTopics {
     by_name: Arc<DashMap<String, MirrorTopic>>,
     by_id: Arc<DashMap<[u8; 16], String>>,
-    /// Topics that are or were mirror topics (may hold fillers), by name and by topic id.
-    fillers_by_name: Arc<DashMap<String, ()>>,
+    /// Topics that are or were mirror topics (may hold fillers): name → destination topic id
+    /// (all zero until known), and the known ids.
+    fillers_by_name: Arc<DashMap<String, [u8; 16]>>,
     fillers_by_id: Arc<DashMap<[u8; 16], ()>>,
+    /// How many of them have no known id yet.
+    unknown_ids: Arc<AtomicUsize>,
 }
 
 impl MirrorTopics {
@@ -53,9 +57,27 @@ impl MirrorTopics {
     /// Records that `topic` (destination id `topic_id`, all zero if unknown) holds or may hold
     /// fillers: a mirror topic, or one that was (from the state topic after a restart).
     pub fn mark_filler_topic(&self, topic: &str, topic_id: [u8; 16]) {
-        self.fillers_by_name.insert(topic.to_owned(), ());
+        let mut e = self.fillers_by_name.entry(topic.to_owned()).or_insert_with(|| {
+            self.unknown_ids.fetch_add(1, Ordering::Relaxed);
+            [0; 16]
+        });
         if topic_id != [0; 16] {
+            if *e == [0; 16] {
+                self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
+            }
+            *e = topic_id;
             self.fillers_by_id.insert(topic_id, ());
+        }
+    }
+
+    /// Forgets a topic that may have held fillers but no longer exists on the destination.
+    pub fn forget_filler_topic(&self, topic: &str) {
+        if let Some((_, id)) = self.fillers_by_name.remove(topic) {
+            if id == [0; 16] {
+                self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
+            } else {
+                self.fillers_by_id.remove(&id);
+            }
         }
     }
 
@@ -69,9 +91,10 @@ impl MirrorTopics {
         self.fillers_by_name.contains_key(topic)
     }
 
-    /// Whether the topic with destination id `topic_id` is or was a mirror topic.
+    /// Whether the topic with destination id `topic_id` is or was a mirror topic — or may be:
+    /// while some such topic's id is not known yet, every id is answered yes.
     pub fn may_hold_fillers_id(&self, topic_id: &[u8; 16]) -> bool {
-        self.fillers_by_id.contains_key(topic_id)
+        self.unknown_ids.load(Ordering::Relaxed) > 0 || self.fillers_by_id.contains_key(topic_id)
     }
 
     /// The destination topic id of a mirror topic, if known.
@@ -124,6 +147,8 @@ mod tests {
     fn only_topics_that_are_or_were_mirror_topics_may_hold_fillers() {
         let r = MirrorTopics::default();
         assert!(!r.has_filler_topics());
+        r.register("orders", "dr", [0; 16]);
+        assert!(r.may_hold_fillers_id(&[8; 16]), "while a mirror topic's id is unknown, every id may hold fillers");
         r.register("orders", "dr", [7; 16]);
         r.remove("orders");
         assert_eq!(r.read_only("orders"), None, "a deleted mirror's topic is writable");
@@ -131,5 +156,9 @@ mod tests {
         assert!(!r.may_hold_fillers("payments") && !r.may_hold_fillers_id(&[8; 16]));
         r.mark_filler_topic("old", [9; 16]);
         assert!(r.may_hold_fillers_id(&[9; 16]) && r.read_only("old").is_none(), "a former mirror topic from the state topic");
+        r.mark_filler_topic("gone", [0; 16]);
+        assert!(r.may_hold_fillers_id(&[8; 16]));
+        r.forget_filler_topic("gone");
+        assert!(!r.may_hold_fillers_id(&[8; 16]) && !r.may_hold_fillers("gone"), "a topic deleted on the destination is forgotten");
     }
 }

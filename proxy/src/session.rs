@@ -210,11 +210,17 @@ fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared
     }
     // Filler records exist only in topics the engine wrote (that are or were mirror topics), so
     // only those are looked at, and only by a proxy that knows of one.
+    // Until the engine has loaded its stored state it does not know them yet: every topic is
+    // looked at then, so no filler ever reaches a client.
     let registry = &shared.mirrors.topics;
-    let looks = shared.masks_fillers && registry.has_filler_topics();
-    let maskable = |t: fillers::TopicRef<'_>| match t {
-        fillers::TopicRef::Name(n) => std::str::from_utf8(n).is_ok_and(|n| registry.may_hold_fillers(n)),
-        fillers::TopicRef::Id(id) => registry.may_hold_fillers_id(&id),
+    let booted = shared.mirrors.control.is_booted();
+    let looks = shared.masks_fillers && (!booted || registry.has_filler_topics());
+    let maskable = |t: fillers::TopicRef<'_>| {
+        !booted
+            || match t {
+                fillers::TopicRef::Name(n) => std::str::from_utf8(n).is_ok_and(|n| registry.may_hold_fillers(n)),
+                fillers::TopicRef::Id(id) => registry.may_hold_fillers_id(&id),
+            }
     };
     let frame = if key == ApiKey::Fetch && looks && fillers::fetch_has_fillers(&frame, api_version, &maskable)? {
         shared.metrics.masked_fetch_responses.inc();
