@@ -42,6 +42,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> lis
                 continue
             out.append((m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
     c.close()
+    assert len(done) == partitions, f"{topic}: partitions {sorted(set(range(partitions)) - done)} not read to their end {ends} within 60 s ({isolation})"
     return sorted(out)
 
 

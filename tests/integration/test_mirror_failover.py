@@ -219,3 +219,45 @@ def test_rest_creates_starts_fails_over_and_deletes_a_mirror(clusters, workdir):
         assert err is None and offset == 30, f"the topic is an ordinary topic after the delete: {err} {offset}"
     finally:
         assert proxy.stop() == 0
+
+
+def test_a_deleted_mirrors_topic_keeps_its_fillers_masked_after_a_restart(clusters, workdir):
+    """Fillers stay in a former mirror topic's log: the state topic remembers the topic, so a
+    restarted proxy still masks them (by name and by topic id), while the topic is writable."""
+    from kafka import KafkaConsumer, TopicPartition as KpTopicPartition
+    from test_mirror_engine import FILLER_KEY, read_all
+
+    source, destination = clusters
+    topic = unique("former")
+    create(source.bootstrap, topic, 2)
+    produce_plain(source.bootstrap, topic, 20)
+    produce_transactions(source.bootstrap, topic)  # markers and aborted data: fillers on the destination
+    expected = [r for r in read_all(source.bootstrap, topic, 2, "read_committed")]
+    proxy = ProxyProcess(destination.bootstrap, workdir).start()
+    try:
+        assert call(proxy, "POST", "/v1/mirrors", {"name": "former", "configs": {"bootstrap.servers": source.bootstrap}})[0] == 201
+        assert call(proxy, "POST", "/v1/mirrors/former/start", {"topics": [topic]})[0] == 200
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+        assert call(proxy, "POST", "/v1/mirrors/former/stop", {"topics": [topic]})[0] == 200
+        status, r = call(proxy, "DELETE", "/v1/mirrors/former")
+        assert status == 200 and r["error_code"] == 0, r
+    finally:
+        assert proxy.stop() == 0
+    direct = read_all(destination.bootstrap, topic, 2, "read_uncommitted")
+    assert any(r[2] == FILLER_KEY for r in direct), "the destination log holds fillers (the premise of this test)"
+    proxy = ProxyProcess(destination.bootstrap, workdir).start()
+    try:
+        for isolation in ("read_committed", "read_uncommitted"):
+            got = read_all(proxy.bootstrap, topic, 2, isolation)
+            assert got == expected, f"librdkafka ({isolation}) through the restarted proxy sees the source's records only, no fillers"
+        kc = KafkaConsumer(bootstrap_servers=proxy.bootstrap, enable_auto_commit=False, isolation_level="read_committed",
+                           consumer_timeout_ms=5000)
+        kc.assign([KpTopicPartition(topic, 0), KpTopicPartition(topic, 1)])
+        kc.seek_to_beginning()
+        seen = sorted((m.partition, m.offset, m.key, m.value) for m in kc)
+        kc.close()
+        assert seen == [(r[0], r[1], r[2], r[3]) for r in expected], "kafka-python (Fetch by topic name) sees no fillers either"
+        err, offset = produce_one(proxy.bootstrap, topic, 0)
+        assert err is None and offset == high_watermarks(destination.bootstrap, topic, 2)[0] - 1, f"the former mirror topic is writable: {err} {offset}"
+    finally:
+        assert proxy.stop() == 0
