@@ -71,9 +71,14 @@ pub const ENV_VARS: &[(&str, &str)] = &[
 pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Result<Config, LoadError> {
     let mut config = match file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|source| LoadError::Read { path: path.display().to_string(), source })?;
-            parse_toml(&text).map_err(|message| LoadError::Parse { path: path.display().to_string(), message })?
+            let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            parse_toml(&text).map_err(|message| LoadError::Parse {
+                path: path.display().to_string(),
+                message,
+            })?
         }
         None => Config::default(),
     };
@@ -85,7 +90,10 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
         node_port_base: env.var("KMP_NODE_PORT_BASE").and_then(|v| match v.parse() {
             Ok(p) => Some(p),
             Err(_) => {
-                errors.push(ConfigError { key: "KMP_NODE_PORT_BASE".into(), message: format!("`{v}` is not a port number") });
+                errors.push(ConfigError {
+                    key: "KMP_NODE_PORT_BASE".into(),
+                    message: format!("`{v}` is not a port number"),
+                });
                 None
             }
         }),
@@ -114,8 +122,7 @@ pub fn parse_toml(text: &str) -> Result<Config, String> {
 
 fn apply(config: &mut Config, o: &Overrides) {
     if let Some(u) = &o.upstream {
-        config.upstream.bootstrap_servers =
-            u.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+        config.upstream.bootstrap_servers = u.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
     }
     if let Some(l) = &o.listen {
         config.listener.listen = l.clone();
@@ -157,9 +164,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("kmp-config-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("c.toml");
-        std::fs::write(&file, "[listener]\nlisten = \"127.0.0.1:1000\"\nadvertised_host = \"file\"\n[upstream]\nbootstrap_servers = [\"f:1\"]\n").unwrap();
+        std::fs::write(
+            &file,
+            "[listener]\nlisten = \"127.0.0.1:1000\"\nadvertised_host = \"file\"\n[upstream]\nbootstrap_servers = [\"f:1\"]\n",
+        )
+        .unwrap();
         let e = env(&[("KMP_ADVERTISED_HOST", "env"), ("KMP_UPSTREAM", "e:1")]);
-        let flags = Overrides { upstream: Some("flag:1".into()), ..Default::default() };
+        let flags = Overrides {
+            upstream: Some("flag:1".into()),
+            ..Default::default()
+        };
         let c = load(Some(&file), &e, &flags).expect("valid");
         assert_eq!(c.listener.listen, "127.0.0.1:1000", "file value kept when nothing overrides it");
         assert_eq!(c.listener.advertised_host.as_deref(), Some("env"), "env beats file");
@@ -178,14 +192,23 @@ mod tests {
             panic!("expected validation errors");
         };
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
-        for k in ["KMP_NODE_PORT_BASE", "listener.listen", "listener.node_port_base", "upstream.bootstrap_servers", "admin.listen"] {
+        for k in [
+            "KMP_NODE_PORT_BASE",
+            "listener.listen",
+            "listener.node_port_base",
+            "upstream.bootstrap_servers",
+            "admin.listen",
+        ] {
             assert!(keys.contains(&k), "missing error for {k}; got {keys:?}");
         }
     }
 
     #[test]
     fn several_addresses_in_one_list_entry_are_rejected() {
-        let c = parse_toml("[upstream]\nbootstrap_servers = [\"a:1,b:2\"]\n[[mirrors]]\nname = \"m\"\nsource_bootstrap_servers = [\"x:1, y:2\"]\ntopics = [\"t\"]\n").unwrap();
+        let c = parse_toml(
+            "[upstream]\nbootstrap_servers = [\"a:1,b:2\"]\n[[mirrors]]\nname = \"m\"\nsource_bootstrap_servers = [\"x:1, y:2\"]\ntopics = [\"t\"]\n",
+        )
+        .unwrap();
         let ConfigErrors(errs) = c.validate().expect_err("comma-joined addresses are invalid");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["upstream.bootstrap_servers[0]", "mirrors[0].source_bootstrap_servers"]);
@@ -219,7 +242,10 @@ mod mirror_rules {
             [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_max_bytes = 2000000\n";
         let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid engine");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
-        assert_eq!(keys, vec!["engine.state_topic", "engine.max_in_flight_per_partition", "mirrors[0].fetch_max_bytes"]);
+        assert_eq!(
+            keys,
+            vec!["engine.state_topic", "engine.max_in_flight_per_partition", "mirrors[0].fetch_max_bytes"]
+        );
     }
 }
 
@@ -227,8 +253,10 @@ mod mirror_rules {
 mod secrets {
     #[test]
     fn the_admin_token_comes_from_the_environment_and_never_shows_in_debug_output() {
-        let env: std::collections::HashMap<String, String> =
-            [("KMP_UPSTREAM", "d:1"), ("KMP_ADMIN_TOKEN", "s3cret")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let env: std::collections::HashMap<String, String> = [("KMP_UPSTREAM", "d:1"), ("KMP_ADMIN_TOKEN", "s3cret")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let c = super::load(None, &env, &super::Overrides::default()).expect("valid");
         assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
         assert!(!format!("{c:?}").contains("s3cret"), "Debug redacts the token");

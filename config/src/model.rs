@@ -98,7 +98,10 @@ pub struct AdminConfig {
 
 impl std::fmt::Debug for AdminConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AdminConfig").field("listen", &self.listen).field("token", &self.token.as_ref().map(|_| "<redacted>")).finish()
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
     }
 }
 

@@ -23,9 +23,7 @@ impl Config {
     /// Checks every rule and returns all failures at once.
     pub fn validate(&self) -> Result<(), ConfigErrors> {
         let mut errors = Vec::new();
-        let mut err = |key: &str, message: String| {
-            errors.push(ConfigError { key: key.to_owned(), message })
-        };
+        let mut err = |key: &str, message: String| errors.push(ConfigError { key: key.to_owned(), message });
         if split_host_port(&self.listener.listen).is_none() {
             err("listener.listen", format!("`{}` is not host:port", self.listener.listen));
         }
@@ -41,7 +39,10 @@ impl Config {
             err("listener.max_request_frame_bytes", "must be at least 64".to_owned());
         }
         if self.upstream.bootstrap_servers.is_empty() {
-            err("upstream.bootstrap_servers", "at least one host:port is required (flag --upstream, env KMP_UPSTREAM)".to_owned());
+            err(
+                "upstream.bootstrap_servers",
+                "at least one host:port is required (flag --upstream, env KMP_UPSTREAM)".to_owned(),
+            );
         }
         for (i, s) in self.upstream.bootstrap_servers.iter().enumerate() {
             if split_host_port(s).is_none() {
@@ -110,13 +111,19 @@ impl Config {
             if m.topic_refresh_interval_ms < 100 {
                 err(&key("topic_refresh_interval_ms"), "must be at least 100".to_owned());
             }
-            for (field, v) in [("group_offset_sync_interval_ms", m.group_offset_sync_interval_ms), ("topic_config_sync_interval_ms", m.topic_config_sync_interval_ms)] {
+            for (field, v) in [
+                ("group_offset_sync_interval_ms", m.group_offset_sync_interval_ms),
+                ("topic_config_sync_interval_ms", m.topic_config_sync_interval_ms),
+            ] {
                 if v != 0 && v < 100 {
                     err(&key(field), "must be 0 (off) or at least 100".to_owned());
                 }
             }
             if m.start_position != "earliest" {
-                err(&key("start_position"), format!("`{}`: only `earliest` keeps offsets identical", m.start_position));
+                err(
+                    &key("start_position"),
+                    format!("`{}`: only `earliest` keeps offsets identical", m.start_position),
+                );
             }
             if m.replication_factor == 0 || m.replication_factor < -1 {
                 err(&key("replication_factor"), "must be -1 (destination default) or at least 1".to_owned());
@@ -130,7 +137,13 @@ impl Config {
             if m.fetch_max_bytes < 1024 {
                 err(&key("fetch_max_bytes"), "must be at least 1024".to_owned());
             } else if u64::try_from(m.fetch_max_bytes).unwrap_or(0) > e.max_buffer_bytes {
-                err(&key("fetch_max_bytes"), format!("{} is larger than engine.max_buffer_bytes = {}: the partition could never fetch", m.fetch_max_bytes, e.max_buffer_bytes));
+                err(
+                    &key("fetch_max_bytes"),
+                    format!(
+                        "{} is larger than engine.max_buffer_bytes = {}: the partition could never fetch",
+                        m.fetch_max_bytes, e.max_buffer_bytes
+                    ),
+                );
             }
         }
         if errors.is_empty() { Ok(()) } else { Err(ConfigErrors(errors)) }

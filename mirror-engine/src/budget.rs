@@ -54,7 +54,13 @@ impl Budget {
     pub fn new(limit: u64) -> Self {
         let limit = limit.clamp(1, Semaphore::MAX_PERMITS as u64);
         let permits = usize::try_from(limit).unwrap_or(Semaphore::MAX_PERMITS);
-        Self { inner: Arc::new(Inner { permits: Arc::new(Semaphore::new(permits)), limit, peak: AtomicU64::new(0) }) }
+        Self {
+            inner: Arc::new(Inner {
+                permits: Arc::new(Semaphore::new(permits)),
+                limit,
+                peak: AtomicU64::new(0),
+            }),
+        }
     }
 
     /// Waits until `bytes` (capped at the whole budget) are free and reserves them.
@@ -95,7 +101,9 @@ mod tests {
         let waiting = tokio::time::timeout(Duration::from_millis(50), b.reserve(30)).await;
         assert!(waiting.is_err(), "30 more bytes must not fit in a 100-byte budget holding 80");
         drop(first);
-        let _second = tokio::time::timeout(Duration::from_millis(50), b.reserve(30)).await.expect("room after release");
+        let _second = tokio::time::timeout(Duration::from_millis(50), b.reserve(30))
+            .await
+            .expect("room after release");
         assert_eq!(b.in_use(), 30);
         assert_eq!(b.peak(), 80);
     }

@@ -80,11 +80,21 @@ impl ClusterClient {
         let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
-            return Ok(TopicLayout { error_code: 3, partitions: Vec::new(), brokers, topic_id: [0; 16] });
+            return Ok(TopicLayout {
+                error_code: 3,
+                partitions: Vec::new(),
+                brokers,
+                topic_id: [0; 16],
+            });
         };
         let mut partitions: Vec<_> = t.partitions.iter().map(|p| (p.partition_index, p.leader_id.0, p.leader_epoch)).collect();
         partitions.sort_unstable();
-        Ok(TopicLayout { error_code: t.error_code, partitions, brokers, topic_id: *t.topic_id.as_bytes() })
+        Ok(TopicLayout {
+            error_code: t.error_code,
+            partitions,
+            brokers,
+            topic_id: *t.topic_id.as_bytes(),
+        })
     }
 
     /// Names of every topic on the cluster.
@@ -94,7 +104,12 @@ impl ClusterClient {
         req.topics = None; // all topics
         req.allow_auto_topic_creation = false;
         let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
-        Ok(resp.topics.iter().filter(|t| t.error_code == 0).filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned())).collect())
+        Ok(resp
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned()))
+            .collect())
     }
 
     /// A connection to the current leader of `topic`-`partition`, and that leader's epoch (sent
@@ -107,22 +122,37 @@ impl ClusterClient {
     /// Like [`Self::connect_leader`], with a layout the caller already read.
     pub async fn connect_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         if layout.error_code != 0 {
-            return Err(MirrorError::Broker { side: self.side, what: format!("metadata of {topic}"), code: layout.error_code });
+            return Err(MirrorError::Broker {
+                side: self.side,
+                what: format!("metadata of {topic}"),
+                code: layout.error_code,
+            });
         }
-        let (leader, epoch) = layout.partitions.iter().find(|(p, _, _)| *p == partition).map(|&(_, l, e)| (l, e)).unwrap_or((-1, -1));
+        let (leader, epoch) = layout
+            .partitions
+            .iter()
+            .find(|(p, _, _)| *p == partition)
+            .map(|&(_, l, e)| (l, e))
+            .unwrap_or((-1, -1));
         let addr = layout.brokers.get(&leader).ok_or(MirrorError::Broker {
             side: self.side,
             what: format!("leader of {topic}-{partition}"),
             code: 5, // LEADER_NOT_AVAILABLE
         })?;
-        let conn = Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await.map_err(|e| self.wrap(e))?;
+        let conn = Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine")
+            .await
+            .map_err(|e| self.wrap(e))?;
         Ok((conn, epoch))
     }
 }
 
 /// A protocol error attributed to `side` ("source" or "destination").
 fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
-    if side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) }
+    if side == "source" {
+        MirrorError::Source(e)
+    } else {
+        MirrorError::Destination(e)
+    }
 }
 
 /// `(log start, high watermark)` of a partition, read on a connection to its leader.
@@ -143,7 +173,13 @@ pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, par
         let resp = conn.send(&req, 7).await.map_err(|e| side_error(side, e))?;
         match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
             Some(p) if p.error_code == 0 => out[i] = p.offset,
-            Some(p) => return Err(MirrorError::Broker { side, what: what(), code: p.error_code }),
+            Some(p) => {
+                return Err(MirrorError::Broker {
+                    side,
+                    what: what(),
+                    code: p.error_code,
+                });
+            }
             None => return Err(MirrorError::Broker { side, what: what(), code: 3 }),
         }
     }

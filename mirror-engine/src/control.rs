@@ -60,10 +60,18 @@ pub struct TopicResult {
 
 impl TopicResult {
     fn ok(topic: &str) -> Self {
-        Self { topic: topic.to_owned(), error_code: codes::NONE, message: None }
+        Self {
+            topic: topic.to_owned(),
+            error_code: codes::NONE,
+            message: None,
+        }
     }
     fn err(topic: &str, error_code: i16, message: String) -> Self {
-        Self { topic: topic.to_owned(), error_code, message: Some(message) }
+        Self {
+            topic: topic.to_owned(),
+            error_code,
+            message: Some(message),
+        }
     }
 }
 
@@ -247,7 +255,13 @@ impl Control {
 
     /// Running topics of `mirror` whose desired state is `desired`, sorted.
     pub(crate) fn topics_in_state(&self, mirror: &str, desired: Desired) -> Vec<String> {
-        let mut out: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == mirror && *t.desired.borrow() == desired).map(|t| t.key().clone()).collect();
+        let mut out: Vec<String> = self
+            .inner
+            .topics
+            .iter()
+            .filter(|t| t.mirror == mirror && *t.desired.borrow() == desired)
+            .map(|t| t.key().clone())
+            .collect();
         out.sort();
         out
     }
@@ -287,7 +301,11 @@ impl Control {
 
     /// `(partitions, desired)` of a running mirror topic of `mirror`.
     pub(crate) fn topic_shape(&self, topic: &str, mirror: &str) -> Option<(usize, Desired)> {
-        self.inner.topics.get(topic).filter(|rt| rt.mirror == mirror).map(|rt| (rt.partitions, *rt.desired.borrow()))
+        self.inner
+            .topics
+            .get(topic)
+            .filter(|rt| rt.mirror == mirror)
+            .map(|rt| (rt.partitions, *rt.desired.borrow()))
     }
 
     /// Records that `topic` now has `partitions` and starts the copy tasks of the new ones
@@ -315,7 +333,11 @@ impl Control {
             .map(|m| {
                 let mut topics: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == *m.key()).map(|t| t.key().clone()).collect();
                 topics.sort();
-                MirrorListing { name: m.key().clone(), source_bootstrap: m.value().source_bootstrap_servers.join(","), topics }
+                MirrorListing {
+                    name: m.key().clone(),
+                    source_bootstrap: m.value().source_bootstrap_servers.join(","),
+                    topics,
+                }
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -407,7 +429,11 @@ impl Control {
             return Err(TopicResult::err(topic, codes::COORDINATOR_LOAD_IN_PROGRESS, LOADING.into()));
         };
         if !self.has_mirror(mirror) {
-            return Err(TopicResult::err(topic, codes::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {mirror} does not exist")));
+            return Err(TopicResult::err(
+                topic,
+                codes::UNKNOWN_CLUSTER_MIRROR,
+                format!("cluster mirror {mirror} does not exist"),
+            ));
         }
         let deadline = tokio::time::Instant::now() + BOOT_WAIT;
         loop {
@@ -418,7 +444,11 @@ impl Control {
                 None if (self.claimed_by(topic).as_deref() == Some(mirror) || store.topic_owner(topic).is_some_and(|o| o.mirror == mirror))
                     && tokio::time::Instant::now() < deadline => {}
                 _ => {
-                    return Err(TopicResult::err(topic, codes::TOPIC_NOT_IN_CLUSTER_MIRROR, format!("topic {topic} does not belong to cluster mirror {mirror}")));
+                    return Err(TopicResult::err(
+                        topic,
+                        codes::TOPIC_NOT_IN_CLUSTER_MIRROR,
+                        format!("topic {topic} does not belong to cluster mirror {mirror}"),
+                    ));
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -433,7 +463,11 @@ impl Control {
                 .filter(|&p| {
                     let key = (mirror.to_owned(), topic.to_owned(), p);
                     // Caught up = copying, with a known source end, and nothing left to copy.
-                    !self.inner.status.get(&key).is_some_and(|s| s.state == PartitionState::Mirroring && s.source_last_stable_offset >= 0 && s.lag_records() == 0)
+                    !self
+                        .inner
+                        .status
+                        .get(&key)
+                        .is_some_and(|s| s.state == PartitionState::Mirroring && s.source_last_stable_offset >= 0 && s.lag_records() == 0)
                 })
                 .collect();
             if lagging.is_empty() {
@@ -443,7 +477,9 @@ impl Control {
                 return Err(TopicResult::err(
                     topic,
                     codes::REQUEST_TIMED_OUT,
-                    format!("partitions {lagging:?} are not mirroring with zero lag after {limit:?}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"),
+                    format!(
+                        "partitions {lagging:?} are not mirroring with zero lag after {limit:?}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"
+                    ),
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -458,10 +494,18 @@ impl Control {
         match (from, to) {
             (a, b) if a == b => return TopicResult::ok(topic),
             (Desired::Stopped, Desired::Paused) => {
-                return TopicResult::err(topic, codes::MIRROR_TOPIC_BEING_STOPPED, format!("topic {topic} is stopped; it cannot be paused"));
+                return TopicResult::err(
+                    topic,
+                    codes::MIRROR_TOPIC_BEING_STOPPED,
+                    format!("topic {topic} is stopped; it cannot be paused"),
+                );
             }
             (Desired::Stopped, Desired::Mirroring) => {
-                return TopicResult::err(topic, codes::MIRROR_TOPIC_NOT_PAUSED, format!("topic {topic} is stopped, not paused; it cannot be resumed"));
+                return TopicResult::err(
+                    topic,
+                    codes::MIRROR_TOPIC_NOT_PAUSED,
+                    format!("topic {topic} is stopped, not paused; it cannot be resumed"),
+                );
             }
             _ => {}
         }
@@ -469,7 +513,9 @@ impl Control {
         if let Err(e) = self.persist(topic, to).await {
             return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}"));
         }
-        let Some(rt) = self.inner.topics.get(topic) else { return TopicResult::ok(topic) };
+        let Some(rt) = self.inner.topics.get(topic) else {
+            return TopicResult::ok(topic);
+        };
         let _ = rt.desired.send(to);
         info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
         if to == Desired::Mirroring {
@@ -479,7 +525,11 @@ impl Control {
             return TopicResult::ok(topic);
         }
         drop(rt);
-        let target = if to == Desired::Stopped { PartitionState::Stopped } else { PartitionState::Paused };
+        let target = if to == Desired::Stopped {
+            PartitionState::Stopped
+        } else {
+            PartitionState::Paused
+        };
         // Partitions without a running copy task (paused, failed) take the new state at once;
         // running ones halt themselves (in-flight writes settle) and report it.
         for p in 0..partitions as i32 {
@@ -491,7 +541,11 @@ impl Control {
         }
         if !self.wait_all(mirror, topic, partitions, target).await {
             warn!(%topic, "partition tasks did not finish in time");
-            return TopicResult::err(topic, codes::REQUEST_TIMED_OUT, format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()));
+            return TopicResult::err(
+                topic,
+                codes::REQUEST_TIMED_OUT,
+                format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()),
+            );
         }
         // A stopped topic becomes writable in `stop_topics`, after the last group offset sync.
         TopicResult::ok(topic)

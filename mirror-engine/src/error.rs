@@ -26,7 +26,9 @@ pub enum MirrorError {
     #[error("source topic {0} was deleted (or deleted and recreated: its topic id changed); the mirrored data on the destination is kept")]
     SourceTopicDeleted(String),
     /// A run of offsets without visible data is larger than the mirror's `max_fill_offsets`.
-    #[error("{count} offsets from {base} have no visible source data, more than max_fill_offsets = {limit}; raise max_fill_offsets to fill them (see docs/mirroring.md for the fill rate)")]
+    #[error(
+        "{count} offsets from {base} have no visible source data, more than max_fill_offsets = {limit}; raise max_fill_offsets to fill them (see docs/mirroring.md for the fill rate)"
+    )]
     FillTooLarge { base: i64, count: i64, limit: i64 },
     /// The source has something the engine cannot copy exactly yet.
     #[error("unsupported source data: {0}")]
@@ -70,7 +72,12 @@ impl MirrorError {
         match self {
             Self::Source(_) | Self::Destination(_) => true,
             Self::Broker { code, .. } => RETRIABLE.contains(code),
-            Self::OffsetMismatch { .. } | Self::DestinationConflict { .. } | Self::SourceTopicDeleted(_) | Self::FillTooLarge { .. } | Self::Unsupported(_) | Self::Invariant(_) => false,
+            Self::OffsetMismatch { .. }
+            | Self::DestinationConflict { .. }
+            | Self::SourceTopicDeleted(_)
+            | Self::FillTooLarge { .. }
+            | Self::Unsupported(_)
+            | Self::Invariant(_) => false,
         }
     }
 }

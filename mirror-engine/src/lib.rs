@@ -13,10 +13,10 @@ mod boot_gate;
 mod budget;
 mod cluster;
 mod control;
+mod error;
 mod lifecycle;
 mod mirror_settings;
 mod mirrors;
-mod error;
 mod partition;
 mod plan;
 mod registry;
@@ -40,12 +40,11 @@ pub use budget::Budget;
 pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
-pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use registry::{MirrorTopic, MirrorTopics};
+pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use sync::{SyncKind, SyncStatus};
 pub use topic_configs::{FORCED_CONFIGS, NEVER_COPIED};
-
 
 /// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -75,7 +74,13 @@ impl Engine {
         let (_, done) = watch::channel(());
         let (status, topics) = (StatusBoard::default(), MirrorTopics::default());
         let control = Control::new(status.clone(), topics.clone());
-        Self { status, budget: Budget::new(engine.max_buffer_bytes), topics, control, done }
+        Self {
+            status,
+            budget: Budget::new(engine.max_buffer_bytes),
+            topics,
+            control,
+            done,
+        }
     }
 
     /// Resolves once the engine has written its final state after the stop signal.
@@ -87,15 +92,12 @@ impl Engine {
 
 /// Starts the engine in the background: opens the state topic on the destination (retrying
 /// until it is reachable), records the mirror definitions, then starts every mirror's topics.
-pub fn start(
-    engine: &EngineConfig,
-    mirrors: Vec<MirrorConfig>,
-    destination_bootstrap: Vec<String>,
-    timeout: Duration,
-    stop: watch::Receiver<bool>,
-) -> Engine {
+pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, destination_bootstrap: Vec<String>, timeout: Duration, stop: watch::Receiver<bool>) -> Engine {
     let (done_tx, done) = watch::channel(());
-    let handle = Engine { done, ..Engine::unbooted(engine) };
+    let handle = Engine {
+        done,
+        ..Engine::unbooted(engine)
+    };
     let destination = ClusterClient::new("destination", destination_bootstrap, timeout);
     let shared = Shared {
         destination,
@@ -170,14 +172,20 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     let (launch_shared, launch_store) = (shared.clone(), store.clone());
     let span = tracing::Span::current();
     let sync_shared = shared.clone();
-    shared.control.set_final_sync(Arc::new(move |mirror, topics| Box::pin(sync::final_group_sync(sync_shared.clone(), mirror, topics))));
+    shared.control.set_final_sync(Arc::new(move |mirror, topics| {
+        Box::pin(sync::final_group_sync(sync_shared.clone(), mirror, topics))
+    }));
     shared.control.set_launcher(Arc::new(move |def| {
         let _entered = span.enter();
         mirrors::launch(&launch_shared, &launch_store, def);
     }));
     // Mirrors created through the API (stored) and declared in the config come up alike.
-    let created: Vec<MirrorConfig> =
-        store.mirrors().into_iter().filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name)).map(|r| r.definition).collect();
+    let created: Vec<MirrorConfig> = store
+        .mirrors()
+        .into_iter()
+        .filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name))
+        .map(|r| r.definition)
+        .collect();
     for def in mirrors.into_iter().chain(created) {
         mirrors::launch(&shared, &store, def);
     }
@@ -213,12 +221,19 @@ async fn learn_filler_topic_ids(shared: Shared, mut topics: Vec<String>) {
 /// Stores the config's mirror definitions; drops stored config mirrors no longer declared.
 async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
     for m in mirrors {
-        let r = MirrorRecord { origin: "config".into(), definition: m.clone() };
+        let r = MirrorRecord {
+            origin: "config".into(),
+            definition: m.clone(),
+        };
         if let Err(e) = store.put_mirror(&r).await {
             warn!(mirror = %m.name, error = %e, "cannot record the mirror definition");
         }
     }
-    for stale in store.mirrors().into_iter().filter(|r| r.origin == "config" && !mirrors.iter().any(|m| m.name == r.definition.name)) {
+    for stale in store
+        .mirrors()
+        .into_iter()
+        .filter(|r| r.origin == "config" && !mirrors.iter().any(|m| m.name == r.definition.name))
+    {
         info!(mirror = %stale.definition.name, "mirror no longer in the config; removing its stored definition (its topics stay)");
         if let Err(e) = store.delete_mirror(&stale.definition.name).await {
             warn!(error = %e, "cannot remove a stale mirror definition");

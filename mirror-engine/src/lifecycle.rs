@@ -55,7 +55,10 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
     if let Some(o) = &owner
         && o.mirror != m.name
     {
-        return Err(MirrorError::DestinationConflict { topic: topic.to_owned(), reason: format!("the state topic records it as mirror `{}`'s", o.mirror) });
+        return Err(MirrorError::DestinationConflict {
+            topic: topic.to_owned(),
+            reason: format!("the state topic records it as mirror `{}`'s", o.mirror),
+        });
     }
     // A topic the state records as this mirror's, still on the destination, is taken back
     // without asking the source: after losing the source, a restarted proxy must still manage
@@ -150,7 +153,12 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
         let _entered = span.enter();
         start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone());
     });
-    let rt = control::TopicRuntime { mirror: ctx.mirror.name.clone(), partitions, desired: tx, spawn: spawn.clone() };
+    let rt = control::TopicRuntime {
+        mirror: ctx.mirror.name.clone(),
+        partitions,
+        desired: tx,
+        spawn: spawn.clone(),
+    };
     ctx.shared.control.add_topic(topic, rt);
     if desired == Desired::Mirroring {
         for p in 0..partitions as i32 {
@@ -159,7 +167,11 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
         return;
     }
     info!(desired = desired.as_str(), "topic not copying (stored state)");
-    let state = if desired == Desired::Stopped { PartitionState::Stopped } else { PartitionState::Paused };
+    let state = if desired == Desired::Stopped {
+        PartitionState::Stopped
+    } else {
+        PartitionState::Paused
+    };
     for p in 0..partitions as i32 {
         let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == ctx.mirror.name);
         ctx.shared.status.update(&(ctx.mirror.name.clone(), topic.to_owned(), p), |s| {

@@ -68,7 +68,8 @@ pub(crate) fn check_patterns(def: &MirrorConfig) -> Result<(), MirrorError> {
 }
 
 pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
-    v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default()
+    v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default()
 }
 
 impl Control {
@@ -95,10 +96,19 @@ impl Control {
         let Some(mut def) = self.definition(name) else {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
         };
-        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
-        let origin = store.mirrors().into_iter().find(|m| m.definition.name == name).map_or("api".to_owned(), |m| m.origin);
+        let Some(store) = self.store() else {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
+        };
+        let origin = store
+            .mirrors()
+            .into_iter()
+            .find(|m| m.definition.name == name)
+            .map_or("api".to_owned(), |m| m.origin);
         if origin == "config" {
-            return (INVALID_REQUEST, Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")));
+            return (
+                INVALID_REQUEST,
+                Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")),
+            );
         }
         for (key, op, value) in ops {
             let items = csv(value.as_deref());
@@ -116,7 +126,9 @@ impl Control {
             let Some(list) = list_config(&mut def, key) else {
                 return (
                     INVALID_CONFIG,
-                    Some(format!("{key} cannot be changed this way (alterable: bootstrap.servers and the intervals by SET, the include/exclude lists by any operation)")),
+                    Some(format!(
+                        "{key} cannot be changed this way (alterable: bootstrap.servers and the intervals by SET, the include/exclude lists by any operation)"
+                    )),
                 );
             };
             match op {
@@ -130,7 +142,13 @@ impl Control {
         if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));
         }
-        if let Err(e) = store.put_mirror(&MirrorRecord { origin, definition: def.clone() }).await {
+        if let Err(e) = store
+            .put_mirror(&MirrorRecord {
+                origin,
+                definition: def.clone(),
+            })
+            .await
+        {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
         }
         self.set_definition(def);
@@ -153,7 +171,10 @@ mod tests {
         assert_eq!((def.group_offset_sync_interval_ms, def.topic_config_sync_interval_ms), (30_000, 30_000));
         assert_eq!(set_interval(&mut def, "mirror.group.offset.sync.interval.ms", Some("0")), Ok(true));
         assert_eq!(def.group_offset_sync_interval_ms, 0, "0 turns the periodic sync off");
-        assert!(set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("50")).is_err(), "below 100 ms");
+        assert!(
+            set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("50")).is_err(),
+            "below 100 ms"
+        );
         assert!(set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("soon")).is_err());
         assert_eq!(set_interval(&mut def, "mirror.topics.include", Some("x")), Ok(false));
         def.groups_exclude = vec!["(".into()];

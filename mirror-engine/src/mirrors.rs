@@ -45,7 +45,12 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
         let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), shared.destination.timeout());
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
-                let ctx = TopicContext { mirror: def.clone(), source: source.clone(), shared: shared.clone(), store: store.clone() };
+                let ctx = TopicContext {
+                    mirror: def.clone(),
+                    source: source.clone(),
+                    shared: shared.clone(),
+                    store: store.clone(),
+                };
                 // Topics the state records as this mirror's come back whatever the source says
                 // (it may be gone: they must still be managed and failed over).
                 for (topic, _) in store.owned_topics().into_iter().filter(|(_, o)| o.mirror == name) {
@@ -87,7 +92,9 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
 /// (CreatePartitions) and their copy tasks start; new partitions start at offset 0 on both sides.
 async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &ClusterClient, mirror: &str) {
     for topic in shared.control.claimed_topics(mirror) {
-        let Some((have, desired)) = shared.control.topic_shape(&topic, mirror) else { continue };
+        let Some((have, desired)) = shared.control.topic_shape(&topic, mirror) else {
+            continue;
+        };
         if desired == Desired::Stopped {
             continue;
         }
@@ -144,7 +151,10 @@ impl Control {
         }
         let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !KNOWN_KEYS.contains(k)).collect();
         if !unknown.is_empty() {
-            return (INVALID_CONFIG, Some(format!("unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?}")));
+            return (
+                INVALID_CONFIG,
+                Some(format!("unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?}")),
+            );
         }
         if get("security.protocol").is_some_and(|p| !p.eq_ignore_ascii_case("PLAINTEXT")) {
             return (INVALID_CONFIG, Some("only PLAINTEXT source clusters are supported".into()));
@@ -164,8 +174,16 @@ impl Control {
         if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));
         }
-        let Some(store) = booted else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
-        if let Err(e) = store.put_mirror(&MirrorRecord { origin: "api".into(), definition: def.clone() }).await {
+        let Some(store) = booted else {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
+        };
+        if let Err(e) = store
+            .put_mirror(&MirrorRecord {
+                origin: "api".into(),
+                definition: def.clone(),
+            })
+            .await
+        {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
         }
         match self.inner_launcher() {
@@ -181,13 +199,24 @@ impl Control {
         let _ = self.booted_store().await;
         let Some(mut def) = self.definition(name) else {
             let msg = format!("cluster mirror {name} does not exist");
-            let results = topics.iter().map(|t| TopicResult { topic: t.clone(), error_code: codes::UNKNOWN_CLUSTER_MIRROR, message: Some(msg.clone()) }).collect();
+            let results = topics
+                .iter()
+                .map(|t| TopicResult {
+                    topic: t.clone(),
+                    error_code: codes::UNKNOWN_CLUSTER_MIRROR,
+                    message: Some(msg.clone()),
+                })
+                .collect();
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(msg), results);
         };
         let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), Duration::from_secs(10));
         let mut results = Vec::new();
         for t in topics {
-            let r = |code: i16, msg: String| TopicResult { topic: t.clone(), error_code: code, message: Some(msg) };
+            let r = |code: i16, msg: String| TopicResult {
+                topic: t.clone(),
+                error_code: code,
+                message: Some(msg),
+            };
             match (self.claimed_by(t), self.desired(t)) {
                 (Some(m), _) if m != name => {
                     results.push(r(TOPIC_ALREADY_IN_CLUSTER_MIRROR, format!("topic {t} already belongs to cluster mirror {m}")));
@@ -220,7 +249,11 @@ impl Control {
             if !def.topics.contains(t) {
                 def.topics.push(t.clone());
             }
-            results.push(TopicResult { topic: t.clone(), error_code: codes::NONE, message: None });
+            results.push(TopicResult {
+                topic: t.clone(),
+                error_code: codes::NONE,
+                message: None,
+            });
         }
         def.include.extend(include.iter().cloned());
         def.exclude.extend(exclude.iter().cloned());
@@ -228,8 +261,18 @@ impl Control {
             return (INVALID_CONFIG, Some(e.to_string()), results);
         }
         if let Some(store) = self.store() {
-            let origin = store.mirrors().into_iter().find(|m| m.definition.name == name).map_or("api".to_owned(), |m| m.origin);
-            if let Err(e) = store.put_mirror(&MirrorRecord { origin, definition: def.clone() }).await {
+            let origin = store
+                .mirrors()
+                .into_iter()
+                .find(|m| m.definition.name == name)
+                .map_or("api".to_owned(), |m| m.origin);
+            if let Err(e) = store
+                .put_mirror(&MirrorRecord {
+                    origin,
+                    definition: def.clone(),
+                })
+                .await
+            {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")), results);
             }
         }
@@ -247,13 +290,22 @@ impl Control {
         let topics = self.claimed_topics(name);
         let active: Vec<&String> = topics.iter().filter(|t| self.desired(t) != Some(Desired::Stopped)).collect();
         if !active.is_empty() {
-            return (CLUSTER_MIRROR_NOT_EMPTY, Some(format!("cluster mirror {name} still has topics that are not stopped: {active:?}")));
+            return (
+                CLUSTER_MIRROR_NOT_EMPTY,
+                Some(format!("cluster mirror {name} still has topics that are not stopped: {active:?}")),
+            );
         }
-        let Some(store) = self.store() else { return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())) };
+        let Some(store) = self.store() else {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
+        };
         for t in &topics {
             let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
             let topic_id = self.registry().topic_id(t).map(crate::state::id_to_hex).unwrap_or_default();
-            let former = crate::state::FormerTopicRecord { mirror: name.to_owned(), topic_id, at_ms: crate::status::now_ms() };
+            let former = crate::state::FormerTopicRecord {
+                mirror: name.to_owned(),
+                topic_id,
+                at_ms: crate::status::now_ms(),
+            };
             if let Err(e) = store.detach_topic(t, partitions, &former).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
             }
@@ -264,7 +316,11 @@ impl Control {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot remove the mirror: {e}")));
         }
         self.remove_mirror(name);
-        info!(mirror = name, topics = topics.len(), "cluster mirror deleted; its topics are ordinary topics now");
+        info!(
+            mirror = name,
+            topics = topics.len(),
+            "cluster mirror deleted; its topics are ordinary topics now"
+        );
         (codes::NONE, None)
     }
 }

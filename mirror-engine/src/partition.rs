@@ -11,11 +11,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+use crate::budget::{Budget, Reservation};
 use crate::cluster::{ClusterClient, offsets};
+use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
-use crate::budget::{Budget, Reservation};
-use crate::control::Desired;
 use crate::sink::{PartitionSink, Written};
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
@@ -186,7 +186,15 @@ impl PartitionTask {
         loop {
             // The next Fetch overlaps the acknowledgements of what the previous one produced.
             let previous = held.take();
-            let at = FetchAt { topic, topic_id, partition, offset: next, leader_epoch, max_bytes: want, max_wait_ms: 500 };
+            let at = FetchAt {
+                topic,
+                topic_id,
+                partition,
+                offset: next,
+                leader_epoch,
+                max_bytes: want,
+                max_wait_ms: 500,
+            };
             let (fetched, flushed) = tokio::join!(
                 async {
                     let room = self.budget.reserve(u64::try_from(want).unwrap_or(0)).await;
@@ -202,7 +210,10 @@ impl PartitionTask {
             flushed?;
             let (room, fetched) = fetched;
             let fetched = match fetched {
-                Err(MirrorError::Broker { code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID, .. }) if replaced(&self.source.layout(topic).await?, topic_id) => {
+                Err(MirrorError::Broker {
+                    code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID,
+                    ..
+                }) if replaced(&self.source.layout(topic).await?, topic_id) => {
                     // The topic existed when this task started: it was deleted on the source, or
                     // deleted and recreated (another topic under the same name).
                     return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
@@ -226,7 +237,11 @@ impl PartitionTask {
             let mut room = room;
             room.grow_to(got as u64);
             held = Some(room);
-            want = if got.saturating_mul(2) >= usize::try_from(want).unwrap_or(0) { self.fetch_max_bytes } else { IDLE_FETCH_BYTES.min(self.fetch_max_bytes) };
+            want = if got.saturating_mul(2) >= usize::try_from(want).unwrap_or(0) {
+                self.fetch_max_bytes
+            } else {
+                IDLE_FETCH_BYTES.min(self.fetch_max_bytes)
+            };
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
                 continue;
@@ -243,7 +258,12 @@ impl PartitionTask {
                         sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
                         next = header.next_offset();
                     }
-                    Action::Run { base, records, max_timestamp, batch } => {
+                    Action::Run {
+                        base,
+                        records,
+                        max_timestamp,
+                        batch,
+                    } => {
                         sink.write_batch(&batch, records, base, max_timestamp).await?;
                         next = base + i64::from(records);
                     }
@@ -292,7 +312,11 @@ impl PartitionTask {
     /// Sends `count` fillers from `base` in batches; returns the new planned log end.
     async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
         if count > self.max_fill_offsets {
-            return Err(MirrorError::FillTooLarge { base, count, limit: self.max_fill_offsets });
+            return Err(MirrorError::FillTooLarge {
+                base,
+                count,
+                limit: self.max_fill_offsets,
+            });
         }
         let long = count > i64::from(self.max_filler_batch_records);
         if long {

@@ -21,7 +21,12 @@ pub enum Action {
     /// A source batch (contiguous, non-control, not aborted) written whole at its own base offset.
     Write { base: i64, header: BatchHeader, batch: Bytes },
     /// Contiguous records of a source batch re-encoded as their own batch starting at `base`.
-    Run { base: i64, records: i32, max_timestamp: i64, batch: Bytes },
+    Run {
+        base: i64,
+        records: i32,
+        max_timestamp: i64,
+        batch: Bytes,
+    },
 }
 
 impl Action {
@@ -98,19 +103,36 @@ pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTra
             continue;
         }
         if h.base_offset > p.next {
-            p.actions.push(Action::Fill { base: p.next, count: h.base_offset - p.next, timestamp: h.base_timestamp });
+            p.actions.push(Action::Fill {
+                base: p.next,
+                count: h.base_offset - p.next,
+                timestamp: h.base_timestamp,
+            });
             p.next = h.base_offset;
         }
         let from = p.next;
         let data = !(h.is_control() || aborted || h.records_count == 0);
         if !data {
-            p.actions.push(Action::Fill { base: from, count: end - from, timestamp: h.base_timestamp });
+            p.actions.push(Action::Fill {
+                base: from,
+                count: end - from,
+                timestamp: h.base_timestamp,
+            });
         } else if from == h.base_offset && h.is_contiguous() {
-            p.actions.push(Action::Write { base: from, header: h, batch: batch.clone() });
+            p.actions.push(Action::Write {
+                base: from,
+                header: h,
+                batch: batch.clone(),
+            });
         } else {
             for piece in split_from(&batch, &h, from).map_err(MirrorError::Source)? {
                 p.actions.push(match piece {
-                    Piece::Run { base, records, batch } => Action::Run { base, records, max_timestamp: h.max_timestamp, batch },
+                    Piece::Run { base, records, batch } => Action::Run {
+                        base,
+                        records,
+                        max_timestamp: h.max_timestamp,
+                        batch,
+                    },
                     Piece::Gap { base, count, timestamp } => Action::Fill { base, count, timestamp },
                 });
             }
@@ -133,7 +155,9 @@ fn check(start: i64, plan: &Plan, visible: &[(BatchHeader, Bytes)]) -> Result<()
     for a in &plan.actions {
         let (from, to) = a.range();
         if from != at || to <= from {
-            return Err(MirrorError::Invariant(format!("plan writes {from}..{to} where the destination log ends at {at}")));
+            return Err(MirrorError::Invariant(format!(
+                "plan writes {from}..{to} where the destination log ends at {at}"
+            )));
         }
         at = to;
     }

@@ -27,8 +27,13 @@ fn record(o: i64, pid: i64, txn: bool) -> Record {
 fn batch_with(offsets: &[i64], first: i64, last: i64, pid: i64, txn: bool, compression: Compression) -> (BatchHeader, Bytes) {
     // The encoder keeps records in one batch while offset - sequence stays the same; without a
     // producer id the batch's base sequence must come out as -1.
-    let records: Vec<Record> =
-        offsets.iter().map(|&o| Record { sequence: (o - first) as i32 + if pid < 0 { -1 } else { 0 }, ..record(o, pid, txn) }).collect();
+    let records: Vec<Record> = offsets
+        .iter()
+        .map(|&o| Record {
+            sequence: (o - first) as i32 + if pid < 0 { -1 } else { 0 },
+            ..record(o, pid, txn)
+        })
+        .collect();
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
     let mut b = buf.to_vec();
@@ -116,7 +121,11 @@ fn aborted_transactional_data_becomes_fillers_but_other_producers_are_kept() {
     let (mut plain, b) = batch(2, 1);
     plain.producer_id = 8;
     let p = plan(0, vec![txn_batch(0, 2, 7), (plain, b), marker(3, 7), txn_batch(4, 1, 7)], &mut aborts).unwrap();
-    assert_eq!(kinds(&p), vec![('F', 0, 2), ('W', 2, 1), ('F', 3, 1), ('W', 4, 1)], "after the abort marker, pid 7 writes again");
+    assert_eq!(
+        kinds(&p),
+        vec![('F', 0, 2), ('W', 2, 1), ('F', 3, 1), ('W', 4, 1)],
+        "after the abort marker, pid 7 writes again"
+    );
 }
 
 #[test]
@@ -167,9 +176,16 @@ fn a_log_end_inside_a_compacted_batch_keeps_later_runs_and_fills_only_holes() {
     assert_eq!(kinds(&p), vec![('R', 15, 2), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2), ('W', 22, 2)]);
     assert_eq!(written(&p), keys([15, 16, 19, 22, 23]));
     let p = run(12, vec![compacted()]);
-    assert_eq!(kinds(&p), vec![('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)], "a log end on a hole");
+    assert_eq!(
+        kinds(&p),
+        vec![('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)],
+        "a log end on a hole"
+    );
     let p = run(10, vec![compacted()]);
-    assert_eq!(kinds(&p), vec![('R', 10, 2), ('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)]);
+    assert_eq!(
+        kinds(&p),
+        vec![('R', 10, 2), ('F', 12, 2), ('R', 14, 3), ('F', 17, 2), ('R', 19, 1), ('F', 20, 2)]
+    );
 }
 
 #[test]
@@ -192,7 +208,15 @@ fn a_log_end_inside_an_aborted_transactional_batch_fills_the_rest() {
 #[test]
 fn the_check_refuses_a_filler_over_a_visible_record() {
     let (h, b) = batch(0, 100);
-    let bad = Plan { actions: vec![Action::Fill { base: 37, count: 63, timestamp: 0 }], next: 100, reencoded: 0 };
+    let bad = Plan {
+        actions: vec![Action::Fill {
+            base: 37,
+            count: 63,
+            timestamp: 0,
+        }],
+        next: 100,
+        reencoded: 0,
+    };
     let e = check(37, &bad, &[(h, b)]).unwrap_err();
     assert!(matches!(e, MirrorError::Invariant(_)), "{e}");
     assert!(e.to_string().contains("offset 37"), "the reason names the record: {e}");
@@ -202,19 +226,54 @@ fn the_check_refuses_a_filler_over_a_visible_record() {
 #[test]
 fn the_check_refuses_a_filler_over_a_record_inside_a_compacted_batch_and_allows_holes() {
     let (h, b) = batch_with(&[10, 11, 14, 15, 16, 19], 10, 21, -1, false, Compression::Snappy);
-    let holes = Plan { actions: vec![Action::Fill { base: 12, count: 2, timestamp: 0 }], next: 14, reencoded: 0 };
+    let holes = Plan {
+        actions: vec![Action::Fill {
+            base: 12,
+            count: 2,
+            timestamp: 0,
+        }],
+        next: 14,
+        reencoded: 0,
+    };
     check(12, &holes, &[(h, b.clone())]).expect("filling a hole is allowed");
-    let bad = Plan { actions: vec![Action::Fill { base: 17, count: 3, timestamp: 0 }], next: 20, reencoded: 0 };
+    let bad = Plan {
+        actions: vec![Action::Fill {
+            base: 17,
+            count: 3,
+            timestamp: 0,
+        }],
+        next: 20,
+        reencoded: 0,
+    };
     let e = check(17, &bad, &[(h, b)]).unwrap_err();
     assert!(e.to_string().contains("offset 19"), "{e}");
 }
 
 #[test]
 fn the_check_refuses_plans_with_gaps_or_overlaps() {
-    let gap = Plan { actions: vec![Action::Fill { base: 5, count: 2, timestamp: 0 }], next: 7, reencoded: 0 };
+    let gap = Plan {
+        actions: vec![Action::Fill {
+            base: 5,
+            count: 2,
+            timestamp: 0,
+        }],
+        next: 7,
+        reencoded: 0,
+    };
     assert!(check(3, &gap, &[]).is_err(), "offsets 3..5 would be skipped");
     let overlap = Plan {
-        actions: vec![Action::Fill { base: 3, count: 2, timestamp: 0 }, Action::Fill { base: 4, count: 2, timestamp: 0 }],
+        actions: vec![
+            Action::Fill {
+                base: 3,
+                count: 2,
+                timestamp: 0,
+            },
+            Action::Fill {
+                base: 4,
+                count: 2,
+                timestamp: 0,
+            },
+        ],
         next: 6,
         reencoded: 0,
     };
@@ -226,7 +285,11 @@ fn the_check_refuses_plans_with_gaps_or_overlaps() {
 /// One generated batch: (gap before it, length, kind) where kind 0 = plain, 1 = compacted
 /// (every third record removed), 2 = committed transactional, 3 = aborted transactional,
 /// 4 = marker.
-fn history(spec: &[(i64, i64, u8)]) -> (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>) {
+/// Generated batches, their aborted transactions `(producer id, first offset)` and the offsets
+/// of the records a read_committed consumer sees.
+type History = (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>);
+
+fn history(spec: &[(i64, i64, u8)]) -> History {
     let (mut at, mut batches, mut aborted, mut visible) = (0i64, Vec::new(), Vec::new(), Vec::new());
     for (i, &(gap, len, kind)) in spec.iter().enumerate() {
         at += gap;

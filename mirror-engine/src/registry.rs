@@ -40,7 +40,11 @@ impl MirrorTopics {
         if topic_id != [0; 16] {
             self.by_id.insert(topic_id, topic.to_owned());
         }
-        let mut e = self.by_name.entry(topic.to_owned()).or_insert_with(|| MirrorTopic { mirror: mirror.to_owned(), topic_id, writable: false });
+        let mut e = self.by_name.entry(topic.to_owned()).or_insert_with(|| MirrorTopic {
+            mirror: mirror.to_owned(),
+            topic_id,
+            writable: false,
+        });
         e.mirror = mirror.to_owned();
         if topic_id != [0; 16] {
             e.topic_id = topic_id;
@@ -148,17 +152,26 @@ mod tests {
         let r = MirrorTopics::default();
         assert!(!r.has_filler_topics());
         r.register("orders", "dr", [0; 16]);
-        assert!(r.may_hold_fillers_id(&[8; 16]), "while a mirror topic's id is unknown, every id may hold fillers");
+        assert!(
+            r.may_hold_fillers_id(&[8; 16]),
+            "while a mirror topic's id is unknown, every id may hold fillers"
+        );
         r.register("orders", "dr", [7; 16]);
         r.remove("orders");
         assert_eq!(r.read_only("orders"), None, "a deleted mirror's topic is writable");
         assert!(r.may_hold_fillers("orders") && r.may_hold_fillers_id(&[7; 16]), "its fillers are still masked");
         assert!(!r.may_hold_fillers("payments") && !r.may_hold_fillers_id(&[8; 16]));
         r.mark_filler_topic("old", [9; 16]);
-        assert!(r.may_hold_fillers_id(&[9; 16]) && r.read_only("old").is_none(), "a former mirror topic from the state topic");
+        assert!(
+            r.may_hold_fillers_id(&[9; 16]) && r.read_only("old").is_none(),
+            "a former mirror topic from the state topic"
+        );
         r.mark_filler_topic("gone", [0; 16]);
         assert!(r.may_hold_fillers_id(&[8; 16]));
         r.forget_filler_topic("gone");
-        assert!(!r.may_hold_fillers_id(&[8; 16]) && !r.may_hold_fillers("gone"), "a topic deleted on the destination is forgotten");
+        assert!(
+            !r.may_hold_fillers_id(&[8; 16]) && !r.may_hold_fillers("gone"),
+            "a topic deleted on the destination is forgotten"
+        );
     }
 }

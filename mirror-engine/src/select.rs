@@ -24,7 +24,11 @@ pub(crate) fn compile(what: &str, patterns: &[String]) -> Result<Vec<Regex>, Mir
 
 impl TopicSelector {
     pub fn new(names: &[String], include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self { names: names.to_vec(), include: compile("topic", include)?, exclude: compile("topic", exclude)? })
+        Ok(Self {
+            names: names.to_vec(),
+            include: compile("topic", include)?,
+            exclude: compile("topic", exclude)?,
+        })
     }
 
     /// Whether `topic` is mirrored.

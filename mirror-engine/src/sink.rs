@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
 use kmp_protocol::client::{Connection, Sent};
-use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
@@ -71,7 +71,11 @@ impl PartitionSink {
         req.producer_epoch = -1;
         let resp = conn.send(&req, 4).await.map_err(MirrorError::Destination)?;
         if resp.error_code != 0 {
-            return Err(MirrorError::Broker { side: "destination", what: "InitProducerId".into(), code: resp.error_code });
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what: "InitProducerId".into(),
+                code: resp.error_code,
+            });
         }
         Ok(Self {
             conn,
@@ -87,20 +91,36 @@ impl PartitionSink {
     }
 
     fn fields(&self) -> ProducerFields {
-        ProducerFields { producer_id: self.producer_id, producer_epoch: self.producer_epoch, base_sequence: self.next_sequence }
+        ProducerFields {
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.next_sequence,
+        }
     }
 
     /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
     pub async fn write_batch(&mut self, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
         let out = batch::rewrite_for_produce(batch, self.fields()).map_err(MirrorError::Source)?;
-        let w = Written { base, records, bytes: out.len(), max_timestamp, filler: false };
+        let w = Written {
+            base,
+            records,
+            bytes: out.len(),
+            max_timestamp,
+            filler: false,
+        };
         self.produce(out, w).await
     }
 
     /// Sends `count` filler records starting at `base`.
     pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
         let out = batch::filler_batch(count, timestamp, self.fields()).map_err(MirrorError::Destination)?;
-        let w = Written { base, records: count, bytes: out.len(), max_timestamp: timestamp, filler: true };
+        let w = Written {
+            base,
+            records: count,
+            bytes: out.len(),
+            max_timestamp: timestamp,
+            filler: true,
+        };
         self.produce(out, w).await
     }
 
@@ -144,13 +164,29 @@ impl PartitionSink {
             .iter()
             .flat_map(|t| t.partition_responses.iter())
             .find(|p| p.index == self.partition)
-            .ok_or_else(|| MirrorError::Broker { side: "destination", what: "produce".into(), code: 3 })?;
+            .ok_or_else(|| MirrorError::Broker {
+                side: "destination",
+                what: "produce".into(),
+                code: 3,
+            })?;
         if p.error_code != 0 {
-            let what = format!("produce to {}-{}: {}", self.topic.0.as_str(), self.partition, p.error_message.as_ref().map_or("", |m| m.as_str()));
-            return Err(MirrorError::Broker { side: "destination", what, code: p.error_code });
+            let what = format!(
+                "produce to {}-{}: {}",
+                self.topic.0.as_str(),
+                self.partition,
+                p.error_message.as_ref().map_or("", |m| m.as_str())
+            );
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what,
+                code: p.error_code,
+            });
         }
         if p.base_offset != w.base {
-            return Err(MirrorError::OffsetMismatch { expected: w.base, got: p.base_offset });
+            return Err(MirrorError::OffsetMismatch {
+                expected: w.base,
+                got: p.base_offset,
+            });
         }
         self.in_flight.pop_front();
         self.acknowledged.push(w);
@@ -172,10 +208,23 @@ impl PartitionSink {
         req.topics = vec![t];
         req.timeout_ms = PRODUCE_TIMEOUT_MS;
         let resp = self.conn.send(&req, 2).await.map_err(MirrorError::Destination)?;
-        match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == self.partition) {
+        match resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == self.partition)
+        {
             Some(p) if p.error_code == 0 => Ok(()),
-            Some(p) => Err(MirrorError::Broker { side: "destination", what: format!("DeleteRecords before {offset}"), code: p.error_code }),
-            None => Err(MirrorError::Broker { side: "destination", what: format!("DeleteRecords before {offset}"), code: 3 }),
+            Some(p) => Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("DeleteRecords before {offset}"),
+                code: p.error_code,
+            }),
+            None => Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("DeleteRecords before {offset}"),
+                code: 3,
+            }),
         }
     }
 }

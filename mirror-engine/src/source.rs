@@ -43,7 +43,15 @@ pub struct FetchAt<'a> {
 
 /// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader.
 pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
-    let FetchAt { topic, topic_id, partition, offset, leader_epoch, max_bytes, max_wait_ms } = at;
+    let FetchAt {
+        topic,
+        topic_id,
+        partition,
+        offset,
+        leader_epoch,
+        max_bytes,
+        max_wait_ms,
+    } = at;
     let mut p = FetchPartition::default();
     p.partition = partition;
     p.fetch_offset = offset;
@@ -68,9 +76,17 @@ pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, Mi
         .into_iter()
         .flat_map(|t| t.partitions)
         .find(|p| p.partition_index == partition)
-        .ok_or_else(|| MirrorError::Broker { side: "source", what: format!("fetch {topic}-{partition}"), code: 3 })?;
+        .ok_or_else(|| MirrorError::Broker {
+            side: "source",
+            what: format!("fetch {topic}-{partition}"),
+            code: 3,
+        })?;
     if part.error_code != 0 {
-        return Err(MirrorError::Broker { side: "source", what: format!("fetch {topic}-{partition}@{offset}"), code: part.error_code });
+        return Err(MirrorError::Broker {
+            side: "source",
+            what: format!("fetch {topic}-{partition}@{offset}"),
+            code: part.error_code,
+        });
     }
     let batches = match &part.records {
         Some(r) => batch::split(r).map_err(MirrorError::Source)?,
@@ -80,7 +96,12 @@ pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, Mi
         high_watermark: part.high_watermark,
         last_stable_offset: part.last_stable_offset,
         log_start_offset: part.log_start_offset,
-        aborted: part.aborted_transactions.unwrap_or_default().iter().map(|a| (a.producer_id.0, a.first_offset)).collect(),
+        aborted: part
+            .aborted_transactions
+            .unwrap_or_default()
+            .iter()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect(),
         batches,
     })
 }

@@ -148,9 +148,18 @@ impl StateStore {
         };
         let code = create_topic(&destination, &spec).await?;
         if code != 0 && code != crate::topics::TOPIC_ALREADY_EXISTS {
-            return Err(MirrorError::Broker { side: "destination", what: format!("create state topic {topic}"), code });
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("create state topic {topic}"),
+                code,
+            });
         }
-        let store = Self { destination, topic: topic.to_owned(), entries: Default::default(), writer: Mutex::new(None) };
+        let store = Self {
+            destination,
+            topic: topic.to_owned(),
+            entries: Default::default(),
+            writer: Mutex::new(None),
+        };
         store.load().await?;
         Ok(store)
     }
@@ -162,13 +171,23 @@ impl StateStore {
         let mut next = start;
         let mut entries = HashMap::new();
         while next < end {
-            let at = FetchAt { topic: &self.topic, topic_id: layout.topic_id, partition: 0, offset: next, leader_epoch: epoch, max_bytes: 4 << 20, max_wait_ms: 100 };
+            let at = FetchAt {
+                topic: &self.topic,
+                topic_id: layout.topic_id,
+                partition: 0,
+                offset: next,
+                leader_epoch: epoch,
+                max_bytes: 4 << 20,
+                max_wait_ms: 100,
+            };
             let fetched = fetch(&mut conn, at).await?;
             let Some((last, _)) = fetched.batches.last() else { break };
             next = last.next_offset();
             for (_, b) in &fetched.batches {
                 for (_, key, value) in records::decode(b).map_err(MirrorError::Destination)? {
-                    let Some(key) = key.and_then(|k| String::from_utf8(k.to_vec()).ok()) else { continue };
+                    let Some(key) = key.and_then(|k| String::from_utf8(k.to_vec()).ok()) else {
+                        continue;
+                    };
                     match value {
                         Some(v) => entries.insert(key, v),
                         None => entries.remove(&key),
@@ -209,7 +228,9 @@ impl StateStore {
     /// Topics that were mirror topics (their mirror was deleted).
     pub fn former_topics(&self) -> Vec<(String, FormerTopicRecord)> {
         let keys: Vec<String> = self.lock().keys().filter(|k| k.starts_with("former/")).cloned().collect();
-        keys.iter().filter_map(|k| Some((k.strip_prefix("former/")?.to_owned(), self.get(k)?))).collect()
+        keys.iter()
+            .filter_map(|k| Some((k.strip_prefix("former/")?.to_owned(), self.get(k)?)))
+            .collect()
     }
 
     /// The stored state of `topic`-`partition`.
@@ -273,9 +294,19 @@ impl StateStore {
         let Some(c) = conn.as_mut() else { return Ok(()) };
         let req = produce_request(TopicName(StrBytes::from_string(self.topic.clone())), 0, blob);
         let resp = c.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
-        let code = resp.responses.iter().flat_map(|t| t.partition_responses.iter()).map(|p| p.error_code).next().unwrap_or(3);
+        let code = resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partition_responses.iter())
+            .map(|p| p.error_code)
+            .next()
+            .unwrap_or(3);
         if code != 0 {
-            return Err(MirrorError::Broker { side: "destination", what: format!("write state to {}", self.topic), code });
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("write state to {}", self.topic),
+                code,
+            });
         }
         Ok(())
     }
@@ -293,7 +324,10 @@ impl StateStore {
                 changed.push((key, r));
             }
         }
-        let entries = changed.iter().map(|(k, r)| Ok((k.clone(), Some(json(r)?)))).collect::<Result<Vec<_>, MirrorError>>()?;
+        let entries = changed
+            .iter()
+            .map(|(k, r)| Ok((k.clone(), Some(json(r)?))))
+            .collect::<Result<Vec<_>, MirrorError>>()?;
         self.write(entries).await?;
         written.extend(changed);
         Ok(())
@@ -301,7 +335,9 @@ impl StateStore {
 }
 
 fn json<T: Serialize>(v: &T) -> Result<Bytes, MirrorError> {
-    serde_json::to_vec(v).map(Bytes::from).map_err(|e| MirrorError::Unsupported(format!("cannot serialise state: {e}")))
+    serde_json::to_vec(v)
+        .map(Bytes::from)
+        .map_err(|e| MirrorError::Unsupported(format!("cannot serialise state: {e}")))
 }
 
 /// Writes changed partition state every `interval` until `stop`, then once more.

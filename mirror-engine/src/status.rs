@@ -115,7 +115,9 @@ impl PartitionStatus {
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `(mirror, topic, partition)`.
@@ -154,7 +156,11 @@ mod tests {
 
     #[test]
     fn time_lag_is_zero_when_caught_up_and_the_age_of_the_newest_copy_otherwise() {
-        let mut s = PartitionStatus { source_last_stable_offset: 10, destination_next_offset: 10, ..Default::default() };
+        let mut s = PartitionStatus {
+            source_last_stable_offset: 10,
+            destination_next_offset: 10,
+            ..Default::default()
+        };
         s.record_write(1_000, 1_250);
         assert_eq!(s.replication_latency_ms, 250);
         assert_eq!(s.lag_seconds(5_000), 0.0, "caught up");

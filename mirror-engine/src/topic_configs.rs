@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use kmp_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kmp_protocol::kafka_protocol::messages::DescribeConfigsRequest;
+use kmp_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use regex::Regex;
 
@@ -45,7 +45,9 @@ pub struct ConfigFilter {
 impl ConfigFilter {
     /// `exclude`: the mirror's `topic_config_exclude` (whole-name regexes).
     pub fn new(exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self { exclude: crate::select::compile("topic config", exclude)? })
+        Ok(Self {
+            exclude: crate::select::compile("topic config", exclude)?,
+        })
     }
 
     /// Whether the config `name` is copied from the source.
@@ -93,7 +95,11 @@ pub async fn describe(cluster: &ClusterClient, topics: &[String]) -> Result<Hash
                 .configs
                 .into_iter()
                 .map(|c| {
-                    let entry = ConfigEntry { value: c.value.map(|v| v.as_str().to_owned()), dynamic: c.config_source == DYNAMIC_TOPIC_CONFIG, sensitive: c.is_sensitive };
+                    let entry = ConfigEntry {
+                        value: c.value.map(|v| v.as_str().to_owned()),
+                        dynamic: c.config_source == DYNAMIC_TOPIC_CONFIG,
+                        sensitive: c.is_sensitive,
+                    };
                     (c.name.as_str().to_owned(), entry)
                 })
                 .collect();
@@ -147,7 +153,11 @@ mod tests {
     use super::*;
 
     fn entry(value: &str, dynamic: bool) -> ConfigEntry {
-        ConfigEntry { value: Some(value.to_owned()), dynamic, sensitive: false }
+        ConfigEntry {
+            value: Some(value.to_owned()),
+            dynamic,
+            sensitive: false,
+        }
     }
 
     fn filter() -> ConfigFilter {
@@ -161,7 +171,10 @@ mod tests {
         for (k, _) in FORCED_CONFIGS {
             assert!(!f.copies(k), "{k} is forced, not copied");
         }
-        assert!(!ConfigFilter::new(&[]).unwrap().copies("compression.type"), "forced configs stay excluded with an empty list");
+        assert!(
+            !ConfigFilter::new(&[]).unwrap().copies("compression.type"),
+            "forced configs stay excluded with an empty list"
+        );
         assert!(!f.copies("min.insync.replicas"));
         assert!(!f.copies("confluent.placement.constraints"));
         assert!(f.copies("retention.ms") && f.copies("cleanup.policy") && f.copies("max.message.bytes"));
@@ -183,14 +196,20 @@ mod tests {
             ("min.insync.replicas".into(), entry("1", false)),
         ]
         .into();
-        assert_eq!(plan(&source, &destination, &filter()), vec![ConfigChange::Set("retention.ms".into(), "1000".into())]);
+        assert_eq!(
+            plan(&source, &destination, &filter()),
+            vec![ConfigChange::Set("retention.ms".into(), "1000".into())]
+        );
     }
 
     #[test]
     fn a_default_value_equal_to_the_source_override_is_still_set_so_it_sticks() {
         let source: TopicConfigs = [("retention.ms".into(), entry("604800000", true))].into();
         let destination: TopicConfigs = [("retention.ms".into(), entry("604800000", false))].into();
-        assert_eq!(plan(&source, &destination, &filter()), vec![ConfigChange::Set("retention.ms".into(), "604800000".into())]);
+        assert_eq!(
+            plan(&source, &destination, &filter()),
+            vec![ConfigChange::Set("retention.ms".into(), "604800000".into())]
+        );
     }
 
     #[test]
@@ -207,7 +226,11 @@ mod tests {
 
     #[test]
     fn sensitive_values_are_neither_copied_nor_deleted() {
-        let secret = ConfigEntry { value: None, dynamic: true, sensitive: true };
+        let secret = ConfigEntry {
+            value: None,
+            dynamic: true,
+            sensitive: true,
+        };
         let source: TopicConfigs = [("x.password".into(), secret.clone())].into();
         let destination: TopicConfigs = [("y.password".into(), secret)].into();
         assert!(plan(&source, &destination, &filter()).is_empty());

@@ -19,7 +19,11 @@ async fn source_configs(source: &ClusterClient, topic: &str, filter: &ConfigFilt
     let mut all = topic_configs::describe(source, &[topic.to_owned()]).await?;
     match all.remove(topic) {
         Some(Ok(configs)) => Ok(topic_configs::copied(&configs, filter)),
-        Some(Err(code)) => Err(MirrorError::Broker { side: "source", what: format!("DescribeConfigs {topic}"), code }),
+        Some(Err(code)) => Err(MirrorError::Broker {
+            side: "source",
+            what: format!("DescribeConfigs {topic}"),
+            code,
+        }),
         None => Ok(Vec::new()),
     }
 }
@@ -74,7 +78,11 @@ pub async fn add_partitions(destination: &ClusterClient, topic: &str, partitions
     match resp.results.first().map_or(0, |r| r.error_code) {
         0 => Ok(()),
         37 if destination.layout(topic).await?.partitions.len() >= partitions => Ok(()), // INVALID_PARTITIONS: already there
-        code => Err(MirrorError::Broker { side: "destination", what: format!("add partitions to {topic}"), code }),
+        code => Err(MirrorError::Broker {
+            side: "destination",
+            what: format!("add partitions to {topic}"),
+            code,
+        }),
     }
 }
 
@@ -111,12 +119,21 @@ pub async fn ensure_destination_topic(
 ) -> Result<(Prepared, [u8; 16]), MirrorError> {
     let src = source.layout(topic).await?;
     if src.error_code != 0 {
-        return Err(MirrorError::Broker { side: "source", what: format!("metadata of {topic}"), code: src.error_code });
+        return Err(MirrorError::Broker {
+            side: "source",
+            what: format!("metadata of {topic}"),
+            code: src.error_code,
+        });
     }
     let partitions = src.partitions.len();
     let copied = source_configs(source, topic, filter).await?;
     let forced = FORCED_CONFIGS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
-    let spec = TopicSpec { name: topic, partitions: partitions as i32, replication_factor, configs: copied.into_iter().chain(forced).collect() };
+    let spec = TopicSpec {
+        name: topic,
+        partitions: partitions as i32,
+        replication_factor,
+        configs: copied.into_iter().chain(forced).collect(),
+    };
     match create_topic(destination, &spec).await? {
         0 => Ok((Prepared::Created(partitions), src.topic_id)),
         TOPIC_ALREADY_EXISTS => {
@@ -147,6 +164,10 @@ pub async fn ensure_destination_topic(
             }
             Ok((Prepared::AdoptedEmpty(partitions), src.topic_id))
         }
-        code => Err(MirrorError::Broker { side: "destination", what: format!("create topic {topic}"), code }),
+        code => Err(MirrorError::Broker {
+            side: "destination",
+            what: format!("create topic {topic}"),
+            code,
+        }),
     }
 }

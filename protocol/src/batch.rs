@@ -77,7 +77,11 @@ impl BatchHeader {
 }
 
 fn malformed(detail: String) -> ProtocolError {
-    ProtocolError::Malformed { what: "record batch", detail, side: Side::Broker }
+    ProtocolError::Malformed {
+        what: "record batch",
+        detail,
+        side: Side::Broker,
+    }
 }
 
 fn be<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
@@ -249,7 +253,11 @@ mod tests {
         buf.freeze()
     }
 
-    const FIELDS: ProducerFields = ProducerFields { producer_id: 77, producer_epoch: 0, base_sequence: 500 };
+    const FIELDS: ProducerFields = ProducerFields {
+        producer_id: 77,
+        producer_epoch: 0,
+        base_sequence: 500,
+    };
 
     #[test]
     fn header_is_parsed_from_a_real_encoded_batch() {
@@ -293,7 +301,10 @@ mod tests {
             assert_eq!(r.key.as_deref(), Some(FILLER_KEY));
             assert_eq!(r.value, None);
             assert_eq!(r.headers.len(), 1);
-            assert_eq!(r.headers.get_index(0).map(|(k, v)| (k.as_str().as_bytes(), v.as_deref())), Some((FILLER_HEADER, Some(&b"1"[..]))));
+            assert_eq!(
+                r.headers.get_index(0).map(|(k, v)| (k.as_str().as_bytes(), v.as_deref())),
+                Some((FILLER_HEADER, Some(&b"1"[..])))
+            );
             assert_eq!(r.sequence, 500 + i as i32);
         }
         assert!(filler_batch(0, 0, FIELDS).is_err());

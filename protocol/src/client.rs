@@ -43,8 +43,14 @@ impl Connection {
     pub async fn connect(addr: &str, timeout: Duration, client_id: &str) -> Result<Self, ProtocolError> {
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| ProtocolError::Connect { addr: addr.to_owned(), detail: format!("timed out after {timeout:?}") })?
-            .map_err(|e| ProtocolError::Connect { addr: addr.to_owned(), detail: e.to_string() })?;
+            .map_err(|_| ProtocolError::Connect {
+                addr: addr.to_owned(),
+                detail: format!("timed out after {timeout:?}"),
+            })?
+            .map_err(|e| ProtocolError::Connect {
+                addr: addr.to_owned(),
+                detail: e.to_string(),
+            })?;
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
         Ok(Self {
@@ -83,7 +89,10 @@ impl Connection {
         header.correlation_id = correlation_id;
         header.client_id = Some(self.client_id.clone());
         let frame = encode_request(&header, key, req)?;
-        self.writer.write_all(&frame).await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        self.writer
+            .write_all(&frame)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
         Ok(Sent { correlation_id, key, version })
     }
 
@@ -92,14 +101,20 @@ impl Connection {
         let resp = self.read_frame().await?;
         let got = peek::response_correlation_id(&resp)?;
         if got != sent.correlation_id {
-            return Err(ProtocolError::CorrelationMismatch { expected: sent.correlation_id, got });
+            return Err(ProtocolError::CorrelationMismatch {
+                expected: sent.correlation_id,
+                got,
+            });
         }
         Ok(decode_response::<R::Response>(&resp, sent.key, sent.version)?.1)
     }
 
     /// Sends an already-encoded request frame and returns the raw response frame.
     pub async fn round_trip_raw(&mut self, frame: &[u8]) -> Result<Bytes, ProtocolError> {
-        self.writer.write_all(frame).await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        self.writer
+            .write_all(frame)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
         self.read_frame().await
     }
 
@@ -117,7 +132,10 @@ impl Connection {
         req.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
         let resp = self.send(&req, 3).await?;
         if resp.error_code != 0 {
-            return Err(ProtocolError::BrokerError { what: "ApiVersions".into(), code: resp.error_code });
+            return Err(ProtocolError::BrokerError {
+                what: "ApiVersions".into(),
+                code: resp.error_code,
+            });
         }
         Ok(resp.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect())
     }

@@ -29,7 +29,13 @@ impl ApiKeyName for ApiKey {
 
 /// Decodes a response frame of `key`/`version`: header and body. Zero-copy for byte fields.
 pub fn decode_response<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) -> Result<(ResponseHeader, T), ProtocolError> {
-    let err = |detail: String| ProtocolError::Codec { op: "decode", api: api_name(key), version, detail, side: Side::Broker };
+    let err = |detail: String| ProtocolError::Codec {
+        op: "decode",
+        api: api_name(key),
+        version,
+        detail,
+        side: Side::Broker,
+    };
     let mut body = frame.slice(PREFIX.min(frame.len())..);
     let header = ResponseHeader::decode(&mut body, key.response_header_version(version)).map_err(|e| err(e.to_string()))?;
     let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
@@ -38,7 +44,13 @@ pub fn decode_response<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) -
 
 /// Decodes a request frame of `key`/`version`: header and body.
 pub fn decode_request<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) -> Result<(RequestHeader, T), ProtocolError> {
-    let err = |detail: String| ProtocolError::Codec { op: "decode", api: api_name(key), version, detail, side: Side::Client };
+    let err = |detail: String| ProtocolError::Codec {
+        op: "decode",
+        api: api_name(key),
+        version,
+        detail,
+        side: Side::Client,
+    };
     let mut body = frame.slice(PREFIX.min(frame.len())..);
     let header = RequestHeader::decode(&mut body, key.request_header_version(version)).map_err(|e| err(e.to_string()))?;
     let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
@@ -60,7 +72,13 @@ pub fn encode_request<T: Encodable>(header: &RequestHeader, key: ApiKey, msg: &T
 
 /// Length prefix, then `header` at `header_version`, then `msg` at `version`, in one buffer.
 fn encode_frame<H: Encodable, T: Encodable>(header: &H, header_version: i16, msg: &T, key: ApiKey, version: i16) -> Result<Bytes, ProtocolError> {
-    let err = |detail: String| ProtocolError::Codec { op: "encode", api: api_name(key), version, detail, side: Side::Internal };
+    let err = |detail: String| ProtocolError::Codec {
+        op: "encode",
+        api: api_name(key),
+        version,
+        detail,
+        side: Side::Internal,
+    };
     let size = header.compute_size(header_version).map_err(|e| err(e.to_string()))? + msg.compute_size(version).map_err(|e| err(e.to_string()))?;
     let mut buf = BytesMut::with_capacity(PREFIX + size);
     buf.put_i32(size as i32);

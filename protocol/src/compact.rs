@@ -118,7 +118,11 @@ pub fn request_frame(api_key: i16, correlation_id: i32, client_id: &str, body: W
 pub struct R<'a>(pub(crate) Cursor<'a>);
 
 fn bad(detail: String, side: Side) -> ProtocolError {
-    ProtocolError::Malformed { what: "mirror RPC", detail, side }
+    ProtocolError::Malformed {
+        what: "mirror RPC",
+        detail,
+        side,
+    }
 }
 
 impl<'a> R<'a> {
@@ -144,7 +148,9 @@ impl<'a> R<'a> {
             return Ok(None);
         }
         let b = self.0.take(n as usize - 1)?;
-        String::from_utf8(b.to_vec()).map(Some).map_err(|_| bad("string is not UTF-8".into(), Side::Client))
+        String::from_utf8(b.to_vec())
+            .map(Some)
+            .map_err(|_| bad("string is not UTF-8".into(), Side::Client))
     }
     pub fn str(&mut self) -> Result<String, ProtocolError> {
         Ok(self.nstr()?.unwrap_or_default())
@@ -176,10 +182,22 @@ pub fn read_request(frame: &[u8]) -> Result<(Header, R<'_>), ProtocolError> {
     let api_version = c.i16()?;
     let correlation_id = c.i32()?;
     let n = c.i16()?;
-    let client_id = if n < 0 { None } else { Some(String::from_utf8_lossy(c.take(n as usize)?).into_owned()) };
+    let client_id = if n < 0 {
+        None
+    } else {
+        Some(String::from_utf8_lossy(c.take(n as usize)?).into_owned())
+    };
     let mut r = R(c);
     r.tags()?;
-    Ok((Header { api_key, api_version, correlation_id, client_id }, r))
+    Ok((
+        Header {
+            api_key,
+            api_version,
+            correlation_id,
+            client_id,
+        },
+        r,
+    ))
 }
 
 /// A reader at the body of a response frame (header v1), and its correlation id.
@@ -189,4 +207,3 @@ pub fn read_response(frame: &[u8]) -> Result<(i32, R<'_>), ProtocolError> {
     r.tags()?;
     Ok((correlation_id, r))
 }
-

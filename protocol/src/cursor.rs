@@ -19,7 +19,11 @@ impl<'a> Cursor<'a> {
     }
 
     fn malformed(&self, detail: String) -> ProtocolError {
-        ProtocolError::Malformed { what: self.what, detail, side: self.side }
+        ProtocolError::Malformed {
+            what: self.what,
+            detail,
+            side: self.side,
+        }
     }
 
     pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8], ProtocolError> {

@@ -28,7 +28,13 @@ pub enum ProtocolError {
     Malformed { what: &'static str, detail: String, side: Side },
     /// Decoding or encoding with kafka-protocol failed.
     #[error("cannot {op} {api} v{version}: {detail}")]
-    Codec { op: &'static str, api: &'static str, version: i16, detail: String, side: Side },
+    Codec {
+        op: &'static str,
+        api: &'static str,
+        version: i16,
+        detail: String,
+        side: Side,
+    },
     /// A response carried a correlation id other than the one expected next.
     #[error("response correlation id {got} does not match the expected {expected}")]
     CorrelationMismatch { expected: i32, got: i32 },

@@ -124,13 +124,16 @@ const COMMIT: i16 = 1;
 const TRANSACTIONAL: i16 = 1 << 4;
 const CONTROL: i16 = 1 << 5;
 
-
 /// Rewrites a Fetch response frame (prefix included) with every filler batch masked. Call only
 /// when [`fetch_has_fillers`] said so: this decodes and re-encodes the whole response.
 pub fn mask_fetch_response(frame: &Bytes, version: i16, maskable: &dyn Fn(TopicRef<'_>) -> bool) -> Result<Bytes, ProtocolError> {
     let (header, mut resp) = decode_response::<FetchResponse>(frame, ApiKey::Fetch, version)?;
     for t in &mut resp.responses {
-        let topic = if version >= 13 { TopicRef::Id(*t.topic_id.as_bytes()) } else { TopicRef::Name(t.topic.0.as_bytes()) };
+        let topic = if version >= 13 {
+            TopicRef::Id(*t.topic_id.as_bytes())
+        } else {
+            TopicRef::Name(t.topic.0.as_bytes())
+        };
         if !maskable(topic) {
             continue;
         }
@@ -150,11 +153,7 @@ pub fn mask_fetch_response(frame: &Bytes, version: i16, maskable: &dyn Fn(TopicR
 /// offsets as GAP — KIP-932's type for acquired offsets without a deliverable record — exactly
 /// as they do for the source's own transaction markers, so the share-partition start offset
 /// moves past them. ShareFetch is decoded every time (it is rare next to Fetch).
-pub fn mask_share_fetch_response(
-    frame: &Bytes,
-    version: i16,
-    maskable: &dyn Fn(TopicRef<'_>) -> bool,
-) -> Result<Option<Bytes>, ProtocolError> {
+pub fn mask_share_fetch_response(frame: &Bytes, version: i16, maskable: &dyn Fn(TopicRef<'_>) -> bool) -> Result<Option<Bytes>, ProtocolError> {
     let (header, mut resp) = decode_response::<ShareFetchResponse>(frame, ApiKey::ShareFetch, version)?;
     let mut masked = false;
     for t in &mut resp.responses {
@@ -189,7 +188,13 @@ pub fn fetch_has_fillers(frame: &[u8], version: i16, maskable: &dyn Fn(TopicRef<
     if version >= 7 {
         c.skip(2 + 4)?; // error_code, session_id
     }
-    let array = |c: &mut Cursor<'_>| if flexible { c.compact_array_len().map(i64::from) } else { c.i32().map(i64::from) };
+    let array = |c: &mut Cursor<'_>| {
+        if flexible {
+            c.compact_array_len().map(i64::from)
+        } else {
+            c.i32().map(i64::from)
+        }
+    };
     for _ in 0..array(&mut c)?.max(0) {
         let topic = if version >= 13 {
             let mut id = [0u8; 16];
@@ -243,7 +248,11 @@ mod tests {
     const ALL: fn(TopicRef<'_>) -> bool = |_| true;
 
     fn fields() -> ProducerFields {
-        ProducerFields { producer_id: 9, producer_epoch: 0, base_sequence: 0 }
+        ProducerFields {
+            producer_id: 9,
+            producer_epoch: 0,
+            base_sequence: 0,
+        }
     }
 
     fn real_batch(base: i64, n: i64, key: &'static [u8]) -> Bytes {
@@ -265,7 +274,15 @@ mod tests {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None }).unwrap();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records.iter(),
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
         buf.freeze()
     }
 
@@ -326,7 +343,10 @@ mod tests {
             // The fillers are in topic t1 (id [2; 16]); only t0 (id [1; 16]) is a mirror topic.
             let frame = crate::codec::encode_response(7, ApiKey::Fetch, v, &fetch_response(with.clone(), 2)).unwrap();
             let only_t0 = |t: TopicRef<'_>| matches!(t, TopicRef::Name(b"t0") | TopicRef::Id([1, ..]));
-            assert!(!fetch_has_fillers(&frame, v, &only_t0).unwrap(), "v{v}: a plain topic's `__kmp_filler` records are not fillers");
+            assert!(
+                !fetch_has_fillers(&frame, v, &only_t0).unwrap(),
+                "v{v}: a plain topic's `__kmp_filler` records are not fillers"
+            );
             let unmasked = mask_fetch_response(&frame, v, &only_t0).unwrap();
             assert_eq!(unmasked, frame, "v{v}: nothing changes in a topic that never was a mirror topic");
             let only_t1 = |t: TopicRef<'_>| matches!(t, TopicRef::Name(b"t1") | TopicRef::Id([2, ..]));
@@ -365,7 +385,11 @@ mod tests {
         let shape: Vec<_> = batches.iter().map(|(h, _)| (h.base_offset, h.records_count)).collect();
         assert_eq!(shape, vec![(0, 2), (2, 1)], "the filler run became one marker batch over offsets 2-4");
         assert!(!records_have_fillers(&recs));
-        assert_eq!((p.acquired_records[0].first_offset, p.acquired_records[0].last_offset), (0, 4), "acquired ranges untouched");
+        assert_eq!(
+            (p.acquired_records[0].first_offset, p.acquired_records[0].last_offset),
+            (0, 4),
+            "acquired ranges untouched"
+        );
     }
 
     #[test]
@@ -384,7 +408,10 @@ mod tests {
         blob.put_slice(&filler_at(8, 1)[..20]); // partial trailing batch
         let masked = mask_records(&blob.freeze());
         let batches = split(&masked).unwrap();
-        let shape: Vec<_> = batches.iter().map(|(h, _)| (h.base_offset, h.last_offset_delta, h.records_count, h.is_control())).collect();
+        let shape: Vec<_> = batches
+            .iter()
+            .map(|(h, _)| (h.base_offset, h.last_offset_delta, h.records_count, h.is_control()))
+            .collect();
         assert_eq!(shape, vec![(0, 1, 2, false), (2, 4, 1, true), (7, 0, 1, false)]);
         assert!(batches.iter().all(|(_, b)| crate::batch::crc_is_valid(b)), "CRCs valid");
         let decoded = RecordBatchDecoder::decode(&mut batches[1].1.clone()).unwrap();

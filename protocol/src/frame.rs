@@ -23,7 +23,12 @@ pub struct FrameReader<R> {
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// `max` bounds the announced size (excluding the prefix); `side` says whom to blame.
     pub fn new(inner: R, max: u32, side: Side) -> Self {
-        Self { inner, buf: BytesMut::with_capacity(64 * 1024), max, side }
+        Self {
+            inner,
+            buf: BytesMut::with_capacity(64 * 1024),
+            max,
+            side,
+        }
     }
 
     /// The next whole frame (prefix included), or `None` on a clean end of stream between frames.
@@ -44,7 +49,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     return Ok(None);
                 }
                 let want = check_frame(&self.buf, self.max, self.side)?.unwrap_or(PREFIX);
-                return Err(ProtocolError::TruncatedFrame { have: self.buf.len(), want, side: self.side });
+                return Err(ProtocolError::TruncatedFrame {
+                    have: self.buf.len(),
+                    want,
+                    side: self.side,
+                });
             }
         }
     }

@@ -291,7 +291,10 @@ impl DeleteRequest {
     pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
         let (mirror_name, state_validation_offset) = (r.str()?, r.i64()?);
         r.tags()?;
-        Ok(Self { mirror_name, state_validation_offset })
+        Ok(Self {
+            mirror_name,
+            state_validation_offset,
+        })
     }
 }
 
@@ -303,7 +306,11 @@ impl SimpleResponse {
     }
 
     pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
-        let out = Self { throttle_time_ms: r.i32()?, error_code: r.i16()?, error_message: r.nstr()? };
+        let out = Self {
+            throttle_time_ms: r.i32()?,
+            error_code: r.i16()?,
+            error_message: r.nstr()?,
+        };
         r.tags()?;
         Ok(out)
     }
@@ -312,7 +319,10 @@ impl SimpleResponse {
 impl TopicsResponse {
     pub fn encode(&self) -> W {
         let mut w = W::default();
-        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.topics.len());
+        w.i32(self.throttle_time_ms)
+            .i16(self.error_code)
+            .nstr(self.error_message.as_deref())
+            .array_len(self.topics.len());
         for t in &self.topics {
             w.str(&t.name).i16(t.error_code).nstr(t.error_message.as_deref()).tags();
         }
@@ -324,9 +334,17 @@ impl TopicsResponse {
 impl ListResponse {
     pub fn encode(&self) -> W {
         let mut w = W::default();
-        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.mirrors.len());
+        w.i32(self.throttle_time_ms)
+            .i16(self.error_code)
+            .nstr(self.error_message.as_deref())
+            .array_len(self.mirrors.len());
         for m in &self.mirrors {
-            w.str(&m.mirror_name).str(&m.source_bootstrap).str(&m.source_cluster_id).i32(m.topic_count).strs(&m.topic_names).tags();
+            w.str(&m.mirror_name)
+                .str(&m.source_bootstrap)
+                .str(&m.source_cluster_id)
+                .i32(m.topic_count)
+                .strs(&m.topic_names)
+                .tags();
         }
         w.tags();
         w
@@ -344,13 +362,20 @@ impl DescribeRequest {
 impl DescribeResponse {
     pub fn encode(&self) -> W {
         let mut w = W::default();
-        w.i32(self.throttle_time_ms).i16(self.error_code).nstr(self.error_message.as_deref()).array_len(self.mirrors.len());
+        w.i32(self.throttle_time_ms)
+            .i16(self.error_code)
+            .nstr(self.error_message.as_deref())
+            .array_len(self.mirrors.len());
         for m in &self.mirrors {
             w.i16(m.error_code).str(&m.mirror_name).i32(m.authorized_operations).array_len(m.topics.len());
             for (topic, parts) in &m.topics {
                 w.str(topic).array_len(parts.len());
                 for p in parts {
-                    w.i32(p.partition_index).i64(p.source_offset).i64(p.destination_offset).i64(p.lag).str(&p.state_value);
+                    w.i32(p.partition_index)
+                        .i64(p.source_offset)
+                        .i64(p.destination_offset)
+                        .i64(p.lag)
+                        .str(&p.state_value);
                     w.i16(p.retry_attempt).nstr(p.error_message.as_deref()).tags();
                 }
                 w.tags();
@@ -361,8 +386,19 @@ impl DescribeResponse {
                 let mut inner = W::default();
                 inner.array_len(m.sync.len());
                 for e in &m.sync {
-                    inner.str(&e.kind).i64(e.interval_ms).i64(e.runs).i64(e.last_run_ms).i64(e.last_success_ms).i64(e.synced);
-                    inner.i64(e.skipped_active).i64(e.applied_total).i64(e.errors_total).nstr(e.last_error.as_deref()).tags();
+                    inner
+                        .str(&e.kind)
+                        .i64(e.interval_ms)
+                        .i64(e.runs)
+                        .i64(e.last_run_ms)
+                        .i64(e.last_success_ms)
+                        .i64(e.synced);
+                    inner
+                        .i64(e.skipped_active)
+                        .i64(e.applied_total)
+                        .i64(e.errors_total)
+                        .nstr(e.last_error.as_deref())
+                        .tags();
                 }
                 w.tagged(SYNC_STATUS_TAG, inner);
             }
@@ -396,7 +432,13 @@ impl TopicsRequest {
                 _ => {}
             }
         }
-        Ok(Self { mirror_name, topics, patterns, exclude_patterns, state_validation_offset })
+        Ok(Self {
+            mirror_name,
+            topics,
+            patterns,
+            exclude_patterns,
+            state_validation_offset,
+        })
     }
 }
 
@@ -405,11 +447,20 @@ impl TopicsResponse {
         let (throttle_time_ms, error_code, error_message) = (r.i32()?, r.i16()?, r.nstr()?);
         let mut topics = Vec::new();
         for _ in 0..r.array_len()? {
-            topics.push(TopicResult { name: r.str()?, error_code: r.i16()?, error_message: r.nstr()? });
+            topics.push(TopicResult {
+                name: r.str()?,
+                error_code: r.i16()?,
+                error_message: r.nstr()?,
+            });
             r.tags()?;
         }
         r.tags()?;
-        Ok(Self { throttle_time_ms, error_code, error_message, topics })
+        Ok(Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            topics,
+        })
     }
 }
 
@@ -418,11 +469,22 @@ impl ListResponse {
         let (throttle_time_ms, error_code, error_message) = (r.i32()?, r.i16()?, r.nstr()?);
         let mut mirrors = Vec::new();
         for _ in 0..r.array_len()? {
-            mirrors.push(ListedMirror { mirror_name: r.str()?, source_bootstrap: r.str()?, source_cluster_id: r.str()?, topic_count: r.i32()?, topic_names: r.strs()? });
+            mirrors.push(ListedMirror {
+                mirror_name: r.str()?,
+                source_bootstrap: r.str()?,
+                source_cluster_id: r.str()?,
+                topic_count: r.i32()?,
+                topic_names: r.strs()?,
+            });
             r.tags()?;
         }
         r.tags()?;
-        Ok(Self { throttle_time_ms, error_code, error_message, mirrors })
+        Ok(Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            mirrors,
+        })
     }
 }
 
@@ -431,7 +493,10 @@ impl DescribeRequest {
         let mirror_names = r.strs()?;
         let include_authorized_operations = r.bool()?;
         r.tags()?; // ClusterId, LastMirrorEpochLookups: failback lookups a proxy cannot answer
-        Ok(Self { mirror_names, include_authorized_operations })
+        Ok(Self {
+            mirror_names,
+            include_authorized_operations,
+        })
     }
 }
 
@@ -482,10 +547,21 @@ impl DescribeResponse {
                     inner.tags()?;
                 }
             }
-            mirrors.push(DescribedMirror { error_code, mirror_name, authorized_operations, topics, sync });
+            mirrors.push(DescribedMirror {
+                error_code,
+                mirror_name,
+                authorized_operations,
+                topics,
+                sync,
+            });
         }
         r.tags()?;
-        Ok(Self { throttle_time_ms, error_code, error_message, mirrors })
+        Ok(Self {
+            throttle_time_ms,
+            error_code,
+            error_message,
+            mirrors,
+        })
     }
 }
 
@@ -502,7 +578,13 @@ mod tests {
 
     #[test]
     fn topics_requests_round_trip_with_stop_patterns_as_a_tagged_field() {
-        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into(), "b".into()], patterns: vec!["x.*".into()], exclude_patterns: vec![], state_validation_offset: -1 };
+        let req = TopicsRequest {
+            mirror_name: "dr".into(),
+            topics: vec!["a".into(), "b".into()],
+            patterns: vec!["x.*".into()],
+            exclude_patterns: vec![],
+            state_validation_offset: -1,
+        };
         let frame = request_frame(STOP_MIRROR_TOPICS, 9, "cli", req.encode(STOP_MIRROR_TOPICS));
         let (h, _) = body_of(&frame);
         assert_eq!((h.api_key, h.api_version, h.correlation_id, h.client_id.as_deref()), (96, 0, 9, Some("cli")));
@@ -512,19 +594,35 @@ mod tests {
 
     #[test]
     fn start_create_and_delete_requests_round_trip() {
-        let start = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into()], patterns: vec!["o-.*".into()], exclude_patterns: vec!["o-tmp".into()], state_validation_offset: -1 };
+        let start = TopicsRequest {
+            mirror_name: "dr".into(),
+            topics: vec!["a".into()],
+            patterns: vec!["o-.*".into()],
+            exclude_patterns: vec!["o-tmp".into()],
+            state_validation_offset: -1,
+        };
         let f = request_frame(START_MIRROR_TOPICS, 1, "c", start.encode(START_MIRROR_TOPICS));
         let (_, mut r) = read_request(&f).unwrap();
         assert_eq!(TopicsRequest::decode(&mut r, START_MIRROR_TOPICS).unwrap(), start);
-        let create = CreateRequest { mirror_name: "dr".into(), configs: vec![("bootstrap.servers".into(), Some("s:1".into())), ("x".into(), None)] };
+        let create = CreateRequest {
+            mirror_name: "dr".into(),
+            configs: vec![("bootstrap.servers".into(), Some("s:1".into())), ("x".into(), None)],
+        };
         let f = request_frame(CREATE_CLUSTER_MIRROR, 2, "c", create.encode());
         let (_, mut r) = read_request(&f).unwrap();
         assert_eq!(CreateRequest::decode(&mut r).unwrap(), create);
-        let delete = DeleteRequest { mirror_name: "dr".into(), state_validation_offset: -1 };
+        let delete = DeleteRequest {
+            mirror_name: "dr".into(),
+            state_validation_offset: -1,
+        };
         let f = request_frame(DELETE_CLUSTER_MIRROR, 3, "c", delete.encode());
         let (_, mut r) = read_request(&f).unwrap();
         assert_eq!(DeleteRequest::decode(&mut r).unwrap(), delete);
-        let resp = SimpleResponse { throttle_time_ms: 0, error_code: 136, error_message: Some("exists".into()) };
+        let resp = SimpleResponse {
+            throttle_time_ms: 0,
+            error_code: 136,
+            error_message: Some("exists".into()),
+        };
         let f = response_frame(4, resp.encode());
         let (_, mut r) = read_response(&f).unwrap();
         assert_eq!(SimpleResponse::decode(&mut r).unwrap(), resp);
@@ -532,11 +630,27 @@ mod tests {
 
     #[test]
     fn responses_round_trip() {
-        let t = TopicsResponse { topics: vec![TopicResult { name: "a".into(), error_code: 139, error_message: Some("no".into()) }], ..Default::default() };
+        let t = TopicsResponse {
+            topics: vec![TopicResult {
+                name: "a".into(),
+                error_code: 139,
+                error_message: Some("no".into()),
+            }],
+            ..Default::default()
+        };
         let f = response_frame(3, t.encode());
         let (cid, mut r) = read_response(&f).unwrap();
         assert_eq!((cid, TopicsResponse::decode(&mut r).unwrap()), (3, t));
-        let l = ListResponse { mirrors: vec![ListedMirror { mirror_name: "dr".into(), source_bootstrap: "s:1".into(), source_cluster_id: String::new(), topic_count: 1, topic_names: vec!["a".into()] }], ..Default::default() };
+        let l = ListResponse {
+            mirrors: vec![ListedMirror {
+                mirror_name: "dr".into(),
+                source_bootstrap: "s:1".into(),
+                source_cluster_id: String::new(),
+                topic_count: 1,
+                topic_names: vec!["a".into()],
+            }],
+            ..Default::default()
+        };
         let f = response_frame(4, l.encode());
         let (_, mut r) = read_response(&f).unwrap();
         assert_eq!(ListResponse::decode(&mut r).unwrap(), l);
@@ -545,7 +659,18 @@ mod tests {
                 error_code: 0,
                 mirror_name: "dr".into(),
                 authorized_operations: i32::MIN,
-                topics: vec![("a".into(), vec![PartitionDetail { partition_index: 0, source_offset: 10, destination_offset: 9, lag: 1, state_value: "MIRRORING".into(), retry_attempt: 0, error_message: None }])],
+                topics: vec![(
+                    "a".into(),
+                    vec![PartitionDetail {
+                        partition_index: 0,
+                        source_offset: 10,
+                        destination_offset: 9,
+                        lag: 1,
+                        state_value: "MIRRORING".into(),
+                        retry_attempt: 0,
+                        error_message: None,
+                    }],
+                )],
                 sync: Vec::new(),
             }],
             ..Default::default()
@@ -555,12 +680,29 @@ mod tests {
         assert_eq!(DescribeResponse::decode(&mut r).unwrap(), d);
         // With the proxy's sync status extension (a tagged field) on the first of two mirrors.
         let mut two = d.clone();
-        two.mirrors[0].sync = vec![SyncEntry { kind: "group_offsets".into(), interval_ms: 10_000, runs: 3, last_run_ms: 5, last_success_ms: 4, synced: 2, skipped_active: 1, applied_total: 7, errors_total: 1, last_error: Some("x".into()) }];
-        two.mirrors.push(DescribedMirror { mirror_name: "other".into(), ..d.mirrors[0].clone() });
+        two.mirrors[0].sync = vec![SyncEntry {
+            kind: "group_offsets".into(),
+            interval_ms: 10_000,
+            runs: 3,
+            last_run_ms: 5,
+            last_success_ms: 4,
+            synced: 2,
+            skipped_active: 1,
+            applied_total: 7,
+            errors_total: 1,
+            last_error: Some("x".into()),
+        }];
+        two.mirrors.push(DescribedMirror {
+            mirror_name: "other".into(),
+            ..d.mirrors[0].clone()
+        });
         let f = response_frame(6, two.encode());
         let (_, mut r) = read_response(&f).unwrap();
         assert_eq!(DescribeResponse::decode(&mut r).unwrap(), two);
-        let q = DescribeRequest { mirror_names: vec!["dr".into()], include_authorized_operations: false };
+        let q = DescribeRequest {
+            mirror_names: vec!["dr".into()],
+            include_authorized_operations: false,
+        };
         let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
         let (_, mut r) = read_request(&f).unwrap();
         assert_eq!(DescribeRequest::decode(&mut r).unwrap(), q);
@@ -568,7 +710,11 @@ mod tests {
 
     #[test]
     fn truncated_requests_are_errors_not_panics() {
-        let req = TopicsRequest { mirror_name: "dr".into(), topics: vec!["a".into()], ..Default::default() };
+        let req = TopicsRequest {
+            mirror_name: "dr".into(),
+            topics: vec!["a".into()],
+            ..Default::default()
+        };
         let frame = request_frame(PAUSE_MIRROR_TOPICS, 1, "c", req.encode(PAUSE_MIRROR_TOPICS));
         for cut in 0..frame.len() {
             if let Ok((_, mut r)) = read_request(&frame[..cut]) {

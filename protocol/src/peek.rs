@@ -24,15 +24,27 @@ pub struct RequestPeek {
 }
 
 fn malformed(what: &'static str, detail: impl Into<String>, side: Side) -> ProtocolError {
-    ProtocolError::Malformed { what, detail: detail.into(), side }
+    ProtocolError::Malformed {
+        what,
+        detail: detail.into(),
+        side,
+    }
 }
 
 /// Peeks the request header of `frame`.
 pub fn request(frame: &[u8]) -> Result<RequestPeek, ProtocolError> {
-    let mut b = frame
-        .get(PREFIX..PREFIX + 8)
-        .ok_or_else(|| malformed("request header", format!("frame of {} bytes is shorter than a header", frame.len()), Side::Client))?;
-    Ok(RequestPeek { api_key: b.get_i16(), api_version: b.get_i16(), correlation_id: b.get_i32() })
+    let mut b = frame.get(PREFIX..PREFIX + 8).ok_or_else(|| {
+        malformed(
+            "request header",
+            format!("frame of {} bytes is shorter than a header", frame.len()),
+            Side::Client,
+        )
+    })?;
+    Ok(RequestPeek {
+        api_key: b.get_i16(),
+        api_version: b.get_i16(),
+        correlation_id: b.get_i32(),
+    })
 }
 
 /// Peeks the correlation id of a response frame.
@@ -45,8 +57,7 @@ pub fn response_correlation_id(frame: &[u8]) -> Result<i32, ProtocolError> {
 
 /// Offset (within the frame) of the request body, i.e. just past the request header.
 pub fn request_body_offset(frame: &[u8], peek: &RequestPeek) -> Result<usize, ProtocolError> {
-    let key = ApiKey::try_from(peek.api_key)
-        .map_err(|_| malformed("request header", format!("unknown api key {}", peek.api_key), Side::Client))?;
+    let key = ApiKey::try_from(peek.api_key).map_err(|_| malformed("request header", format!("unknown api key {}", peek.api_key), Side::Client))?;
     let header_version = key.request_header_version(peek.api_version);
     let mut cur = Cursor::new(frame, PREFIX + 8, "request", Side::Client);
     // client_id: a nullable legacy (i16-length) string in header v1 and v2.

@@ -34,8 +34,19 @@ pub fn encode(entries: &[(Bytes, Option<Bytes>)], timestamp: i64) -> Result<Byte
         })
         .collect();
     let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .map_err(|e| ProtocolError::Malformed { what: "record batch", detail: format!("cannot encode: {e}"), side: Side::Internal })?;
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records.iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| ProtocolError::Malformed {
+        what: "record batch",
+        detail: format!("cannot encode: {e}"),
+        side: Side::Internal,
+    })?;
     Ok(buf.freeze())
 }
 
@@ -45,8 +56,11 @@ pub fn decode(blob: &Bytes) -> Result<Vec<KeyValue>, ProtocolError> {
     let mut buf = blob.clone();
     let mut out = Vec::new();
     while !buf.is_empty() {
-        let set = RecordBatchDecoder::decode(&mut buf)
-            .map_err(|e| ProtocolError::Malformed { what: "record batch", detail: format!("cannot decode: {e}"), side: Side::Broker })?;
+        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| ProtocolError::Malformed {
+            what: "record batch",
+            detail: format!("cannot decode: {e}"),
+            side: Side::Broker,
+        })?;
         out.extend(set.records.into_iter().filter(|r| !r.control).map(|r| (r.offset, r.key, r.value)));
     }
     Ok(out)
@@ -60,9 +74,18 @@ mod tests {
     fn encoded_records_decode_to_the_same_keys_values_and_tombstones() {
         let entries = vec![(Bytes::from_static(b"a"), Some(Bytes::from_static(b"1"))), (Bytes::from_static(b"b"), None)];
         let blob = encode(&entries, 42).expect("encode");
-        assert_eq!(crate::batch::split(&blob).expect("split").len(), 1, "one batch (one Produce of a batch per partition)");
+        assert_eq!(
+            crate::batch::split(&blob).expect("split").len(),
+            1,
+            "one batch (one Produce of a batch per partition)"
+        );
         let back = decode(&blob).expect("decode");
-        assert_eq!(back, vec![(0, Some(Bytes::from_static(b"a")), Some(Bytes::from_static(b"1"))), (1, Some(Bytes::from_static(b"b")), None)]);
+        assert_eq!(
+            back,
+            vec![
+                (0, Some(Bytes::from_static(b"a")), Some(Bytes::from_static(b"1"))),
+                (1, Some(Bytes::from_static(b"b")), None)
+            ]
+        );
     }
 }
-

@@ -41,12 +41,19 @@ const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const DELETE_HORIZON_BIT: i16 = 1 << 6;
 
 fn err(detail: String) -> ProtocolError {
-    ProtocolError::Malformed { what: "record batch", detail, side: Side::Broker }
+    ProtocolError::Malformed {
+        what: "record batch",
+        detail,
+        side: Side::Broker,
+    }
 }
 
 /// The records section of `batch`, decompressed.
 fn decompress(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, ProtocolError> {
-    let mut section = batch.get(HEADER_SIZE..header.size().min(batch.len())).map(|s| batch.slice_ref(s)).unwrap_or_default();
+    let mut section = batch
+        .get(HEADER_SIZE..header.size().min(batch.len()))
+        .map(|s| batch.slice_ref(s))
+        .unwrap_or_default();
     let at = header.base_offset;
     let out = |b: &mut Bytes| Ok(std::mem::take(b));
     match header.compression() {
@@ -99,11 +106,19 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
         let timestamp = header.base_timestamp.wrapping_add(r.varint()?);
         let offset = header.base_offset + r.varint()?;
         if offset < next || offset >= header.next_offset() {
-            return Err(err(format!("record offset {offset} outside batch {at}..{} or out of order", header.next_offset())));
+            return Err(err(format!(
+                "record offset {offset} outside batch {at}..{} or out of order",
+                header.next_offset()
+            )));
         }
         next = offset + 1;
         let body = section.slice(start + r.pos..start + len);
-        out.push(RawRecord { offset, timestamp, attributes, body });
+        out.push(RawRecord {
+            offset,
+            timestamp,
+            attributes,
+            body,
+        });
     }
     if c.remaining() != 0 {
         return Err(err(format!("batch at {at}: {} bytes after its {count} records", c.remaining())));
@@ -114,7 +129,9 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
 /// Encodes `run` (contiguous offsets) as one batch with `header`'s codec, timestamp type and
 /// producer fields.
 fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, ProtocolError> {
-    let (Some(first), Some(last)) = (run.first(), run.last()) else { return Err(err("empty run".into())) };
+    let (Some(first), Some(last)) = (run.first(), run.last()) else {
+        return Err(err("empty run".into()));
+    };
     let base_ts = first.timestamp;
     let mut raw = BytesMut::new();
     let mut rec = BytesMut::new();
@@ -129,12 +146,20 @@ fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, Protocol
     }
     // LogAppendTime: every record reads the batch's max timestamp, which is kept.
     let log_append = header.attributes & TIMESTAMP_TYPE_BIT != 0;
-    let max_ts = if log_append { header.max_timestamp } else { run.iter().map(|r| r.timestamp).max().unwrap_or(base_ts) };
+    let max_ts = if log_append {
+        header.max_timestamp
+    } else {
+        run.iter().map(|r| r.timestamp).max().unwrap_or(base_ts)
+    };
     // The delete horizon is the source cleaner's; the destination's cleaner sets its own.
     let attributes = header.attributes & !DELETE_HORIZON_BIT;
     let records = compress(header.compression(), &raw)?;
     let count = i32::try_from(run.len()).map_err(|_| err("run too long".into()))?;
-    let sequence = if header.base_sequence < 0 { -1 } else { header.base_sequence.wrapping_add((first.offset - header.base_offset) as i32) };
+    let sequence = if header.base_sequence < 0 {
+        -1
+    } else {
+        header.base_sequence.wrapping_add((first.offset - header.base_offset) as i32)
+    };
     let mut b = BytesMut::with_capacity(HEADER_SIZE + records.len());
     b.put_i64(first.offset);
     b.put_i32((HEADER_SIZE - 12 + records.len()) as i32);
@@ -165,7 +190,11 @@ pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<
     let mut run: Vec<RawRecord> = Vec::new();
     let flush = |run: &mut Vec<RawRecord>, pieces: &mut Vec<Piece>| -> Result<(), ProtocolError> {
         if let Some(first) = run.first() {
-            pieces.push(Piece::Run { base: first.offset, records: run.len() as i32, batch: encode_run(run, header)? });
+            pieces.push(Piece::Run {
+                base: first.offset,
+                records: run.len() as i32,
+                batch: encode_run(run, header)?,
+            });
             run.clear();
         }
         Ok(())
@@ -174,7 +203,11 @@ pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<
     for record in all.into_iter().filter(|r| r.offset >= start) {
         if record.offset > next {
             flush(&mut run, &mut pieces)?;
-            pieces.push(Piece::Gap { base: next, count: record.offset - next, timestamp: record.timestamp });
+            pieces.push(Piece::Gap {
+                base: next,
+                count: record.offset - next,
+                timestamp: record.timestamp,
+            });
         }
         next = record.offset + 1;
         last_timestamp = record.timestamp;
@@ -182,7 +215,11 @@ pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<
     }
     flush(&mut run, &mut pieces)?;
     if next < header.next_offset() {
-        pieces.push(Piece::Gap { base: next, count: header.next_offset() - next, timestamp: last_timestamp });
+        pieces.push(Piece::Gap {
+            base: next,
+            count: header.next_offset() - next,
+            timestamp: last_timestamp,
+        });
     }
     Ok(pieces)
 }

@@ -63,7 +63,12 @@ fn check_runs(pieces: &[Piece], h: &BatchHeader) {
             assert_eq!(set.records.len() as i32, *records);
             for r in set.records {
                 let want = record(r.offset);
-                assert_eq!((r.key, r.value, r.headers, r.timestamp), (want.key, want.value, want.headers, want.timestamp), "record {}", r.offset);
+                assert_eq!(
+                    (r.key, r.value, r.headers, r.timestamp),
+                    (want.key, want.value, want.headers, want.timestamp),
+                    "record {}",
+                    r.offset
+                );
             }
         }
     }
@@ -76,7 +81,11 @@ fn holes_become_runs_and_gaps_that_cover_the_batch_exactly() {
         let h = parse_header(&b).unwrap();
         assert!(!h.is_contiguous());
         let pieces = split_holes(&b, &h).unwrap();
-        assert_eq!(shape(&pieces), vec![('R', 10, 2), ('G', 12, 2), ('R', 14, 3), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)], "{compression:?}");
+        assert_eq!(
+            shape(&pieces),
+            vec![('R', 10, 2), ('G', 12, 2), ('R', 14, 3), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)],
+            "{compression:?}"
+        );
         check_runs(&pieces, &h);
     }
 }
@@ -100,7 +109,8 @@ fn the_part_of_a_batch_from_an_offset_inside_it_is_re_encoded_with_nothing_lost(
 fn a_start_inside_a_compacted_batch_keeps_later_runs_and_fills_only_holes() {
     let b = compacted(&[10, 11, 14, 15, 16, 19], 10, 21, Compression::Lz4);
     let h = parse_header(&b).unwrap();
-    let cases: [(i64, Vec<(char, i64, i64)>); 4] = [
+    type Shape = Vec<(char, i64, i64)>;
+    let cases: [(i64, Shape); 4] = [
         (11, vec![('R', 11, 1), ('G', 12, 2), ('R', 14, 3), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)]),
         (12, vec![('G', 12, 2), ('R', 14, 3), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)]),
         (15, vec![('R', 15, 2), ('G', 17, 2), ('R', 19, 1), ('G', 20, 2)]),

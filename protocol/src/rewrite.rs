@@ -10,8 +10,7 @@
 
 use bytes::Bytes;
 use kafka_protocol::messages::{
-    ApiKey, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse, MetadataResponse, ProduceResponse,
-    ShareAcknowledgeResponse, ShareFetchResponse,
+    ApiKey, DescribeClusterResponse, FetchResponse, FindCoordinatorResponse, MetadataResponse, ProduceResponse, ShareAcknowledgeResponse, ShareFetchResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -100,12 +99,7 @@ pub fn rewrite_response(frame: Bytes, key: ApiKey, version: i16, nodes: &dyn Nod
 
 /// Decodes, lets `edit` change the message (it returns whether anything changed) and re-encodes
 /// only when something did.
-fn apply<T: Decodable + Encodable>(
-    frame: Bytes,
-    key: ApiKey,
-    version: i16,
-    edit: impl FnOnce(&mut T) -> bool,
-) -> Result<Bytes, ProtocolError> {
+fn apply<T: Decodable + Encodable>(frame: Bytes, key: ApiKey, version: i16, edit: impl FnOnce(&mut T) -> bool) -> Result<Bytes, ProtocolError> {
     let (header, mut msg) = decode_response::<T>(&frame, key, version)?;
     if !edit(&mut msg) {
         return Ok(frame);
@@ -114,7 +108,12 @@ fn apply<T: Decodable + Encodable>(
 }
 
 fn node(node_id: i32, host: &StrBytes, port: i32, rack: Option<&StrBytes>) -> UpstreamNode {
-    UpstreamNode { node_id, host: host.as_str().to_owned(), port, rack: rack.map(|r| r.as_str().to_owned()) }
+    UpstreamNode {
+        node_id,
+        host: host.as_str().to_owned(),
+        port,
+        rack: rack.map(|r| r.as_str().to_owned()),
+    }
 }
 
 fn set(nodes: &dyn NodeAddresses, node_id: i32, host: &mut StrBytes, port: &mut i32) -> bool {
@@ -130,11 +129,7 @@ fn set(nodes: &dyn NodeAddresses, node_id: i32, host: &mut StrBytes, port: &mut 
 
 /// Rewrites a KIP-951 `node_endpoints` list; `fields` projects one entry of any of the four
 /// message-specific NodeEndpoint types onto (node id, host, port, rack).
-fn endpoints<E>(
-    nodes: &dyn NodeAddresses,
-    list: &mut Vec<E>,
-    fields: impl Fn(&mut E) -> (&mut i32, &mut StrBytes, &mut i32, &Option<StrBytes>),
-) -> bool {
+fn endpoints<E>(nodes: &dyn NodeAddresses, list: &mut Vec<E>, fields: impl Fn(&mut E) -> (&mut i32, &mut StrBytes, &mut i32, &Option<StrBytes>)) -> bool {
     if list.is_empty() {
         return false;
     }
@@ -153,10 +148,10 @@ fn endpoints<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::messages::BrokerId;
     use kafka_protocol::messages::find_coordinator_response::Coordinator;
     use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
     use kafka_protocol::messages::produce_response::NodeEndpoint;
-    use kafka_protocol::messages::BrokerId;
     use std::sync::Mutex;
 
     #[derive(Default)]
@@ -192,7 +187,11 @@ mod tests {
             let (h, got) = decode_response::<MetadataResponse>(&out, ApiKey::Metadata, v).unwrap();
             assert_eq!(h.correlation_id, 5);
             let addrs: Vec<_> = got.brokers.iter().map(|b| (b.node_id.0, b.host.as_str().to_owned(), b.port)).collect();
-            assert_eq!(addrs, vec![(1, "proxy.example".into(), 9001), (2, "proxy.example".into(), 9002)], "v{v}: node 300 has no listener and is dropped");
+            assert_eq!(
+                addrs,
+                vec![(1, "proxy.example".into(), 9001), (2, "proxy.example".into(), 9002)],
+                "v{v}: node 300 has no listener and is dropped"
+            );
             assert_eq!(map.0.lock().unwrap().len(), 3, "all upstream brokers are observed");
             assert_eq!(map.0.lock().unwrap()[0].port, 9093);
         }

@@ -46,9 +46,7 @@ mod tests {
     use super::*;
     use crate::codec::encode_response;
     use bytes::Bytes;
-    use kafka_protocol::messages::fetch_response::{
-        AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
-    };
+    use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData};
     use kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
     use kafka_protocol::protocol::StrBytes;
     use proptest::prelude::*;
@@ -62,11 +60,15 @@ mod tests {
                 let mut pd = PartitionData::default();
                 pd.partition_index = p as i32;
                 pd.high_watermark = 1000;
-                pd.aborted_transactions = Some((0..aborted).map(|i| {
-                    let mut a = AbortedTransaction::default();
-                    a.producer_id = kafka_protocol::messages::ProducerId(i as i64);
-                    a
-                }).collect());
+                pd.aborted_transactions = Some(
+                    (0..aborted)
+                        .map(|i| {
+                            let mut a = AbortedTransaction::default();
+                            a.producer_id = kafka_protocol::messages::ProducerId(i as i64);
+                            a
+                        })
+                        .collect(),
+                );
                 pd.records = Some(Bytes::from(vec![7u8; records]));
                 if leader_hint {
                     let mut l = LeaderIdAndEpoch::default();

@@ -186,9 +186,11 @@ pub fn unaudited(announced: &[(i16, i16, i16)]) -> Vec<Unaudited> {
         }
         match lookup(key) {
             None => out.push(Unaudited::UnknownKey { key, max }),
-            Some(a) if max > a.max => {
-                out.push(Unaudited::NewerVersion { key: a.key, audited_max: a.max, announced_max: max })
-            }
+            Some(a) if max > a.max => out.push(Unaudited::NewerVersion {
+                key: a.key,
+                audited_max: a.max,
+                announced_max: max,
+            }),
             Some(_) => {}
         }
     }
@@ -231,7 +233,11 @@ mod tests {
         assert_eq!(
             found,
             vec![
-                Unaudited::NewerVersion { key: ApiKey::Metadata, audited_max: 13, announced_max: 14 },
+                Unaudited::NewerVersion {
+                    key: ApiKey::Metadata,
+                    audited_max: 13,
+                    announced_max: 14
+                },
                 Unaudited::UnknownKey { key: 200, max: 0 }
             ]
         );

@@ -83,7 +83,10 @@ mod tests {
             let keys: Vec<_> = got.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
             let mut want = vec![(3, 0, 13), (18, 0, 4)];
             want.extend_from_slice(mirror_api::ANSWERED);
-            assert_eq!(keys, want, "v{version}: Metadata clamped to 13, Vote(52) and 500 dropped, the mirror RPCs 94-104 added");
+            assert_eq!(
+                keys, want,
+                "v{version}: Metadata clamped to 13, Vote(52) and 500 dropped, the mirror RPCs 94-104 added"
+            );
         }
     }
 

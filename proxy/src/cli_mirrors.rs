@@ -85,7 +85,16 @@ impl Client {
     }
 
     async fn describe(&mut self, names: Vec<String>) -> anyhow::Result<DescribeResponse> {
-        let f = self.call(api::DESCRIBE_CLUSTER_MIRRORS, DescribeRequest { mirror_names: names, include_authorized_operations: false }.encode()).await?;
+        let f = self
+            .call(
+                api::DESCRIBE_CLUSTER_MIRRORS,
+                DescribeRequest {
+                    mirror_names: names,
+                    include_authorized_operations: false,
+                }
+                .encode(),
+            )
+            .await?;
         let (_, mut r) = api::read_response(&f)?;
         Ok(DescribeResponse::decode(&mut r)?)
     }
@@ -104,12 +113,22 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     if a.list {
         let l = c.list().await?;
         if json_out {
-            let v: Vec<_> = l.mirrors.iter().map(|m| json!({"mirror": m.mirror_name, "topics": m.topic_names, "topic_count": m.topic_count, "source_bootstrap": m.source_bootstrap})).collect();
+            let v: Vec<_> = l
+                .mirrors
+                .iter()
+                .map(|m| json!({"mirror": m.mirror_name, "topics": m.topic_names, "topic_count": m.topic_count, "source_bootstrap": m.source_bootstrap}))
+                .collect();
             println!("{}", json!({ "mirrors": v }));
         } else {
             println!("{:<20} {:>6}  {:<20} SOURCE-BOOTSTRAP-SERVER", "MIRROR", "TOPICS", "SOURCE-CLUSTER-ID");
             for m in &l.mirrors {
-                println!("{:<20} {:>6}  {:<20} {}", m.mirror_name, m.topic_count, if m.source_cluster_id.is_empty() { "-" } else { &m.source_cluster_id }, m.source_bootstrap);
+                println!(
+                    "{:<20} {:>6}  {:<20} {}",
+                    m.mirror_name,
+                    m.topic_count,
+                    if m.source_cluster_id.is_empty() { "-" } else { &m.source_cluster_id },
+                    m.source_bootstrap
+                );
             }
         }
         return Ok(ExitCode::SUCCESS);
@@ -153,10 +172,16 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 .collect();
             println!("{}", json!({ "partitions": v, "sync": sync }));
         } else {
-            println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} STATE", "MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG");
+            println!(
+                "{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} STATE",
+                "MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG"
+            );
             for (m, t, p) in &rows {
                 let extra = p.error_message.as_deref().map(|e| format!("  {e}")).unwrap_or_default();
-                println!("{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} {}{extra}", m, t, p.partition_index, p.source_offset, p.destination_offset, p.lag, p.state_value);
+                println!(
+                    "{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} {}{extra}",
+                    m, t, p.partition_index, p.source_offset, p.destination_offset, p.lag, p.state_value
+                );
             }
             print_sync(&d.mirrors);
         }
@@ -176,15 +201,29 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
             let configs = properties(&text);
             (api::CREATE_CLUSTER_MIRROR, CreateRequest { mirror_name: mirror, configs }.encode())
         } else {
-            (api::DELETE_CLUSTER_MIRROR, DeleteRequest { mirror_name: mirror, state_validation_offset: -1 }.encode())
+            (
+                api::DELETE_CLUSTER_MIRROR,
+                DeleteRequest {
+                    mirror_name: mirror,
+                    state_validation_offset: -1,
+                }
+                .encode(),
+            )
         };
         let f = c.call(key, body).await?;
         let (_, mut r) = api::read_response(&f)?;
         let resp = SimpleResponse::decode(&mut r)?;
         if json_out {
-            println!("{}", json!({"error_code": resp.error_code, "error": errors::name(resp.error_code), "message": resp.error_message}));
+            println!(
+                "{}",
+                json!({"error_code": resp.error_code, "error": errors::name(resp.error_code), "message": resp.error_message})
+            );
         } else {
-            println!("{}{}", errors::name(resp.error_code), resp.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default());
+            println!(
+                "{}{}",
+                errors::name(resp.error_code),
+                resp.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            );
         }
         return Ok(if resp.error_code == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -211,18 +250,37 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     } else {
         api::RESUME_MIRROR_TOPICS
     };
-    let exclude: Vec<String> = a.exclude.as_deref().map(|e| e.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()).unwrap_or_default();
-    let req = TopicsRequest { mirror_name: mirror, topics, patterns: include, exclude_patterns: exclude, state_validation_offset: -1 };
+    let exclude: Vec<String> = a
+        .exclude
+        .as_deref()
+        .map(|e| e.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let req = TopicsRequest {
+        mirror_name: mirror,
+        topics,
+        patterns: include,
+        exclude_patterns: exclude,
+        state_validation_offset: -1,
+    };
     let f = c.call(key, req.encode(key)).await?;
     let (_, mut r) = api::read_response(&f)?;
     let resp = TopicsResponse::decode(&mut r)?;
     let ok = resp.error_code == 0 && resp.topics.iter().all(|t| t.error_code == 0);
     if json_out {
-        let v: Vec<_> = resp.topics.iter().map(|t| json!({"topic": t.name, "error_code": t.error_code, "error": errors::name(t.error_code), "message": t.error_message})).collect();
+        let v: Vec<_> = resp
+            .topics
+            .iter()
+            .map(|t| json!({"topic": t.name, "error_code": t.error_code, "error": errors::name(t.error_code), "message": t.error_message}))
+            .collect();
         println!("{}", json!({ "error_code": resp.error_code, "results": v }));
     } else {
         for t in &resp.topics {
-            println!("{:<32} {}{}", t.name, errors::name(t.error_code), t.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default());
+            println!(
+                "{:<32} {}{}",
+                t.name,
+                errors::name(t.error_code),
+                t.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            );
         }
         if resp.topics.is_empty() && resp.error_code != 0 {
             println!("{}: {}", errors::name(resp.error_code), resp.error_message.unwrap_or_default());
@@ -255,7 +313,12 @@ fn properties(text: &str) -> Vec<(String, Option<String>)> {
 /// a plain name that matches nothing is passed through so the proxy reports it.
 async fn match_topics(c: &mut Client, mirror: &str, patterns: &str) -> anyhow::Result<Vec<String>> {
     let l = c.list().await?;
-    let known: Vec<String> = l.mirrors.into_iter().find(|m| m.mirror_name == mirror).map(|m| m.topic_names).unwrap_or_default();
+    let known: Vec<String> = l
+        .mirrors
+        .into_iter()
+        .find(|m| m.mirror_name == mirror)
+        .map(|m| m.topic_names)
+        .unwrap_or_default();
     let mut out = Vec::new();
     for p in patterns.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let re = kmp_config::topic_pattern(p).with_context(|| format!("`{p}` is not a valid regular expression"))?;
@@ -299,10 +362,21 @@ fn print_sync(mirrors: &[api::DescribedMirror]) {
     if mirrors.iter().all(|m| m.sync.is_empty()) {
         return;
     }
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-    let ago = |ms: i64| if ms <= 0 { "never".to_owned() } else { format!("{:.1}s ago", (now - ms) as f64 / 1000.0) };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let ago = |ms: i64| {
+        if ms <= 0 {
+            "never".to_owned()
+        } else {
+            format!("{:.1}s ago", (now - ms) as f64 / 1000.0)
+        }
+    };
     println!();
-    println!("{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} LAST-ERROR", "MIRROR", "SYNC", "INTERVAL-MS", "LAST-RUN", "LAST-SUCCESS", "SYNCED", "SKIPPED-ACTIVE", "APPLIED", "ERRORS");
+    println!(
+        "{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} LAST-ERROR",
+        "MIRROR", "SYNC", "INTERVAL-MS", "LAST-RUN", "LAST-SUCCESS", "SYNCED", "SKIPPED-ACTIVE", "APPLIED", "ERRORS"
+    );
     for m in mirrors {
         for e in &m.sync {
             println!(

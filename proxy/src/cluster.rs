@@ -31,12 +31,7 @@ pub(crate) struct ClusterView {
 }
 
 impl ClusterView {
-    pub(crate) fn new(
-        advertised_host: String,
-        bind_host: String,
-        node_port_base: u16,
-        new_listeners: mpsc::UnboundedSender<NewListener>,
-    ) -> Self {
+    pub(crate) fn new(advertised_host: String, bind_host: String, node_port_base: u16, new_listeners: mpsc::UnboundedSender<NewListener>) -> Self {
         Self {
             nodes: DashMap::new(),
             listeners: DashMap::new(),
@@ -63,7 +58,11 @@ impl ClusterView {
             return Some(*p);
         }
         let Some(port) = self.node_port(node_id) else {
-            error!(node_id, base = self.node_port_base, "broker cannot be exposed: node_port_base + node id is not a valid port");
+            error!(
+                node_id,
+                base = self.node_port_base,
+                "broker cannot be exposed: node_port_base + node id is not a valid port"
+            );
             return None;
         };
         match self.listeners.entry(node_id) {

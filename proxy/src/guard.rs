@@ -12,8 +12,8 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AlterConfigsRequest, AlterConfigsResponse, ApiKey, CreatePartitionsRequest,
-    CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse, RequestHeader, TopicName,
+    CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, RequestHeader, TopicName,
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -45,7 +45,9 @@ pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
 }
 
 fn message(topic: &str, mirror: &str) -> String {
-    format!("topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to change it")
+    format!(
+        "topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to change it"
+    )
 }
 
 fn name(s: &str) -> TopicName {
@@ -116,7 +118,11 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &MirrorTopics
         ),
         Ok(ApiKey::DeleteRecords) => {
             let (_, req) = decode_request::<DeleteRecordsRequest>(frame, ApiKey::DeleteRecords, version)?;
-            let partitions: Vec<(String, Vec<i32>)> = req.topics.iter().map(|t| (t.name.0.as_str().to_owned(), t.partitions.iter().map(|p| p.partition_index).collect())).collect();
+            let partitions: Vec<(String, Vec<i32>)> = req
+                .topics
+                .iter()
+                .map(|t| (t.name.0.as_str().to_owned(), t.partitions.iter().map(|p| p.partition_index).collect()))
+                .collect();
             split::<DeleteRecordsRequest, DeleteRecordsResponse>(
                 frame,
                 ApiKey::DeleteRecords,
@@ -143,7 +149,15 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &MirrorTopics
             frame,
             ApiKey::AlterConfigs,
             version,
-            |req| take(&mut req.resources, |r| if r.resource_type == TOPIC_RESOURCE { ro(r.resource_name.as_str()) } else { None }),
+            |req| {
+                take(&mut req.resources, |r| {
+                    if r.resource_type == TOPIC_RESOURCE {
+                        ro(r.resource_name.as_str())
+                    } else {
+                        None
+                    }
+                })
+            },
             |req| req.resources.len(),
             |resp, refused| {
                 for (t, msg) in refused {
@@ -160,7 +174,15 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &MirrorTopics
             frame,
             ApiKey::IncrementalAlterConfigs,
             version,
-            |req| take(&mut req.resources, |r| if r.resource_type == TOPIC_RESOURCE { ro(r.resource_name.as_str()) } else { None }),
+            |req| {
+                take(&mut req.resources, |r| {
+                    if r.resource_type == TOPIC_RESOURCE {
+                        ro(r.resource_name.as_str())
+                    } else {
+                        None
+                    }
+                })
+            },
             |req| req.resources.len(),
             |resp, refused| {
                 for (t, msg) in refused {
@@ -236,7 +258,11 @@ fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &MirrorTopics) -> 
     }
     let mut resp = AddPartitionsToTxnResponse::default();
     for t in &req.v3_and_below_topics {
-        let code = if topics.read_only(t.name.0.as_str()).is_some() { REFUSED_CODE } else { OPERATION_NOT_ATTEMPTED };
+        let code = if topics.read_only(t.name.0.as_str()).is_some() {
+            REFUSED_CODE
+        } else {
+            OPERATION_NOT_ATTEMPTED
+        };
         let mut r = AddPartitionsToTxnTopicResult::default();
         r.name = t.name.clone();
         r.results_by_partition = t
@@ -251,7 +277,10 @@ fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &MirrorTopics) -> 
             .collect();
         resp.results_by_topic_v3_and_below.push(r);
     }
-    Ok(Decision::Refuse(encode_response(header.correlation_id, ApiKey::AddPartitionsToTxn, version, &resp)?, refused))
+    Ok(Decision::Refuse(
+        encode_response(header.correlation_id, ApiKey::AddPartitionsToTxn, version, &resp)?,
+        refused,
+    ))
 }
 
 #[cfg(test)]
@@ -284,11 +313,15 @@ mod tests {
     fn create_partitions_for_a_mirror_topic_is_refused_and_other_topics_are_forwarded_and_merged() {
         let key = ApiKey::CreatePartitions as i16;
         assert!(matches!(check(&create_partitions(&["plain"]), key, 3, &registry()).unwrap(), Decision::Forward));
-        let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &registry()).unwrap() else { panic!("refused") };
+        let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &registry()).unwrap() else {
+            panic!("refused")
+        };
         let (_, resp) = decode_response::<CreatePartitionsResponse>(&frame, ApiKey::CreatePartitions, 3).unwrap();
         assert_eq!(resp.results[0].error_code, REFUSED_CODE);
         assert!(resp.results[0].error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")));
-        let Decision::Split(rest, merge, 1) = check(&create_partitions(&["plain", "mirrored"]), key, 3, &registry()).unwrap() else { panic!("split") };
+        let Decision::Split(rest, merge, 1) = check(&create_partitions(&["plain", "mirrored"]), key, 3, &registry()).unwrap() else {
+            panic!("split")
+        };
         let (_, fwd) = decode_request::<CreatePartitionsRequest>(&rest, ApiKey::CreatePartitions, 3).unwrap();
         assert_eq!(fwd.topics.len(), 1);
         let mut broker = CreatePartitionsResponse::default();

@@ -67,7 +67,10 @@ pub(crate) async fn mirror_request(frame: Bytes, api_key: i16, api_version: i16,
                 Some(first) => Box::new(move |resp| first(f(resp)?)),
                 None => f,
             };
-            Ok(Outcome::Forward { frame: rest, merge: Some(merge) })
+            Ok(Outcome::Forward {
+                frame: rest,
+                merge: Some(merge),
+            })
         }
     }
 }

@@ -77,9 +77,23 @@ fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run { config, upstream, listen, advertised_host, node_port_base, admin_listen, log } => {
+        Command::Run {
+            config,
+            upstream,
+            listen,
+            advertised_host,
+            node_port_base,
+            admin_listen,
+            log,
+        } => {
             init_logging(&log);
-            let flags = Overrides { upstream, listen, advertised_host, node_port_base, admin_listen };
+            let flags = Overrides {
+                upstream,
+                listen,
+                advertised_host,
+                node_port_base,
+                admin_listen,
+            };
             let config = match kmp_config::load(config.as_deref(), &ProcessEnv, &flags) {
                 Ok(c) => c,
                 Err(e) => {
@@ -106,7 +120,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 async fn versions_command(check_upstream: Option<String>) -> anyhow::Result<ExitCode> {
     let Some(addr) = check_upstream else {
         for a in versions::TABLE {
-            println!("{:>3} {:<30} {:>2}..={:<2} {:?}", a.key as i16, format!("{:?}", a.key), a.min, a.max, a.handling);
+            println!(
+                "{:>3} {:<30} {:>2}..={:<2} {:?}",
+                a.key as i16,
+                format!("{:?}", a.key),
+                a.min,
+                a.max,
+                a.handling
+            );
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -121,10 +142,13 @@ async fn versions_command(check_upstream: Option<String>) -> anyhow::Result<Exit
 }
 
 fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 async fn shutdown_signal() {

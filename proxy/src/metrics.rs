@@ -74,22 +74,42 @@ impl Metrics {
         let bytes = Family::<DirectionLabel, Counter>::default();
         registry.register("bytes", "Bytes moved through the proxy", bytes.clone());
         let frame_errors = Family::<SideLabel, Counter>::default();
-        registry.register("frame_errors", "Malformed, oversized or unexpected frames, by the side that sent them", frame_errors.clone());
+        registry.register(
+            "frame_errors",
+            "Malformed, oversized or unexpected frames, by the side that sent them",
+            frame_errors.clone(),
+        );
         let open_connections = Gauge::default();
         registry.register("open_connections", "Client connections currently open", open_connections.clone());
         let connections = Counter::default();
         registry.register("connections", "Client connections accepted", connections.clone());
         let upstream_connect_errors = Counter::default();
-        registry.register("upstream_connect_errors", "Failed connection attempts to upstream brokers", upstream_connect_errors.clone());
+        registry.register(
+            "upstream_connect_errors",
+            "Failed connection attempts to upstream brokers",
+            upstream_connect_errors.clone(),
+        );
         let metadata_refreshes = Counter::default();
         registry.register("metadata_refreshes", "Successful background metadata refreshes", metadata_refreshes.clone());
         let metadata_refresh_errors = Counter::default();
-        registry.register("metadata_refresh_errors", "Failed background metadata refreshes", metadata_refresh_errors.clone());
+        registry.register(
+            "metadata_refresh_errors",
+            "Failed background metadata refreshes",
+            metadata_refresh_errors.clone(),
+        );
         let known_brokers = Gauge::default();
-        registry.register("known_brokers", "Brokers listed in the upstream cluster's latest metadata refresh", known_brokers.clone());
+        registry.register(
+            "known_brokers",
+            "Brokers listed in the upstream cluster's latest metadata refresh",
+            known_brokers.clone(),
+        );
 
         let masked_fetch_responses = Counter::default();
-        registry.register("masked_fetch_responses", "Fetch and ShareFetch responses in which mirror filler batches were replaced by transaction marker batches", masked_fetch_responses.clone());
+        registry.register(
+            "masked_fetch_responses",
+            "Fetch and ShareFetch responses in which mirror filler batches were replaced by transaction marker batches",
+            masked_fetch_responses.clone(),
+        );
         let refused_mirror_topic_changes = Counter::default();
         registry.register(
             "refused_mirror_topic_changes",
@@ -124,7 +144,9 @@ impl Metrics {
 
     /// Handles for raw API key `key`.
     pub(crate) fn api(&self, key: i16) -> &ApiMetrics {
-        let known = ApiKey::try_from(key).ok().and_then(|k| Some((k, self.per_api.get(usize::try_from(key).ok()?)?)));
+        let known = ApiKey::try_from(key)
+            .ok()
+            .and_then(|k| Some((k, self.per_api.get(usize::try_from(key).ok()?)?)));
         match known {
             Some((k, cell)) => cell.get_or_init(|| self.handles(k.name())),
             None => self.unknown_api.get_or_init(|| self.handles("unknown")),

@@ -24,7 +24,10 @@ pub(crate) const CLUSTER_MIRROR: i8 = 64;
 
 /// Whether the request may carry cluster-mirror resources.
 pub(crate) fn is_config_api(key: i16) -> bool {
-    matches!(ApiKey::try_from(key), Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs))
+    matches!(
+        ApiKey::try_from(key),
+        Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs)
+    )
 }
 
 fn s(v: &str) -> StrBytes {
@@ -36,8 +39,12 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
     match ApiKey::try_from(key) {
         Ok(ApiKey::DescribeConfigs) => {
             let (_, req) = decode_request::<DescribeConfigsRequest>(frame, ApiKey::DescribeConfigs, version)?;
-            let results: Vec<DescribeConfigsResult> =
-                req.resources.iter().filter(|r| r.resource_type == CLUSTER_MIRROR).map(|r| describe(control, r.resource_name.as_str(), r.configuration_keys.as_deref())).collect();
+            let results: Vec<DescribeConfigsResult> = req
+                .resources
+                .iter()
+                .filter(|r| r.resource_type == CLUSTER_MIRROR)
+                .map(|r| describe(control, r.resource_name.as_str(), r.configuration_keys.as_deref()))
+                .collect();
             split::<DescribeConfigsRequest, DescribeConfigsResponse>(
                 frame,
                 ApiKey::DescribeConfigs,
@@ -51,9 +58,16 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
             let (_, req) = decode_request::<IncrementalAlterConfigsRequest>(frame, ApiKey::IncrementalAlterConfigs, version)?;
             let mut results = Vec::new();
             for r in req.resources.iter().filter(|r| r.resource_type == CLUSTER_MIRROR) {
-                let ops: Vec<(String, i8, Option<String>)> =
-                    r.configs.iter().map(|c| (c.name.as_str().to_owned(), c.config_operation, c.value.as_ref().map(|v| v.as_str().to_owned()))).collect();
-                let (code, message) = if req.validate_only { (errors::NONE, None) } else { control.alter_mirror(r.resource_name.as_str(), &ops).await };
+                let ops: Vec<(String, i8, Option<String>)> = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.as_str().to_owned(), c.config_operation, c.value.as_ref().map(|v| v.as_str().to_owned())))
+                    .collect();
+                let (code, message) = if req.validate_only {
+                    (errors::NONE, None)
+                } else {
+                    control.alter_mirror(r.resource_name.as_str(), &ops).await
+                };
                 let mut out = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
                 out.resource_type = CLUSTER_MIRROR;
                 out.resource_name = r.resource_name.clone();

@@ -7,11 +7,9 @@ use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
-    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, SyncEntry,
-    SimpleResponse, TopicResult, TopicsRequest, TopicsResponse, errors,
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, SimpleResponse,
+    SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
-
-
 
 /// Answers one mirror RPC request frame (prefix included) with a response frame.
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
@@ -24,17 +22,33 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, Pr
         api::CREATE_CLUSTER_MIRROR => {
             let req = CreateRequest::decode(&mut r)?;
             let (error_code, error_message) = control.create_mirror(&req.mirror_name, &req.configs).await;
-            SimpleResponse { error_code, error_message, ..Default::default() }.encode()
+            SimpleResponse {
+                error_code,
+                error_message,
+                ..Default::default()
+            }
+            .encode()
         }
         api::DELETE_CLUSTER_MIRROR => {
             let req = DeleteRequest::decode(&mut r)?;
             let (error_code, error_message) = control.delete_mirror(&req.mirror_name).await;
-            SimpleResponse { error_code, error_message, ..Default::default() }.encode()
+            SimpleResponse {
+                error_code,
+                error_message,
+                ..Default::default()
+            }
+            .encode()
         }
         api::START_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
             let (error_code, error_message, results) = control.start_topics(&req.mirror_name, &req.topics, &req.patterns, &req.exclude_patterns).await;
-            TopicsResponse { error_code, error_message, topics: results.into_iter().map(result).collect(), ..Default::default() }.encode()
+            TopicsResponse {
+                error_code,
+                error_message,
+                topics: results.into_iter().map(result).collect(),
+                ..Default::default()
+            }
+            .encode()
         }
         api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
@@ -56,12 +70,30 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, Pr
 fn loading(api_key: i16) -> kmp_protocol::mirror_api::W {
     let (error_code, error_message) = (errors::COORDINATOR_LOAD_IN_PROGRESS, Some(kmp_mirror_engine::LOADING.to_owned()));
     match api_key {
-        api::START_MIRROR_TOPICS | api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
-            TopicsResponse { error_code, error_message, ..Default::default() }.encode()
+        api::START_MIRROR_TOPICS | api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => TopicsResponse {
+            error_code,
+            error_message,
+            ..Default::default()
         }
-        api::LIST_CLUSTER_MIRRORS => ListResponse { error_code, error_message, ..Default::default() }.encode(),
-        api::DESCRIBE_CLUSTER_MIRRORS => DescribeResponse { error_code, error_message, ..Default::default() }.encode(),
-        _ => SimpleResponse { error_code, error_message, ..Default::default() }.encode(),
+        .encode(),
+        api::LIST_CLUSTER_MIRRORS => ListResponse {
+            error_code,
+            error_message,
+            ..Default::default()
+        }
+        .encode(),
+        api::DESCRIBE_CLUSTER_MIRRORS => DescribeResponse {
+            error_code,
+            error_message,
+            ..Default::default()
+        }
+        .encode(),
+        _ => SimpleResponse {
+            error_code,
+            error_message,
+            ..Default::default()
+        }
+        .encode(),
     }
 }
 
@@ -69,7 +101,15 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
     let fail_all = |code: i16, message: String| TopicsResponse {
         error_code: code,
         error_message: Some(message.clone()),
-        topics: req.topics.iter().map(|t| TopicResult { name: t.clone(), error_code: code, error_message: Some(message.clone()) }).collect(),
+        topics: req
+            .topics
+            .iter()
+            .map(|t| TopicResult {
+                name: t.clone(),
+                error_code: code,
+                error_message: Some(message.clone()),
+            })
+            .collect(),
         ..Default::default()
     };
     if !control.has_mirror(&req.mirror_name) {
@@ -85,7 +125,12 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
                 Err(e) => return fail_all(errors::INVALID_REQUEST, format!("`{p}` is not a valid regular expression: {e}")),
             }
         }
-        let mine = control.list().into_iter().find(|m| m.name == req.mirror_name).map(|m| m.topics).unwrap_or_default();
+        let mine = control
+            .list()
+            .into_iter()
+            .find(|m| m.name == req.mirror_name)
+            .map(|m| m.topics)
+            .unwrap_or_default();
         topics.extend(mine.into_iter().filter(|t| regexes.iter().any(|r| r.is_match(t)) && !req.topics.contains(t)));
     }
     let results = match key {
@@ -93,11 +138,18 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
         api::PAUSE_MIRROR_TOPICS => control.pause_topics(&req.mirror_name, &topics).await,
         _ => control.resume_topics(&req.mirror_name, &topics).await,
     };
-    TopicsResponse { topics: results.into_iter().map(result).collect(), ..Default::default() }
+    TopicsResponse {
+        topics: results.into_iter().map(result).collect(),
+        ..Default::default()
+    }
 }
 
 fn result(r: EngineResult) -> TopicResult {
-    TopicResult { name: r.topic, error_code: r.error_code, error_message: r.message }
+    TopicResult {
+        name: r.topic,
+        error_code: r.error_code,
+        error_message: r.message,
+    }
 }
 
 fn list(control: &Control, include_names: bool) -> ListResponse {
@@ -116,12 +168,21 @@ fn list(control: &Control, include_names: bool) -> ListResponse {
 }
 
 fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
-    let names: Vec<String> = if req.mirror_names.is_empty() { control.list().into_iter().map(|m| m.name).collect() } else { req.mirror_names.clone() };
+    let names: Vec<String> = if req.mirror_names.is_empty() {
+        control.list().into_iter().map(|m| m.name).collect()
+    } else {
+        req.mirror_names.clone()
+    };
     let mirrors = names
         .into_iter()
         .map(|name| {
             if !control.has_mirror(&name) {
-                return DescribedMirror { error_code: errors::UNKNOWN_CLUSTER_MIRROR, mirror_name: name, authorized_operations: i32::MIN, ..Default::default() };
+                return DescribedMirror {
+                    error_code: errors::UNKNOWN_CLUSTER_MIRROR,
+                    mirror_name: name,
+                    authorized_operations: i32::MIN,
+                    ..Default::default()
+                };
             }
             let topics = control
                 .describe(&name)
@@ -162,7 +223,13 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
                     last_error: s.last_error,
                 })
                 .collect();
-            DescribedMirror { error_code: codes::NONE, mirror_name: name, authorized_operations: i32::MIN, topics, sync }
+            DescribedMirror {
+                error_code: codes::NONE,
+                mirror_name: name,
+                authorized_operations: i32::MIN,
+                topics,
+                sync,
+            }
         })
         .collect();
     DescribeResponse { mirrors, ..Default::default() }

@@ -11,11 +11,11 @@
 
 use bytes::Bytes;
 use kmp_mirror_engine::MirrorTopics;
+use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
-use kmp_protocol::ProtocolError;
 
 use crate::guard::{Decision, Merge};
 
@@ -67,7 +67,10 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Resul
         }
         let mut resp = ProduceResponse::default();
         resp.responses = refused;
-        return Ok(Decision::Refuse(encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?, partitions));
+        return Ok(Decision::Refuse(
+            encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?,
+            partitions,
+        ));
     }
     // Adds the refused topics to the broker's response to the rest of the request.
     let merge: Merge = Box::new(move |frame: Bytes| {
@@ -119,18 +122,26 @@ mod tests {
 
     #[test]
     fn a_request_for_mirror_topics_only_is_answered_with_the_refusal_and_acks_0_gets_nothing() {
-        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("refused") };
+        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else {
+            panic!("refused")
+        };
         let (h, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(h.correlation_id, 42);
         let parts = &resp.responses[0].partition_responses;
         assert_eq!(parts.len(), 2);
-        assert!(parts.iter().all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr"))));
+        assert!(
+            parts
+                .iter()
+                .all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")))
+        );
         assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &registry()).unwrap(), Decision::Refuse(f, 2) if f.is_empty()));
     }
 
     #[test]
     fn a_mixed_request_forwards_the_other_topics_and_merges_the_refusal_into_the_response() {
-        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else { panic!("split") };
+        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else {
+            panic!("split")
+        };
         let (_, fwd) = decode_request::<ProduceRequest>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(fwd.topic_data.len(), 1);
         assert_eq!(fwd.topic_data[0].name.0.as_str(), "plain");

@@ -53,7 +53,11 @@ pub(crate) async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
             }
         }
         // Retry sooner while the upstream is not answering.
-        let wait = if shared.ready.load(Ordering::Relaxed) { interval } else { interval.min(Duration::from_secs(1)) };
+        let wait = if shared.ready.load(Ordering::Relaxed) {
+            interval
+        } else {
+            interval.min(Duration::from_secs(1))
+        };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.changed() => return,
@@ -68,9 +72,10 @@ async fn probe(shared: &Shared, state: &mut State) -> Result<Connection, Protoco
     for addr in shared.connector.bootstrap_order() {
         let attempt = async {
             let mut conn = Connection::connect(&addr, timeout, "kafka-mirror-proxy").await?;
-            let announced = tokio::time::timeout(timeout, conn.api_versions())
-                .await
-                .map_err(|_| ProtocolError::Connect { addr: addr.clone(), detail: "ApiVersions timed out".into() })??;
+            let announced = tokio::time::timeout(timeout, conn.api_versions()).await.map_err(|_| ProtocolError::Connect {
+                addr: addr.clone(),
+                detail: "ApiVersions timed out".into(),
+            })??;
             Ok::<_, ProtocolError>((conn, announced))
         };
         match attempt.await {
@@ -86,7 +91,10 @@ async fn probe(shared: &Shared, state: &mut State) -> Result<Connection, Protoco
             Err(e) => last = Some(e),
         }
     }
-    Err(last.unwrap_or(ProtocolError::Connect { addr: "(none)".into(), detail: "no bootstrap servers".into() }))
+    Err(last.unwrap_or(ProtocolError::Connect {
+        addr: "(none)".into(),
+        detail: "no bootstrap servers".into(),
+    }))
 }
 
 async fn refresh_metadata(shared: &Shared, conn: &mut Connection, state: &mut State) {

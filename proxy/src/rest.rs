@@ -46,7 +46,14 @@ struct CreateBody {
 
 /// Handles a `/v1/…` request.
 pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Option<&str>, control: &Control) -> Response<Full<Bytes>> {
-    let path: Vec<String> = req.uri().path().trim_start_matches("/v1").split('/').filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    let path: Vec<String> = req
+        .uri()
+        .path()
+        .trim_start_matches("/v1")
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
     if path.first() == Some(&"mirrors") && !control.wait_booted().await {
         // Never "does not exist" while the stored mirrors are still being read: retriable.
@@ -58,7 +65,10 @@ pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Opti
         (Method::GET, ["mirrors", name]) => describe(control, name),
         (method @ (Method::POST | Method::DELETE), rest) => {
             if !authorized(&req, peer, token) {
-                return error(StatusCode::FORBIDDEN, "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`");
+                return error(
+                    StatusCode::FORBIDDEN,
+                    "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`",
+                );
             }
             let rest: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
@@ -81,7 +91,13 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
             };
             let configs: Vec<(String, Option<String>)> = b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect();
             let (code, message) = control.create_mirror(&b.name, &configs).await;
-            let status = if code == 0 { StatusCode::CREATED } else if code == mirror_api::errors::CLUSTER_MIRROR_ALREADY_EXISTS { StatusCode::CONFLICT } else { StatusCode::BAD_REQUEST };
+            let status = if code == 0 {
+                StatusCode::CREATED
+            } else if code == mirror_api::errors::CLUSTER_MIRROR_ALREADY_EXISTS {
+                StatusCode::CONFLICT
+            } else {
+                StatusCode::BAD_REQUEST
+            };
             json_response(status, code_json(code, message))
         }
         (Method::DELETE, ["mirrors", name]) => {
@@ -105,7 +121,11 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
                 "start" => control.start_topics(name, &body.topics, &body.include, &body.exclude).await.2,
                 "pause" => control.pause_topics(name, &body.topics).await,
                 "resume" => control.resume_topics(name, &body.topics).await,
-                _ => control.stop_topics(name, &body.topics, body.graceful_timeout_ms.map(Duration::from_millis)).await,
+                _ => {
+                    control
+                        .stop_topics(name, &body.topics, body.graceful_timeout_ms.map(Duration::from_millis))
+                        .await
+                }
             };
             json_response(StatusCode::OK, json!({ "results": results.iter().map(result_json).collect::<Vec<_>>() }))
         }

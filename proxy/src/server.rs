@@ -53,7 +53,10 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         .bootstrap
         .local_addr()
         .map(|a| a.ip().to_string())
-        .map_err(|source| ProxyError::Listener { addr: config.listener.listen.clone(), source })?;
+        .map_err(|source| ProxyError::Listener {
+            addr: config.listener.listen.clone(),
+            source,
+        })?;
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -88,7 +91,13 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), stop_rx.clone()));
     }
-    tokio::spawn(accept_loop(listeners.bootstrap, Target::Bootstrap, shared.clone(), stop_rx.clone(), drain_tx.clone()));
+    tokio::spawn(accept_loop(
+        listeners.bootstrap,
+        Target::Bootstrap,
+        shared.clone(),
+        stop_rx.clone(),
+        drain_tx.clone(),
+    ));
     {
         let (shared, mut stop_rx, drain_tx) = (shared.clone(), stop_rx.clone(), drain_tx.clone());
         tokio::spawn(async move {
@@ -126,13 +135,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     Ok(())
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    target: Target,
-    shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
-    drain: mpsc::Sender<()>,
-) {
+async fn accept_loop(listener: TcpListener, target: Target, shared: Arc<Shared>, mut stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use prometheus_client::metrics::counter::Counter;
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::{ProtocolError, Side, fillers, mirror_api, peek, rewrite, versions};
+use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -23,9 +23,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
 use crate::api_versions;
-use crate::intercept;
-use crate::guard;
 use crate::error::ProxyError;
+use crate::guard;
+use crate::intercept;
 use crate::server::Shared;
 
 /// Requests in flight per connection before the request side waits (backpressure).
@@ -35,7 +35,13 @@ const MAX_IN_FLIGHT: usize = 1024;
 enum Pending {
     /// Read the next upstream response; it must carry `correlation_id`. `merge`: adds back what
     /// the proxy refused (mirror topics taken out of the request) to the broker's response.
-    Forwarded { api_key: i16, api_version: i16, correlation_id: i32, started: Instant, merge: Option<guard::Merge> },
+    Forwarded {
+        api_key: i16,
+        api_version: i16,
+        correlation_id: i32,
+        started: Instant,
+        merge: Option<guard::Merge>,
+    },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
 }
@@ -108,7 +114,15 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         trace!(api_key = p.api_key, version = p.api_version, correlation_id = p.correlation_id, "request");
         if p.api_key == ApiKey::ApiVersions as i16 && p.api_version > api_versions::max_supported() {
             let frame = api_versions::unsupported_version_response(p.correlation_id)?;
-            if tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err() {
+            if tx
+                .send(Pending::Local {
+                    api_key: p.api_key,
+                    frame,
+                    started,
+                })
+                .await
+                .is_err()
+            {
                 return Ok(());
             }
             continue;
@@ -117,14 +131,31 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         let own_rpc = mirror_api::is_answered(p.api_key) && p.api_version == 0;
         if !own_rpc && !versions::is_supported(p.api_key, p.api_version) {
             m.client_frame_errors.inc();
-            warn!(api_key = p.api_key, version = p.api_version, "closing connection: request for an API or version the proxy does not offer");
-            return Err(ProxyError::UnsupportedRequest { api_key: p.api_key, api_version: p.api_version });
+            warn!(
+                api_key = p.api_key,
+                version = p.api_version,
+                "closing connection: request for an API or version the proxy does not offer"
+            );
+            return Err(ProxyError::UnsupportedRequest {
+                api_key: p.api_key,
+                api_version: p.api_version,
+            });
         }
-        let (frame, merge) = match intercept::mirror_request(frame, p.api_key, p.api_version, shared).await.map_err(|e| client_error(shared, e))? {
+        let (frame, merge) = match intercept::mirror_request(frame, p.api_key, p.api_version, shared)
+            .await
+            .map_err(|e| client_error(shared, e))?
+        {
             intercept::Outcome::Forward { frame, merge } => (frame, merge),
             intercept::Outcome::Answer(response) => {
                 if let Some(frame) = response
-                    && tx.send(Pending::Local { api_key: p.api_key, frame, started }).await.is_err()
+                    && tx
+                        .send(Pending::Local {
+                            api_key: p.api_key,
+                            frame,
+                            started,
+                        })
+                        .await
+                        .is_err()
                 {
                     return Ok(());
                 }
@@ -133,14 +164,22 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         };
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
-            let pending = Pending::Forwarded { api_key: p.api_key, api_version: p.api_version, correlation_id: p.correlation_id, started, merge };
+            let pending = Pending::Forwarded {
+                api_key: p.api_key,
+                api_version: p.api_version,
+                correlation_id: p.correlation_id,
+                started,
+                merge,
+            };
             if tx.send(pending).await.is_err() {
                 return Ok(());
             }
         } else {
             m.api(p.api_key).requests.inc();
         }
-        up_w.write_all(&frame).await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        up_w.write_all(&frame)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
     }
 }
 
@@ -168,7 +207,13 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     while let Some(pending) = rx.recv().await {
         let (api_key, frame, started) = match pending {
             Pending::Local { api_key, frame, started } => (api_key, frame, started),
-            Pending::Forwarded { api_key, api_version, correlation_id, started, merge } => {
+            Pending::Forwarded {
+                api_key,
+                api_version,
+                correlation_id,
+                started,
+                merge,
+            } => {
                 let frame = match reader.next().await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
@@ -185,7 +230,11 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     Some(merge) => merge(frame).map_err(|e| broker_error(&shared, e))?,
                     None => frame,
                 };
-                (api_key, adjust_response(frame, api_key, api_version, &shared).map_err(|e| broker_error(&shared, e))?, started)
+                (
+                    api_key,
+                    adjust_response(frame, api_key, api_version, &shared).map_err(|e| broker_error(&shared, e))?,
+                    started,
+                )
             }
         };
         client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;

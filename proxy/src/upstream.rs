@@ -42,7 +42,11 @@ pub(crate) struct Connector {
 
 impl Connector {
     pub(crate) fn new(bootstrap: Vec<String>, timeout: Duration) -> Self {
-        Self { bootstrap, next: AtomicUsize::new(0), timeout }
+        Self {
+            bootstrap,
+            next: AtomicUsize::new(0),
+            timeout,
+        }
     }
 
     /// Opens a connection for `target`.
@@ -83,8 +87,14 @@ impl Connector {
     pub(crate) async fn connect_addr(&self, addr: &str) -> Result<UpstreamStream, ProxyError> {
         let stream = tokio::time::timeout(self.timeout, TcpStream::connect(addr))
             .await
-            .map_err(|_| ProxyError::UpstreamConnect { addr: addr.to_owned(), detail: format!("timed out after {:?}", self.timeout) })?
-            .map_err(|e| ProxyError::UpstreamConnect { addr: addr.to_owned(), detail: e.to_string() })?;
+            .map_err(|_| ProxyError::UpstreamConnect {
+                addr: addr.to_owned(),
+                detail: format!("timed out after {:?}", self.timeout),
+            })?
+            .map_err(|e| ProxyError::UpstreamConnect {
+                addr: addr.to_owned(),
+                detail: e.to_string(),
+            })?;
         let _ = stream.set_nodelay(true);
         Ok(stream)
     }

@@ -13,9 +13,7 @@ use kmp_protocol::codec::{decode_request, encode_response};
 use kmp_protocol::frame::FrameReader;
 use kmp_protocol::kafka_protocol::messages::api_versions_response::ApiVersion;
 use kmp_protocol::kafka_protocol::messages::metadata_response::MetadataResponseBroker;
-use kmp_protocol::kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse,
-};
+use kmp_protocol::kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, MetadataRequest, MetadataResponse};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::{Side, peek};
 use tokio::io::AsyncWriteExt;
@@ -90,14 +88,23 @@ async fn serve_rewrites_brokers_to_node_listeners_clamps_versions_and_stops_on_s
         let _ = stop_rx.await;
     }));
 
-    let mut conn = Connection::connect(&proxy_addr.to_string(), Duration::from_secs(5), "t").await.expect("connect");
+    let mut conn = Connection::connect(&proxy_addr.to_string(), Duration::from_secs(5), "t")
+        .await
+        .expect("connect");
     let versions = conn.api_versions().await.expect("api versions");
-    assert!(versions.contains(&(3, 0, 13)), "Metadata v99 from the broker is clamped to the audited 13: {versions:?}");
+    assert!(
+        versions.contains(&(3, 0, 13)),
+        "Metadata v99 from the broker is clamped to the audited 13: {versions:?}"
+    );
     let mut req = MetadataRequest::default();
     req.topics = Some(Vec::new());
     let md = conn.send(&req, 12).await.expect("metadata");
     let brokers: Vec<_> = md.brokers.iter().map(|b| (b.node_id.0, b.host.as_str().to_owned(), b.port)).collect();
-    assert_eq!(brokers, vec![(7, "proxy.test".to_owned(), i32::from(base) + 7)], "broker address points at the proxy");
+    assert_eq!(
+        brokers,
+        vec![(7, "proxy.test".to_owned(), i32::from(base) + 7)],
+        "broker address points at the proxy"
+    );
 
     let mut via_node = Connection::connect(&format!("127.0.0.1:{}", base + 7), Duration::from_secs(5), "t")
         .await
@@ -105,7 +112,9 @@ async fn serve_rewrites_brokers_to_node_listeners_clamps_versions_and_stops_on_s
     assert!(via_node.send(&req, 12).await.is_ok(), "the node listener forwards to the broker");
 
     stop_tx.send(()).expect("signal");
-    let result = tokio::time::timeout(Duration::from_secs(10), server).await.expect("serve returns after shutdown");
+    let result = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("serve returns after shutdown");
     assert!(result.expect("join").is_ok());
     drop(via_node);
     drop(conn);

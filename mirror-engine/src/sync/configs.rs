@@ -86,7 +86,9 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, filter: &
             report.changes_applied += counts.iter().find(|(t, _)| t == topic).map_or(0, |(_, n)| *n);
         } else {
             let msg = r.error_message.as_ref().map_or(String::new(), |m| format!(": {}", m.as_str()));
-            report.errors.push(format!("topic {topic}: destination IncrementalAlterConfigs error {}{msg}", r.error_code));
+            report
+                .errors
+                .push(format!("topic {topic}: destination IncrementalAlterConfigs error {}{msg}", r.error_code));
         }
     }
     Ok(report)

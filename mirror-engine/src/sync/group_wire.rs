@@ -61,7 +61,11 @@ pub async fn list_groups(cluster: &ClusterClient) -> Result<Vec<ListedGroup>, Mi
         let mut conn = connect(cluster, &addr).await?;
         let resp = conn.send(&ListGroupsRequest::default(), 5).await.map_err(|e| cluster.wrap(e))?;
         if resp.error_code != 0 {
-            return Err(MirrorError::Broker { side: cluster.side(), what: format!("ListGroups on broker {node}"), code: resp.error_code });
+            return Err(MirrorError::Broker {
+                side: cluster.side(),
+                what: format!("ListGroups on broker {node}"),
+                code: resp.error_code,
+            });
         }
         out.extend(resp.groups.into_iter().map(|g| ListedGroup {
             id: g.group_id.0.as_str().to_owned(),
@@ -87,7 +91,11 @@ pub async fn coordinators(cluster: &ClusterClient, groups: &[String]) -> Result<
         .coordinators
         .into_iter()
         .map(|c| {
-            let v = if c.error_code == 0 { Ok(format!("{}:{}", c.host.as_str(), c.port)) } else { Err(c.error_code) };
+            let v = if c.error_code == 0 {
+                Ok(format!("{}:{}", c.host.as_str(), c.port))
+            } else {
+                Err(c.error_code)
+            };
             (c.key.as_str().to_owned(), v)
         })
         .collect())
@@ -135,7 +143,12 @@ pub async fn committed_offsets(cluster: &ClusterClient, coords: &Coordinators) -
                 .iter()
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.as_str(), p)))
                 .filter(|(_, p)| p.error_code == 0 && p.committed_offset >= 0)
-                .map(|(t, p)| ((t.to_owned(), p.partition_index), (p.committed_offset, p.metadata.as_ref().map(|m| m.as_str().to_owned()))))
+                .map(|(t, p)| {
+                    (
+                        (t.to_owned(), p.partition_index),
+                        (p.committed_offset, p.metadata.as_ref().map(|m| m.as_str().to_owned())),
+                    )
+                })
                 .collect();
             out.insert(id, offsets);
         }
@@ -174,7 +187,11 @@ pub async fn commit(cluster: &ClusterClient, coordinator: &str, group: &str, off
     Ok(resp
         .topics
         .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| ((t.name.0.as_str().to_owned(), p.partition_index), p.error_code)))
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| ((t.name.0.as_str().to_owned(), p.partition_index), p.error_code))
+        })
         .collect())
 }
 

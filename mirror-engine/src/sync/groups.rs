@@ -38,7 +38,10 @@ pub struct GroupFilter {
 
 impl GroupFilter {
     pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self { include: compile("group", include)?, exclude: compile("group", exclude)? })
+        Ok(Self {
+            include: compile("group", include)?,
+            exclude: compile("group", exclude)?,
+        })
     }
 
     /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
@@ -91,14 +94,27 @@ pub(crate) fn on_topics<V>(groups: HashMap<String, PerPartition<V>>, topics: &[S
     let wanted: BTreeSet<&str> = topics.iter().map(String::as_str).collect();
     groups
         .into_iter()
-        .map(|(g, offsets)| (g, offsets.into_iter().filter(|((t, _), _)| wanted.contains(t.as_str())).collect::<BTreeMap<_, _>>()))
+        .map(|(g, offsets)| {
+            (
+                g,
+                offsets
+                    .into_iter()
+                    .filter(|((t, _), _)| wanted.contains(t.as_str()))
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        })
         .filter(|(_, offsets)| !offsets.is_empty())
         .collect()
 }
 
 /// The topics any of `groups` has offsets on, sorted.
 pub(crate) fn topics_of<V>(groups: &[(String, PerPartition<V>)]) -> Vec<String> {
-    groups.iter().flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone())).collect::<BTreeSet<_>>().into_iter().collect()
+    groups
+        .iter()
+        .flat_map(|(_, o)| o.keys().map(|(t, _)| t.clone()))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// The outcome of one pass.
@@ -123,14 +139,21 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if topics.is_empty() || def.groups_include.is_empty() {
         return Ok(report);
     }
-    let candidates: BTreeSet<String> = group_wire::list_groups(source).await?.into_iter().filter(|g| filter.syncs(g)).map(|g| g.id).collect();
+    let candidates: BTreeSet<String> = group_wire::list_groups(source)
+        .await?
+        .into_iter()
+        .filter(|g| filter.syncs(g))
+        .map(|g| g.id)
+        .collect();
     if candidates.is_empty() {
         return Ok(report);
     }
     let candidates: Vec<String> = candidates.into_iter().collect();
     let coords = group_wire::coordinators(source, &candidates).await?;
     let (source_offsets, failed) = group_wire::committed_offsets(source, &coords).await?;
-    report.errors.extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
+    report
+        .errors
+        .extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
     let relevant = on_topics(source_offsets, topics);
     report.groups = relevant.len();
     if relevant.is_empty() {
@@ -146,7 +169,12 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     let coords = group_wire::coordinators(destination, &names).await?;
     let (current, failed) = group_wire::committed_offsets(destination, &coords).await?;
     // A group unknown on the destination has no offsets yet (an error only if not "not found").
-    report.errors.extend(failed.iter().filter(|(_, code)| *code != 69).map(|(g, code)| format!("group {g}: destination OffsetFetch error {code}")));
+    report.errors.extend(
+        failed
+            .iter()
+            .filter(|(_, code)| *code != 69)
+            .map(|(g, code)| format!("group {g}: destination OffsetFetch error {code}")),
+    );
     let touched = topics_of(&idle);
     let watermarks = group_wire::watermarks(destination, &touched).await?;
     let empty = GroupOffsets::new();
@@ -204,13 +232,22 @@ mod tests {
         let destination = offsets(&[("t", 0, 10)]);
         let wm: HashMap<_, _> = [(("t".to_owned(), 0), (0, 100)), (("t".to_owned(), 1), (0, 100))].into();
         let plan = plan_group(&source, &destination, &wm);
-        assert_eq!(plan, offsets(&[("t", 1, 100)]), "t-0 already equal, t-1 clamped to the high watermark, `other` not mirrored");
+        assert_eq!(
+            plan,
+            offsets(&[("t", 1, 100)]),
+            "t-0 already equal, t-1 clamped to the high watermark, `other` not mirrored"
+        );
     }
 
     #[test]
     fn consumer_groups_are_synced_share_and_connect_groups_are_not() {
         let f = GroupFilter::new(&[".*".into()], &["private-.*".into()]).unwrap();
-        let g = |id: &str, ty: &str, proto: &str| ListedGroup { id: id.into(), group_type: ty.into(), protocol_type: proto.into(), state: "Empty".into() };
+        let g = |id: &str, ty: &str, proto: &str| ListedGroup {
+            id: id.into(),
+            group_type: ty.into(),
+            protocol_type: proto.into(),
+            state: "Empty".into(),
+        };
         assert!(f.syncs(&g("app", "classic", "consumer")));
         assert!(f.syncs(&g("app", "consumer", "consumer")));
         assert!(f.syncs(&g("assign-only", "classic", "")));

@@ -18,9 +18,9 @@ use tracing::{Instrument, debug, info_span, warn};
 
 pub use status::{PassOutcome, SyncBoard, SyncKind, SyncStatus};
 
+use crate::Shared;
 use crate::cluster::ClusterClient;
 use crate::control::Desired;
-use crate::Shared;
 
 /// Longest a pass may take; a source that stopped answering must not hold a failover.
 const PASS_TIMEOUT: Duration = Duration::from_secs(20);

@@ -50,7 +50,9 @@ async fn start_offsets(cluster: &ClusterClient, coords: &Coordinators) -> Result
                 rg
             })
             .collect();
-        let mut conn = Connection::connect(addr, cluster.timeout(), "kafka-mirror-proxy-sync").await.map_err(|e| cluster.wrap(e))?;
+        let mut conn = Connection::connect(addr, cluster.timeout(), "kafka-mirror-proxy-sync")
+            .await
+            .map_err(|e| cluster.wrap(e))?;
         let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
@@ -91,7 +93,9 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
             rt
         })
         .collect();
-    let mut conn = Connection::connect(coordinator, cluster.timeout(), "kafka-mirror-proxy-sync").await.map_err(|e| cluster.wrap(e))?;
+    let mut conn = Connection::connect(coordinator, cluster.timeout(), "kafka-mirror-proxy-sync")
+        .await
+        .map_err(|e| cluster.wrap(e))?;
     let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
     if resp.error_code != 0 {
         return Ok(Some(resp.error_code));
@@ -124,7 +128,11 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if relevant.is_empty() {
         return Ok(report);
     }
-    let states: HashMap<String, (String, String)> = group_wire::list_groups(destination).await?.into_iter().map(|g| (g.id, (g.group_type, g.state))).collect();
+    let states: HashMap<String, (String, String)> = group_wire::list_groups(destination)
+        .await?
+        .into_iter()
+        .map(|g| (g.id, (g.group_type, g.state)))
+        .collect();
     let names: Vec<String> = relevant.iter().map(|(g, _)| g.clone()).collect();
     let coords = group_wire::coordinators(destination, &names).await?;
     let (current, _) = start_offsets(destination, &coords).await?;
@@ -137,7 +145,9 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
                 continue;
             }
             Some((ty, _)) if ty != "share" => {
-                report.errors.push(format!("share group {group}: a {ty} group of that name exists on the destination"));
+                report
+                    .errors
+                    .push(format!("share group {group}: a {ty} group of that name exists on the destination"));
                 continue;
             }
             _ => {}
@@ -163,8 +173,12 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
                 report.in_sync += 1;
             }
             Ok(Some(GROUP_NOT_EMPTY)) => report.skipped_active.push(group),
-            Ok(Some(code)) => report.errors.push(format!("share group {group}: destination AlterShareGroupOffsets error {code}")),
-            Err(e) => report.errors.push(format!("share group {group}: {e} (does the destination support share groups?)")),
+            Ok(Some(code)) => report
+                .errors
+                .push(format!("share group {group}: destination AlterShareGroupOffsets error {code}")),
+            Err(e) => report
+                .errors
+                .push(format!("share group {group}: {e} (does the destination support share groups?)")),
         }
     }
     Ok(report)

@@ -102,7 +102,10 @@ impl SyncBoard {
 
     /// A mirror's sync status, every kind that has been announced.
     pub fn get(&self, mirror: &str) -> Vec<(SyncKind, SyncStatus)> {
-        let mut out: Vec<_> = SyncKind::ALL.iter().filter_map(|k| self.inner.get(&(mirror.to_owned(), *k)).map(|s| (*k, s.clone()))).collect();
+        let mut out: Vec<_> = SyncKind::ALL
+            .iter()
+            .filter_map(|k| self.inner.get(&(mirror.to_owned(), *k)).map(|s| (*k, s.clone())))
+            .collect();
         out.sort_by_key(|(k, _)| *k);
         out
     }
@@ -127,13 +130,33 @@ mod tests {
     #[test]
     fn a_pass_with_errors_counts_them_and_keeps_the_last_success_time() {
         let b = SyncBoard::default();
-        b.record("m", SyncKind::GroupOffsets, 10, Ok(PassOutcome { synced: 2, applied: 3, ..Default::default() }));
+        b.record(
+            "m",
+            SyncKind::GroupOffsets,
+            10,
+            Ok(PassOutcome {
+                synced: 2,
+                applied: 3,
+                ..Default::default()
+            }),
+        );
         let ok = b.get("m")[0].1.clone();
         assert!(ok.last_success_ms > 0 && ok.errors_total == 0 && ok.applied_total == 3 && ok.synced == 2);
-        b.record("m", SyncKind::GroupOffsets, 10, Ok(PassOutcome { errors: vec!["a".into(), "b".into()], ..Default::default() }));
+        b.record(
+            "m",
+            SyncKind::GroupOffsets,
+            10,
+            Ok(PassOutcome {
+                errors: vec!["a".into(), "b".into()],
+                ..Default::default()
+            }),
+        );
         b.record("m", SyncKind::GroupOffsets, 10, Err("source down".into()));
         let s = b.get("m")[0].1.clone();
-        assert_eq!((s.runs, s.errors_total, s.applied_total, s.last_error.as_deref()), (3, 3, 3, Some("source down")));
+        assert_eq!(
+            (s.runs, s.errors_total, s.applied_total, s.last_error.as_deref()),
+            (3, 3, 3, Some("source down"))
+        );
         assert_eq!(s.last_success_ms, ok.last_success_ms);
         b.remove("m");
         assert!(b.get("m").is_empty());
