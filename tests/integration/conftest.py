@@ -96,13 +96,37 @@ class ProxyProcess:
             return 0, ""
 
     def metric(self, name: str, labels: str = "") -> float:
-        """Value of one metric line, e.g. metric('kmp_frame_errors_total', 'side="client"')."""
-        _, text = self.http("/metrics")
+        """Value of one metric line, e.g. metric('kmp_frame_errors_total', 'side="client"').
+
+        A metric that is not on /metrics fails the test (AssertionError naming it and listing
+        similar series that are there): a renamed or unexported metric must never read as 0."""
+        value = self.metric_or_absent(name, labels)
+        if value is None:
+            raise AssertionError(self._missing_metric(name, labels))
+        return value
+
+    def metric_or_absent(self, name: str, labels: str = "") -> float | None:
+        """Value of one metric line, or None when /metrics has no such series. Only for callers
+        whose expected value is "absent" (say why at the call site); everyone else uses metric()."""
+        status, text = self.http("/metrics")
+        assert status == 200, f"/metrics answered {status} (proxy alive: {self.alive()})"
         key = f"{name}{{{labels}}}" if labels else name
         for line in text.splitlines():
             if line.startswith(key + " "):
                 return float(line.split()[-1])
-        return 0.0
+        return None
+
+    def _missing_metric(self, name: str, labels: str) -> str:
+        import difflib
+        _, text = self.http("/metrics")
+        series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+        names = sorted({s.split("{", 1)[0] for s in series})
+        similar_names = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
+        same_name = [s for s in series if s.split("{", 1)[0] == name][:10]
+        key = f"{name}{{{labels}}}" if labels else name
+        return (f"metric {key} is not on /metrics; "
+                f"series of that name: {same_name or 'none'}; similar metric names: {similar_names or 'none'} "
+                f"({len(names)} metric names exported)")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -186,3 +210,10 @@ def wait_for_leader(admin, topic: str, partition: int = 0, timeout: float = 30) 
             return parts[partition].leader
         time.sleep(0.1)
     raise TimeoutError(f"{topic}-{partition} has no leader after {timeout}s")
+
+
+def pytest_addoption(parser):
+    """Options of the randomized differential test (test_mirror_differential.py)."""
+    group = parser.getgroup("kmp-differential", "randomized differential mirror test")
+    group.addoption("--seeds", type=int, default=20, help="run generated histories of seeds 1..N (default 20) plus the regression cases")
+    group.addoption("--seed", type=int, default=None, help="replay exactly one generated seed (no regression cases)")

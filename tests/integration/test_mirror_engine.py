@@ -7,7 +7,7 @@ source keeps producing."""
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
@@ -29,15 +29,19 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
-    """(partition, offset, key, value, headers, timestamp) of every record, fillers included."""
+    """(partition, offset, key, value, headers, timestamp) of every record from each partition's
+    log start to its end, fillers included. Reading starts at the log start, not at offset 0: once
+    the log start moved, 0 is out of range and the consumer would silently reset to the end and
+    read nothing. An offset reset or any error other than end-of-partition fails the read."""
     ends = high_watermarks(bootstrap, topic, partitions)
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "isolation.level": isolation,
-                  "enable.partition.eof": True, "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+                  "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "error"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
     out, done, deadline = [], {p for p in range(partitions) if ends[p] == 0}, time.time() + 60
     while len(done) < partitions and time.time() < deadline:
         for m in c.consume(1000, 0.5):
             if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, f"{topic}-{m.partition()} via {bootstrap} ({isolation}): {m.error()}"
                 done.add(m.partition())
                 continue
             out.append((m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))

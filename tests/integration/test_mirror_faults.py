@@ -181,7 +181,8 @@ def test_destination_equals_source_after_ten_sigkills_of_the_proxy(clusters, wor
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 4})
         assert_equal(source, destination, topic, 4)
         _, text = proxy.http("/metrics")
-        assert all(l.endswith(" 0") for l in text.splitlines() if l.startswith("kmp_mirror_failed{") and f'topic="{topic}"' in l), "no partition failed"
+        failed = [l for l in text.splitlines() if l.startswith("kmp_mirror_failed{") and f'topic="{topic}"' in l]
+        assert len(failed) == 4 and all(l.endswith(" 0") for l in failed), f"all 4 partitions exported, none failed: {failed}"
     finally:
         assert proxy.stop() == 0
 

@@ -134,7 +134,17 @@ def produce_marker_topic(bootstrap: str, topic: str) -> None:
     for i in range(30):
         plain.produce(topic, value=f"b-{i}".encode(), partition=0)
     assert plain.flush(30) == 0
-    assert high_watermarks(bootstrap, topic, 1) == [91], "marker topic layout"
+    # commit_transaction returns once the coordinator has decided; the COMMIT marker at 60 is
+    # written to the partition afterwards, and until then the last stable offset (what a
+    # read_committed reader, and high_watermarks(), sees as the end) stays at the transaction's
+    # first offset, 40. Wait for the marker instead of reading the end once.
+    deadline, ends = time.time() + 30, None
+    while time.time() < deadline:
+        ends = high_watermarks(bootstrap, topic, 1)
+        if ends == [91]:
+            break
+        time.sleep(0.1)
+    assert ends == [91], f"marker topic layout: last stable offset {ends}, expected [91] once the COMMIT marker is written"
 
 
 def produce_compacted_topic(bootstrap: str, topic: str) -> None:

@@ -10,10 +10,11 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire as wire
-from conftest import unique
+from conftest import unique, wait_for_leader
 
 BAD_FRAMES = {
     "random garbage": bytes(random.Random(7).randrange(256) for _ in range(4096)),
@@ -99,18 +100,44 @@ def test_random_bytes_fuzzing_never_takes_the_proxy_down(proxy):
 
 
 def test_acks_zero_produce_needs_no_response_and_loses_nothing(proxy):
+    """On loopback with no fault nothing may be lost: all 1000 records, in order, at offsets
+    0-999. acks=0 gives no delivery report to wait for, so the reader waits until the high
+    watermark seen through the proxy reaches 1000 (the last records may still be replicating when
+    the producer's flush returns) before it reads."""
     topic = unique("acks0")
+    admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    wait_for_leader(admin, topic)
+    c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("acks0"), "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False})
+    tp = TopicPartition(topic, 0)
+    # The leader answers ListOffsets only once it really leads the new partition: before that an
+    # acks=0 produce would be refused with no response to retry on.
+    deadline = time.time() + 30
+    while True:
+        try:
+            assert c.get_watermark_offsets(tp, timeout=5) == (0, 0)
+            break
+        except KafkaException:
+            assert time.time() < deadline, f"{topic}-0 has a working leader within 30 s"
+            time.sleep(0.1)
     p = Producer({"bootstrap.servers": proxy.bootstrap, "acks": 0, "linger.ms": 5})
-    for i in range(1000):
-        p.produce(topic, value=f"a{i}")
-        if i == 0:
-            p.flush(30)  # auto-creates the topic
-            time.sleep(1)
-    assert p.flush(30) == 0
-    c = Consumer({"bootstrap.servers": proxy.bootstrap, "group.id": unique("acks0"), "auto.offset.reset": "earliest"})
+    want = [f"a{i}" for i in range(1000)]
+    for value in want:
+        p.produce(topic, value=value, partition=0)
+    assert p.flush(30) == 0, "every acks=0 record left the producer"
+    deadline, ends = time.time() + 30, None
+    while time.time() < deadline:
+        ends = c.get_watermark_offsets(tp, timeout=10)
+        if ends[1] >= len(want):
+            break
+        time.sleep(0.1)
+    assert ends == (0, len(want)), f"the partition holds exactly the {len(want)} acks=0 records (log start, high watermark): {ends}"
     c.assign([TopicPartition(topic, 0, 0)])
-    got, deadline = set(), time.time() + 30
-    while len(got) < 1000 and time.time() < deadline:
-        got |= {m.value().decode() for m in c.consume(500, 0.2) if not m.error()}
+    got, deadline = [], time.time() + 30
+    while len(got) < len(want) and time.time() < deadline:
+        got += [(m.offset(), m.value().decode()) for m in c.consume(500, 0.2) if not m.error()]
     c.close()
-    assert len(got) >= 999, f"acks=0 records arrive (got {len(got)} of 1000)"
+    assert got == list(enumerate(want)), (
+        f"acks=0 records arrive complete and in order: got {len(got)} of {len(want)}, "
+        f"first difference at {next((i for i, (a, b) in enumerate(zip(got, enumerate(want))) if a != b), min(len(got), len(want)))}")
