@@ -3,13 +3,14 @@
 //! offset. Offsets with no visible source data (compaction gaps, transaction markers, aborted
 //! transactional data, empty batches, offsets below the source log start) become filler
 //! records. A batch is written whole when it can be; the part of a batch at and after the
-//! destination log end, or a batch with compaction holes, is re-encoded record by record
+//! destination log end, a batch with compaction holes, or a LogAppendTime batch (whose records
+//! must carry the source's append time on a CreateTime destination), is re-encoded record by record
 //! (`kmp_protocol::reencode`). Every plan is checked against the fetched data before anything
 //! is written (`check`): a filler never covers a record. Doing the I/O belongs to `partition`.
 
 use bytes::Bytes;
 use kmp_protocol::batch::BatchHeader;
-use kmp_protocol::reencode::{Piece, records, split_from};
+use kmp_protocol::reencode::{Piece, is_log_append_time, records, split_from};
 
 use crate::error::MirrorError;
 
@@ -118,7 +119,7 @@ pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTra
                 count: end - from,
                 timestamp: h.base_timestamp,
             });
-        } else if from == h.base_offset && h.is_contiguous() {
+        } else if from == h.base_offset && h.is_contiguous() && !is_log_append_time(&h) {
             p.actions.push(Action::Write {
                 base: from,
                 header: h,

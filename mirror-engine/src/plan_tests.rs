@@ -203,6 +203,31 @@ fn a_log_end_inside_an_aborted_transactional_batch_fills_the_rest() {
     assert_eq!(kinds(&p), vec![('F', 4, 6), ('F', 10, 1), ('W', 11, 1)]);
 }
 
+#[test]
+fn a_log_append_time_batch_is_re_encoded_with_the_append_time_on_every_record() {
+    let (mut h, b) = batch(0, 5);
+    let mut b = b.to_vec();
+    // What the source broker does for a LogAppendTime topic: the attribute and max timestamp only.
+    let attributes = h.attributes | (1 << 3);
+    b[21..23].copy_from_slice(&attributes.to_be_bytes());
+    b[35..43].copy_from_slice(&9_999i64.to_be_bytes());
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
+    let b = Bytes::from(b);
+    h = parse_header(&b).unwrap();
+    let p = run(0, vec![(h, b)]);
+    assert_eq!(kinds(&p), vec![('R', 0, 5)]);
+    let Action::Run { batch, .. } = &p.actions[0] else { panic!("a run") };
+    let (rh, _) = split(batch).unwrap().remove(0);
+    assert_eq!(rh.attributes & (1 << 3), 0, "CreateTime on the destination");
+    let set = RecordBatchDecoder::decode(&mut batch.clone()).unwrap();
+    assert!(
+        set.records.iter().all(|r| r.timestamp == 9_999),
+        "every record carries the source's append time"
+    );
+    assert_eq!(written(&p), keys(0..5));
+}
+
 // ---- the invariant check ----
 
 #[test]

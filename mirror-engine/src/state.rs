@@ -34,6 +34,9 @@ use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
 use crate::topics::{TopicSpec, create_topic};
 
+/// How long one state write is retried through leader moves and broker restarts.
+const WRITE_RETRY: Duration = Duration::from_secs(20);
+
 /// A mirror definition as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MirrorRecord {
@@ -272,11 +275,25 @@ impl StateStore {
         let encoded: Vec<(Bytes, Option<Bytes>)> = entries.iter().map(|(k, v)| (Bytes::from(k.clone()), v.clone())).collect();
         let blob = records::encode(&encoded, now_ms()).map_err(MirrorError::Destination)?;
         let mut guard = self.writer.lock().await;
-        let result = self.produce(&mut guard, blob).await;
-        if result.is_err() {
-            *guard = None; // reconnect to the (maybe new) leader next time
+        // A leader move or a broker restart clears up by itself: retried (bounded). Writing a
+        // batch twice after an unknown outcome is harmless (same keys and values, compacted).
+        let deadline = tokio::time::Instant::now() + WRITE_RETRY;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let result = self.produce(&mut guard, blob.clone()).await;
+            match result {
+                Ok(()) => break,
+                Err(e) => {
+                    *guard = None; // reconnect to the (maybe new) leader
+                    if !e.is_retriable() || tokio::time::Instant::now() + backoff > deadline {
+                        return Err(e);
+                    }
+                    warn!(error = %e, topic = %self.topic, "state write failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                }
+            }
         }
-        result?;
         let mut map = self.lock();
         for (k, v) in entries {
             match v {

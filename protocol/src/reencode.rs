@@ -7,7 +7,9 @@
 //! The records are kept *byte for byte*: each record's attributes, key, value and headers are
 //! copied raw (duplicate header keys and any bytes included); only its offset and timestamp
 //! deltas are re-based onto the new batch, so offsets and timestamps stay the source's. Runs are
-//! compressed again with the source batch's codec. This is the only place the mirror
+//! compressed again with the source batch's codec. A LogAppendTime batch is always re-encoded whole,
+//! the append time its records show on the source written as each record's CreateTime timestamp
+//! (see `is_log_append_time`). This is the only place the mirror
 //! decompresses data. Deciding when to call it belongs to the engine's planner.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -46,6 +48,14 @@ fn err(detail: String) -> ProtocolError {
         detail,
         side: Side::Broker,
     }
+}
+
+/// Whether the batch's records read the batch's max timestamp (the source broker's append time)
+/// rather than their own. A destination topic keeps CreateTime (its broker would replace either
+/// with its own clock otherwise), so such a batch is always re-encoded with that timestamp on
+/// every record.
+pub fn is_log_append_time(header: &BatchHeader) -> bool {
+    header.attributes & TIMESTAMP_TYPE_BIT != 0
 }
 
 /// The records section of `batch`, decompressed.
@@ -98,12 +108,19 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
     }
     let mut out = Vec::with_capacity(count);
     let mut next = header.base_offset;
+    let log_append = is_log_append_time(header);
     for _ in 0..count {
         let len = usize::try_from(c.varint()?).map_err(|_| err(format!("batch at {at}: negative record length")))?;
         let start = c.pos;
         let mut r = Cursor::new(c.take(len)?, 0, "record", Side::Broker);
         let attributes = r.take(1)?[0];
-        let timestamp = header.base_timestamp.wrapping_add(r.varint()?);
+        let delta = r.varint()?;
+        // LogAppendTime: every record reads the batch's max timestamp (the append time).
+        let timestamp = if log_append {
+            header.max_timestamp
+        } else {
+            header.base_timestamp.wrapping_add(delta)
+        };
         let offset = header.base_offset + r.varint()?;
         if offset < next || offset >= header.next_offset() {
             return Err(err(format!(
@@ -144,15 +161,11 @@ fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, Protocol
         put_varint(&mut raw, rec.len() as i64);
         raw.put_slice(&rec);
     }
-    // LogAppendTime: every record reads the batch's max timestamp, which is kept.
-    let log_append = header.attributes & TIMESTAMP_TYPE_BIT != 0;
-    let max_ts = if log_append {
-        header.max_timestamp
-    } else {
-        run.iter().map(|r| r.timestamp).max().unwrap_or(base_ts)
-    };
-    // The delete horizon is the source cleaner's; the destination's cleaner sets its own.
-    let attributes = header.attributes & !DELETE_HORIZON_BIT;
+    let max_ts = run.iter().map(|r| r.timestamp).max().unwrap_or(base_ts);
+    // Each record carries the timestamp the source's consumers read (for LogAppendTime, the
+    // append time: see `records`) as a CreateTime timestamp, which is what the destination topic
+    // keeps. The delete horizon is the source cleaner's; the destination's cleaner sets its own.
+    let attributes = header.attributes & !DELETE_HORIZON_BIT & !TIMESTAMP_TYPE_BIT;
     let records = compress(header.compression(), &raw)?;
     let count = i32::try_from(run.len()).map_err(|_| err("run too long".into()))?;
     let sequence = if header.base_sequence < 0 {

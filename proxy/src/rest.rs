@@ -118,7 +118,22 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
                 return mirror_unknown(name);
             }
             let results = match *op {
-                "start" => control.start_topics(name, &body.topics, &body.include, &body.exclude).await.2,
+                "start" => {
+                    let (code, message, results) = control.start_topics(name, &body.topics, &body.include, &body.exclude).await;
+                    if code != codes::NONE {
+                        // The request as a whole failed (e.g. its new definition could not be
+                        // stored): say so, never 200 with the per-topic results alone.
+                        let status = match code {
+                            codes::COORDINATOR_NOT_AVAILABLE | codes::COORDINATOR_LOAD_IN_PROGRESS => StatusCode::SERVICE_UNAVAILABLE,
+                            codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
+                            _ => StatusCode::BAD_REQUEST,
+                        };
+                        let mut body = code_json(code, message);
+                        body["results"] = Value::Array(results.iter().map(result_json).collect());
+                        return json_response(status, body);
+                    }
+                    results
+                }
                 "pause" => control.pause_topics(name, &body.topics).await,
                 "resume" => control.resume_topics(name, &body.topics).await,
                 _ => {
