@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::budget::{Budget, Reservation};
-use crate::cluster::{ClusterClient, offsets};
+use crate::cluster::{ClusterClient, leader_log_end, offsets};
 use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::plan::{AbortTracker, Action, plan};
@@ -46,6 +46,9 @@ const UNKNOWN_TOPIC_ID: i16 = 100;
 /// How long the destination high watermark must stay unchanged before the engine trusts it as
 /// the log end (a write of a previous run may still be replicating; see `settled_offsets`).
 const SETTLE: Duration = Duration::from_millis(700);
+/// Longest wait for the destination high watermark to reach the leader's log end before the
+/// attempt fails (retriable) and reports why.
+const UNSETTLED_LIMIT: Duration = Duration::from_secs(45);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
 const IDLE_FETCH_BYTES: i32 = 64 * 1024;
@@ -116,8 +119,8 @@ impl PartitionTask {
         let mut end = None;
         for _ in 0..8 {
             let settled = async {
-                let (mut conn, _) = self.destination.connect_leader(topic, *partition).await?;
-                settled_offsets(&mut conn, topic, *partition).await
+                let (mut conn, epoch) = self.destination.connect_leader(topic, *partition).await?;
+                settled_offsets(&mut conn, topic, *partition, epoch).await
             };
             match settled.await {
                 Ok((_, e)) => {
@@ -147,8 +150,8 @@ impl PartitionTask {
     async fn copy(&self, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
-        let (mut dest_conn, _) = self.destination.connect_leader(topic, partition).await?;
-        let (dest_log_start, next) = settled_offsets(&mut dest_conn, topic, partition).await?;
+        let (mut dest_conn, epoch) = self.destination.connect_leader(topic, partition).await?;
+        let (dest_log_start, next) = settled_offsets(&mut dest_conn, topic, partition, epoch).await?;
         self.account_landed(std::mem::take(uncertain), next);
         let mut sink = PartitionSink::open(dest_conn, topic, partition, self.max_in_flight).await?;
         let result = self.stream(&mut sink, dest_log_start, next).await;
@@ -340,17 +343,38 @@ impl PartitionTask {
     }
 }
 
-/// `(log start, high watermark)` once the high watermark has stopped moving. After a crash or a
-/// retried write, a batch the previous producer sent may still be on its way to the followers:
-/// the leader has it but the high watermark does not yet. Writing before it settles would place
-/// the next batch after that one and break the identical-offset invariant.
-async fn settled_offsets(conn: &mut kmp_protocol::client::Connection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
+/// `(log start, high watermark)` once the high watermark has stopped moving and equals the
+/// leader's log end. After a crash or a retried write, a batch the previous producer sent may
+/// still be on its way to the followers: the leader has it but the high watermark does not yet —
+/// for up to `replica.lag.time.max.ms` when an in-sync follower is down. Writing before it
+/// settles would place the next batch after that one and break the identical-offset invariant,
+/// so the engine waits (bounded by `UNSETTLED_LIMIT`, then retries with backoff).
+async fn settled_offsets(conn: &mut kmp_protocol::client::Connection, topic: &str, partition: i32, epoch: i32) -> Result<(i64, i64), MirrorError> {
+    let deadline = tokio::time::Instant::now() + UNSETTLED_LIMIT;
     let mut last = offsets("destination", conn, topic, partition).await?;
     loop {
         tokio::time::sleep(SETTLE).await;
         let now = offsets("destination", conn, topic, partition).await?;
         if now == last {
-            return Ok(now);
+            // Epoch -1 (unknown) cannot be asked about; the high watermark alone then.
+            let end = if epoch >= 0 {
+                leader_log_end("destination", conn, topic, partition, epoch).await?
+            } else {
+                now.1
+            };
+            if end == now.1 {
+                return Ok(now);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(MirrorError::Broker {
+                    side: "destination",
+                    what: format!(
+                        "{topic}-{partition}: the leader holds offsets up to {end} beyond the high watermark {} (an in-sync replica down?); waiting before writing",
+                        now.1
+                    ),
+                    code: 7, // REQUEST_TIMED_OUT: retried with backoff
+                });
+            }
         }
         last = now;
     }
