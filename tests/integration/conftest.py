@@ -217,3 +217,4 @@ def pytest_addoption(parser):
     group = parser.getgroup("kmp-differential", "randomized differential mirror test")
     group.addoption("--seeds", type=int, default=20, help="run generated histories of seeds 1..N (default 20) plus the regression cases")
     group.addoption("--seed", type=int, default=None, help="replay exactly one generated seed (no regression cases)")
+    group.addoption("--first-seed", type=int, default=1, help="with --seeds N: run seeds F..F+N-1 (long runs in chunks)")
