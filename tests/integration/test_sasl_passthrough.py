@@ -34,7 +34,12 @@ def auth_error(bootstrap: str, password: str) -> str:
 
 
 def test_sasl_plain_authenticates_through_the_proxy(sasl_cluster, workdir):
-    proxy = ProxyProcess(sasl_cluster.bootstrap, workdir).start()
+    # The engine cannot open its state topic on a SASL-only destination yet (engine connections
+    # speak plaintext only; TLS/SASL on every hop is issue #12), and /readyz waits for the engine's
+    # stored state: this pass-through test runs the proxy without the engine.
+    config = workdir / "sasl-no-engine.toml"
+    config.write_text("[engine]\nenabled = false\n")
+    proxy = ProxyProcess(sasl_cluster.bootstrap, workdir, ["--config", str(config)]).start()
     try:
         md = AdminClient(conf(proxy.bootstrap, "alice-secret")).list_topics(timeout=30)
         assert {b.id: b.port for b in md.brokers.values()} == {1: proxy.node_port(1)}, "authenticated metadata is rewritten"
