@@ -13,9 +13,13 @@ PARTITIONS = 3
 
 
 def consumer(bootstrap: str, group: str) -> KafkaConsumer:
+    # metadata_max_age_ms: a new topic may not have reached the broker that answers the group
+    # leader's first metadata request (on a loaded machine, directly as through the proxy); the
+    # range assignor then assigns nothing, and kafka-python rejoins only once a metadata refresh
+    # shows the topic — by default after 5 minutes.
     return KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest",
                          enable_auto_commit=False, consumer_timeout_ms=200, session_timeout_ms=10000,
-                         heartbeat_interval_ms=1000)
+                         heartbeat_interval_ms=1000, metadata_max_age_ms=1000)
 
 
 def test_kafka_python_full_scenario_through_proxy(proxy):
