@@ -230,18 +230,16 @@ fn a_log_append_time_batch_is_re_encoded_with_the_append_time_on_every_record() 
 
 // ---- the invariant check ----
 
+/// A plan made of fills `(base, count)` only, ending at `next`.
+fn fills(ranges: &[(i64, i64)], next: i64) -> Plan {
+    let actions = ranges.iter().map(|&(base, count)| Action::Fill { base, count, timestamp: 0 }).collect();
+    Plan { actions, next, reencoded: 0 }
+}
+
 #[test]
 fn the_check_refuses_a_filler_over_a_visible_record() {
     let (h, b) = batch(0, 100);
-    let bad = Plan {
-        actions: vec![Action::Fill {
-            base: 37,
-            count: 63,
-            timestamp: 0,
-        }],
-        next: 100,
-        reencoded: 0,
-    };
+    let bad = fills(&[(37, 63)], 100);
     let e = check(37, &bad, &[(h, b)]).unwrap_err();
     assert!(matches!(e, MirrorError::Invariant(_)), "{e}");
     assert!(e.to_string().contains("offset 37"), "the reason names the record: {e}");
@@ -251,57 +249,18 @@ fn the_check_refuses_a_filler_over_a_visible_record() {
 #[test]
 fn the_check_refuses_a_filler_over_a_record_inside_a_compacted_batch_and_allows_holes() {
     let (h, b) = batch_with(&[10, 11, 14, 15, 16, 19], 10, 21, -1, false, Compression::Snappy);
-    let holes = Plan {
-        actions: vec![Action::Fill {
-            base: 12,
-            count: 2,
-            timestamp: 0,
-        }],
-        next: 14,
-        reencoded: 0,
-    };
+    let holes = fills(&[(12, 2)], 14);
     check(12, &holes, &[(h, b.clone())]).expect("filling a hole is allowed");
-    let bad = Plan {
-        actions: vec![Action::Fill {
-            base: 17,
-            count: 3,
-            timestamp: 0,
-        }],
-        next: 20,
-        reencoded: 0,
-    };
+    let bad = fills(&[(17, 3)], 20);
     let e = check(17, &bad, &[(h, b)]).unwrap_err();
     assert!(e.to_string().contains("offset 19"), "{e}");
 }
 
 #[test]
 fn the_check_refuses_plans_with_gaps_or_overlaps() {
-    let gap = Plan {
-        actions: vec![Action::Fill {
-            base: 5,
-            count: 2,
-            timestamp: 0,
-        }],
-        next: 7,
-        reencoded: 0,
-    };
+    let gap = fills(&[(5, 2)], 7);
     assert!(check(3, &gap, &[]).is_err(), "offsets 3..5 would be skipped");
-    let overlap = Plan {
-        actions: vec![
-            Action::Fill {
-                base: 3,
-                count: 2,
-                timestamp: 0,
-            },
-            Action::Fill {
-                base: 4,
-                count: 2,
-                timestamp: 0,
-            },
-        ],
-        next: 6,
-        reencoded: 0,
-    };
+    let overlap = fills(&[(3, 2), (4, 2)], 6);
     assert!(check(3, &overlap, &[]).is_err());
 }
 

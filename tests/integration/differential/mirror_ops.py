@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import signal
-import urllib.error
-import urllib.request
 
 from confluent_kafka import KafkaException
+
+from test_mirror_failover import call as rest_call
 
 from .kafka_io import TP, Admin, partition_counts, wait_until, watermarks
 
@@ -46,14 +46,7 @@ class MirrorSide:
     # -- REST -------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        req = urllib.request.Request(f"http://127.0.0.1:{self.proxy.admin_port}{path}", method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=90) as r:
-                return r.status, json.loads(r.read())
-        except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
+        return rest_call(self.proxy, method, path, body)
 
     def _topic_op(self, action: str, topic: int) -> str:
         name = self.names[topic]
