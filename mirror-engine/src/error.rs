@@ -57,6 +57,7 @@ const RETRIABLE: &[i16] = &[
     56, // KAFKA_STORAGE_ERROR
     74, // FENCED_LEADER_EPOCH
     75, // UNKNOWN_LEADER_EPOCH
+    78, // OFFSET_NOT_AVAILABLE (a new leader's high watermark not caught up yet)
     89, // THROTTLING_QUOTA_EXCEEDED
 ];
 
@@ -79,5 +80,19 @@ impl MirrorError {
             | Self::Unsupported(_)
             | Self::Invariant(_) => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_leaders_unsettled_offsets_are_retried_and_invariant_violations_are_not() {
+        let broker = |code| MirrorError::Broker { side: "destination", what: "ListOffsets".into(), code };
+        assert!(broker(78).is_retriable(), "OFFSET_NOT_AVAILABLE right after a leader election");
+        assert!(broker(74).is_retriable() && broker(75).is_retriable());
+        assert!(!broker(29).is_retriable());
+        assert!(!MirrorError::Invariant("x".into()).is_retriable());
     }
 }
