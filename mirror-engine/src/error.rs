@@ -89,7 +89,11 @@ mod tests {
 
     #[test]
     fn a_new_leaders_unsettled_offsets_are_retried_and_invariant_violations_are_not() {
-        let broker = |code| MirrorError::Broker { side: "destination", what: "ListOffsets".into(), code };
+        let broker = |code| MirrorError::Broker {
+            side: "destination",
+            what: "ListOffsets".into(),
+            code,
+        };
         assert!(broker(78).is_retriable(), "OFFSET_NOT_AVAILABLE right after a leader election");
         assert!(broker(74).is_retriable() && broker(75).is_retriable());
         assert!(!broker(29).is_retriable());
