@@ -84,6 +84,8 @@ class ProxyProcess:
             if self.http("/readyz")[0] == 200:
                 return self
             time.sleep(0.1)
+        self.proc.kill()  # never leave a proxy running behind a failed start
+        self.proc.wait()
         raise TimeoutError(f"proxy not ready within {PROXY_READY_TIMEOUT_S}s:\n{self.log()}")
 
     def http(self, path: str) -> tuple[int, str]:
