@@ -100,6 +100,11 @@ impl ClusterClient {
 
     /// Names of every topic on the cluster.
     pub async fn topic_names(&self) -> Result<Vec<String>, MirrorError> {
+        Ok(self.topic_ids().await?.into_keys().collect())
+    }
+
+    /// Every topic on the cluster with its topic id, from one Metadata request.
+    pub async fn topic_ids(&self) -> Result<HashMap<String, [u8; 16]>, MirrorError> {
         let mut conn = self.connect_any().await?;
         let mut req = MetadataRequest::default();
         req.topics = None; // all topics
@@ -109,7 +114,7 @@ impl ClusterClient {
             .topics
             .iter()
             .filter(|t| t.error_code == 0)
-            .filter_map(|t| t.name.as_ref().map(|n| n.0.as_str().to_owned()))
+            .filter_map(|t| Some((t.name.as_ref()?.0.as_str().to_owned(), *t.topic_id.as_bytes())))
             .collect())
     }
 

@@ -195,20 +195,26 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
 }
 
 /// Looks up the destination topic ids of topics that may hold fillers (Fetch v13+ names topics
-/// by id only), retrying while the destination is unreachable; a topic that does not exist is
-/// dropped from the list.
-async fn learn_filler_topic_ids(shared: Shared, mut topics: Vec<String>) {
+/// by id only) with one Metadata request, retrying while the destination is unreachable; a topic
+/// the destination does not have is dropped from them.
+async fn learn_filler_topic_ids(shared: Shared, topics: Vec<String>) {
+    if topics.is_empty() {
+        return;
+    }
     let mut backoff = Duration::from_millis(200);
-    while !topics.is_empty() {
-        let mut left = Vec::new();
-        for topic in topics {
-            match shared.destination.layout(&topic).await {
-                Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => shared.topics.mark_filler_topic(&topic, l.topic_id),
-                Ok(l) if l.error_code == 3 => shared.topics.forget_filler_topic(&topic),
-                _ => left.push(topic),
+    loop {
+        match shared.destination.topic_ids().await {
+            Ok(ids) => {
+                for topic in &topics {
+                    match ids.get(topic) {
+                        Some(id) => shared.topics.mark_filler_topic(topic, *id),
+                        None => shared.topics.forget_filler_topic(topic),
+                    }
+                }
+                return;
             }
+            Err(e) => warn!(error = %e, "cannot read the destination topic ids yet; retrying"),
         }
-        topics = left;
         let mut stop = shared.stop.clone();
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}

@@ -74,14 +74,11 @@ impl MirrorTopics {
         }
     }
 
-    /// Forgets a topic that may have held fillers but no longer exists on the destination.
+    /// Forgets a topic whose id is still unknown because the destination does not have it. A
+    /// topic whose id was learned meanwhile (it was just created) is kept.
     pub fn forget_filler_topic(&self, topic: &str) {
-        if let Some((_, id)) = self.fillers_by_name.remove(topic) {
-            if id == [0; 16] {
-                self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
-            } else {
-                self.fillers_by_id.remove(&id);
-            }
+        if self.fillers_by_name.remove_if(topic, |_, id| *id == [0; 16]).is_some() {
+            self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
