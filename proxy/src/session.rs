@@ -251,19 +251,16 @@ fn broker_error(shared: &Shared, e: ProtocolError) -> ProxyError {
     frame_error(&shared.metrics.broker_frame_errors, "bad response from broker", e)
 }
 
-/// Applies the response-side rewrites the API needs; everything else is returned as is.
-fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared) -> Result<Bytes, ProtocolError> {
-    let Ok(key) = ApiKey::try_from(api_key) else { return Ok(frame) };
-    if key == ApiKey::ApiVersions {
-        return api_versions::clamp_response(frame, api_version);
-    }
-    // Filler records exist only in topics the engine wrote (that are or were mirror topics), so
-    // only those are looked at, and only by a proxy that knows of one.
-    // Until the engine has loaded its stored state it does not know them yet: every topic is
-    // looked at then, so no filler ever reaches a client.
+/// A Fetch or ShareFetch response with the engine's filler batches masked. Filler records exist
+/// only in topics the engine wrote (that are or were mirror topics), so only those are looked
+/// at. Until the engine has loaded its stored state it does not know them yet: every topic is
+/// looked at then, so no filler ever reaches a client.
+fn mask_fillers(frame: Bytes, key: ApiKey, api_version: i16, shared: &Shared) -> Result<Bytes, ProtocolError> {
     let registry = &shared.mirrors.topics;
     let booted = shared.mirrors.control.is_booted();
-    let looks = shared.masks_fillers && (!booted || registry.has_filler_topics());
+    if booted && !registry.has_filler_topics() {
+        return Ok(frame);
+    }
     let maskable = |t: fillers::TopicRef<'_>| {
         !booted
             || match t {
@@ -271,17 +268,31 @@ fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared
                 fillers::TopicRef::Id(id) => registry.may_hold_fillers_id(&id),
             }
     };
-    let frame = if key == ApiKey::Fetch && looks && fillers::fetch_has_fillers(&frame, api_version, &maskable)? {
-        shared.metrics.masked_fetch_responses.inc();
-        fillers::mask_fetch_response(&frame, api_version, &maskable)?
-    } else if key == ApiKey::ShareFetch
-        && looks
-        && let Some(masked) = fillers::mask_share_fetch_response(&frame, api_version, &maskable)?
-    {
-        shared.metrics.masked_fetch_responses.inc();
-        masked
+    let masked = if key == ApiKey::Fetch {
+        fillers::fetch_has_fillers(&frame, api_version, &maskable)?
+            .then(|| fillers::mask_fetch_response(&frame, api_version, &maskable))
+            .transpose()?
     } else {
-        frame
+        fillers::mask_share_fetch_response(&frame, api_version, &maskable)?
+    };
+    Ok(match masked {
+        Some(m) => {
+            shared.metrics.masked_fetch_responses.inc();
+            m
+        }
+        None => frame,
+    })
+}
+
+/// Applies the response-side rewrites the API needs; everything else is returned as is.
+fn adjust_response(frame: Bytes, api_key: i16, api_version: i16, shared: &Shared) -> Result<Bytes, ProtocolError> {
+    let Ok(key) = ApiKey::try_from(api_key) else { return Ok(frame) };
+    if key == ApiKey::ApiVersions {
+        return api_versions::clamp_response(frame, api_version);
+    }
+    let frame = match key {
+        ApiKey::Fetch | ApiKey::ShareFetch if shared.masks_fillers => mask_fillers(frame, key, api_version, shared)?,
+        _ => frame,
     };
     if rewrite::needs_rewrite(key, api_version) {
         return rewrite::rewrite_response(frame, key, api_version, &shared.cluster);
