@@ -7,9 +7,11 @@
 mod load;
 mod mirror;
 mod model;
+mod security;
 mod validate;
 
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
 pub use mirror::{DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, MirrorConfig, topic_pattern};
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
+pub use security::{LimitsConfig, SecurityConfig, in_network, is_loopback, parse_cidr, source_allowed};
 pub use validate::{ConfigError, ConfigErrors};

@@ -65,6 +65,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_NODE_PORT_BASE", "listener.node_port_base"),
     ("KMP_ADMIN_LISTEN", "admin.listen"),
     ("KMP_ADMIN_TOKEN", "admin.token"),
+    ("KMP_MIRROR_SOURCE_ALLOW", "security.mirror_source_allow (comma-separated host:port patterns)"),
 ];
 
 /// Loads file (optional) + env + flags and validates the result.
@@ -104,6 +105,9 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     // A secret: only from the file or the environment (never a flag, which `ps` would show).
     if let Some(t) = env.var("KMP_ADMIN_TOKEN") {
         config.admin.token = Some(t);
+    }
+    if let Some(list) = env.var("KMP_MIRROR_SOURCE_ALLOW") {
+        config.security.mirror_source_allow = list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
     }
     match config.validate() {
         Ok(()) if errors.is_empty() => Ok(config),

@@ -17,6 +17,10 @@ pub struct Config {
     pub engine: crate::EngineConfig,
     /// Mirrors declared in the file (`[[mirrors]]`); default none.
     pub mirrors: Vec<crate::MirrorConfig>,
+    /// Authorization of mirror management and the source allow-list (`[security]`).
+    pub security: crate::SecurityConfig,
+    /// Connection, buffer and timeout limits (`[limits]`).
+    pub limits: crate::LimitsConfig,
 }
 
 /// Client-facing listeners.
