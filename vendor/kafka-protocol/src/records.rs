@@ -186,6 +186,10 @@ pub struct Record {
 
 const MAGIC_BYTE_OFFSET: usize = 16;
 
+/// Vendored patch (PATCHES.md): the most records (or headers of one record) a decoder reserves
+/// room for before decoding them; more grow the collection as they decode.
+const MAX_PREALLOCATED_RECORDS: usize = 1024;
+
 impl RecordBatchEncoder {
     /// Encode records into given buffer, using provided encoding options that select the encoding
     /// strategy based on version.
@@ -514,8 +518,17 @@ impl RecordBatchDecoder {
         version: i8,
         records: &mut Vec<Record>,
     ) -> Result<()> {
-        records.reserve(batch_decode_info.record_count as usize);
-        for _ in 0..batch_decode_info.record_count {
+        // Vendored patch (PATCHES.md): the count from the batch header is checked against the
+        // bytes left (every record takes at least one byte) and reserves at most 1024 records.
+        let record_count = batch_decode_info.record_count as usize;
+        if record_count > buf.remaining() {
+            bail!(
+                "Record count {record_count} is larger than the {} bytes remaining",
+                buf.remaining()
+            );
+        }
+        records.reserve(record_count.min(MAX_PREALLOCATED_RECORDS));
+        for _ in 0..record_count {
             records.push(Record::decode_new(buf, batch_decode_info, version)?);
         }
         Ok(())
@@ -859,11 +872,13 @@ impl Record {
 
         // Timestamp delta
         let timestamp_delta: i64 = types::VarLong.decode(buf)?;
-        let timestamp = batch_decode_info.min_timestamp + timestamp_delta;
+        // Vendored patch (PATCHES.md): wrapping, as Kafka's Java code does, instead of an overflow
+        // panic in debug builds on values from the wire.
+        let timestamp = batch_decode_info.min_timestamp.wrapping_add(timestamp_delta);
 
         // Offset delta
         let offset_delta: i32 = types::VarInt.decode(buf)?;
-        let offset = batch_decode_info.min_offset + offset_delta as i64;
+        let offset = batch_decode_info.min_offset.wrapping_add(offset_delta as i64);
         let sequence = batch_decode_info.base_sequence.wrapping_add(offset_delta);
 
         // Key
@@ -892,8 +907,16 @@ impl Record {
             bail!("Unexpected negative record header count: {num_headers}");
         }
         let num_headers = num_headers as usize;
+        // Vendored patch (PATCHES.md): checked against the bytes left (every header takes at least
+        // two bytes) before anything is reserved, and at most 1024 headers reserved.
+        if num_headers > buf.len() {
+            bail!(
+                "Record header count {num_headers} is larger than the {} bytes remaining",
+                buf.len()
+            );
+        }
 
-        let mut headers = IndexMap::with_capacity(num_headers);
+        let mut headers = IndexMap::with_capacity(num_headers.min(MAX_PREALLOCATED_RECORDS));
         for _ in 0..num_headers {
             // Key len
             let key_len: i32 = types::VarInt.decode(buf)?;

@@ -8,7 +8,7 @@ use flate2::Compression;
 
 use crate::protocol::buf::{ByteBuf, ByteBufMut};
 
-use super::{Compressor, Decompressor};
+use super::{BoundedWriter, Compressor, Decompressor};
 
 /// Gzip compression algorithm. See [Kafka's broker configuration](https://kafka.apache.org/documentation/#brokerconfigs_compression.type)
 /// for more information.
@@ -39,13 +39,12 @@ impl<B: ByteBuf> Decompressor<B> for Gzip {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        let mut tmp = BytesMut::new();
-
-        // Decompress directly from the input buffer
-        let mut d = GzDecoder::new((&mut tmp).writer());
+        // Decompress directly from the input buffer (vendored patch, PATCHES.md: into a writer
+        // bounded by MAX_DECOMPRESSED_SIZE)
+        let mut d = GzDecoder::new(BoundedWriter::default());
         d.write_all(&buf.copy_to_bytes(buf.remaining()))
             .context("Failed to decompress gzip")?;
-        d.finish().context("Failed to decompress gzip")?;
+        let tmp = d.finish().context("Failed to decompress gzip")?.into_inner();
 
         f(&mut tmp.into())
     }

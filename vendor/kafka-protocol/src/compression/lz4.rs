@@ -5,7 +5,7 @@ use lz4::BlockMode;
 use lz4::{Decoder, EncoderBuilder};
 use std::io;
 
-use super::{Compressor, Decompressor};
+use super::{BoundedWriter, Compressor, Decompressor};
 
 /// Gzip compression algorithm. See [Kafka's broker configuration](https://kafka.apache.org/documentation/#brokerconfigs_compression.type)
 /// for more information.
@@ -42,7 +42,8 @@ impl<B: ByteBuf> Decompressor<B> for Lz4 {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        let mut tmp = BytesMut::new().writer();
+        // Vendored patch (PATCHES.md): bounded by MAX_DECOMPRESSED_SIZE
+        let mut tmp = BoundedWriter::default();
 
         // Allocate a temporary buffer to hold the uncompressed bytes
         let buf = buf.copy_to_bytes(buf.remaining());

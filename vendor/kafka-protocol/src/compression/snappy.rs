@@ -4,7 +4,7 @@ use snap::raw::*;
 
 use crate::protocol::buf::{ByteBuf, ByteBufMut};
 
-use super::{Compressor, Decompressor};
+use super::{Compressor, Decompressor, MAX_DECOMPRESSED_SIZE};
 
 /// Kafka variant of the snappy compression algorithm. See
 /// <https://github.com/xerial/snappy-java?tab=readme-ov-file#compatibility-notes> for notes about
@@ -55,6 +55,22 @@ impl<B: ByteBufMut> Compressor<B> for Snappy {
     }
 }
 
+/// Vendored patch (PATCHES.md): the uncompressed length a snappy block announces in its header is
+/// checked before that many bytes are allocated. A snappy element yields at most 64 bytes per 3
+/// bytes of input (a copy with a 2-byte offset), so a longer announced length cannot be valid;
+/// and the whole output stays within [`MAX_DECOMPRESSED_SIZE`].
+fn check_decompress_len(announced: usize, compressed_len: usize, so_far: usize) -> Result<()> {
+    if announced as u64 * 3 > compressed_len as u64 * 64 {
+        anyhow::bail!(
+            "snappy block of {compressed_len} bytes announces {announced} uncompressed bytes"
+        );
+    }
+    if announced > MAX_DECOMPRESSED_SIZE.saturating_sub(so_far) {
+        anyhow::bail!("snappy decompressed size exceeds {MAX_DECOMPRESSED_SIZE} bytes");
+    }
+    Ok(())
+}
+
 const MAGIC_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 
 impl<B: ByteBuf> Decompressor<B> for Snappy {
@@ -81,6 +97,7 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
         {
             let compressed = compressed.copy_to_bytes(compressed.remaining());
             let actual_len = decompress_len(&compressed).context("failed to read snappy header")?;
+            check_decompress_len(actual_len, compressed.len(), 0)?;
             let mut tmp = BytesMut::zeroed(actual_len);
             Decoder::new()
                 .decompress(&compressed, &mut tmp)
@@ -104,6 +121,11 @@ impl<B: ByteBuf> Decompressor<B> for Snappy {
 
             let uncompressed_block_length = decompress_len(&compressed_block)
                 .context("failed to get snappy uncompressed length")?;
+            check_decompress_len(
+                uncompressed_block_length,
+                compressed_block.len(),
+                uncompressed.len(),
+            )?;
             let uncompressed_block_start = uncompressed.len();
             uncompressed.resize(
                 uncompressed_block_start.saturating_add(uncompressed_block_length),

@@ -2,7 +2,7 @@ use crate::protocol::buf::{ByteBuf, ByteBufMut};
 use anyhow::{Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
-use super::{Compressor, Decompressor};
+use super::{BoundedWriter, Compressor, Decompressor};
 
 /// Gzip compression algorithm. See [Kafka's broker configuration](https://kafka.apache.org/documentation/#brokerconfigs_compression.type)
 /// for more information.
@@ -34,7 +34,8 @@ impl<B: ByteBuf> Decompressor<B> for Zstd {
     where
         F: FnOnce(&mut Self::Buf) -> Result<R>,
     {
-        let mut tmp = BytesMut::new().writer();
+        // Vendored patch (PATCHES.md): bounded by MAX_DECOMPRESSED_SIZE
+        let mut tmp = BoundedWriter::default();
         // Allocate a temporary buffer to hold the uncompressed bytes
         let buf = buf.copy_to_bytes(buf.remaining());
         zstd::stream::copy_decode(buf.reader(), &mut tmp).context("Failed to decompress zstd")?;

@@ -10,6 +10,24 @@ use anyhow::{bail, Result};
 use std::convert::TryFrom;
 use std::string::String as StdString;
 
+// Vendored patch (PATCHES.md, "bounded decoding"): a length or count read from the wire is checked
+// against the bytes left before anything is allocated for it, as Kafka's generated Java code does
+// (`if (arrayLength > _readable.remaining()) throw ...`): every array element and every byte of a
+// string takes at least one byte of the buffer.
+/// The most array elements a decoder reserves room for before decoding them; longer arrays grow
+/// as their elements decode.
+const MAX_PREALLOCATED_ELEMENTS: usize = 1024;
+
+fn check_remaining<B: ByteBuf>(what: &str, len: usize, buf: &B) -> Result<usize> {
+    if len > buf.remaining() {
+        bail!(
+            "{what} length {len} is larger than the {} bytes remaining",
+            buf.remaining()
+        );
+    }
+    Ok(len)
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -359,7 +377,7 @@ impl Decoder<Option<StdString>> for String {
         match Int16.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut strbuf = vec![0; n as usize];
+                let mut strbuf = vec![0; check_remaining("String", n as usize, buf)?];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
@@ -511,7 +529,7 @@ impl Decoder<Option<StdString>> for CompactString {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut strbuf = vec![0; (n - 1) as usize];
+                let mut strbuf = vec![0; check_remaining("CompactString", (n - 1) as usize, buf)?];
                 buf.try_copy_to_slice(&mut strbuf)?;
                 Ok(Some(std::string::String::from_utf8(strbuf)?))
             }
@@ -655,7 +673,7 @@ impl Decoder<Option<Vec<u8>>> for Bytes {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut data = vec![0; n as usize];
+                let mut data = vec![0; check_remaining("Data", n as usize, buf)?];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
             }
@@ -804,7 +822,7 @@ impl Decoder<Option<Vec<u8>>> for CompactBytes {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut data = vec![0; (n - 1) as usize];
+                let mut data = vec![0; check_remaining("Data", (n - 1) as usize, buf)?];
                 buf.try_copy_to_slice(&mut data)?;
                 Ok(Some(data))
             }
@@ -985,7 +1003,8 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
         match Int32.decode(buf)? {
             -1 => Ok(None),
             n if n >= 0 => {
-                let mut result = Vec::with_capacity(n as usize);
+                let n = check_remaining("Array", n as usize, buf)?;
+                let mut result = Vec::with_capacity(n.min(MAX_PREALLOCATED_ELEMENTS));
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1093,8 +1112,9 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
         match UnsignedVarInt.decode(buf)? {
             0 => Ok(None),
             n => {
-                let mut result = Vec::with_capacity((n - 1) as usize);
-                for _ in 1..n {
+                let n = check_remaining("CompactArray", (n - 1) as usize, buf)?;
+                let mut result = Vec::with_capacity(n.min(MAX_PREALLOCATED_ELEMENTS));
+                for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
                 Ok(Some(result))
