@@ -123,6 +123,9 @@ struct Inner {
     registry: MirrorTopics,
     /// Open once the stored state is loaded.
     booted: BootGate,
+    /// `security.mirror_source_allow`: what API-created mirrors may use as `bootstrap.servers`
+    /// (unset: nothing).
+    source_allow: OnceLock<Vec<String>>,
 }
 
 /// The answer to a management request while the stored state is still loading (retriable).
@@ -155,8 +158,19 @@ impl Control {
                 sync: SyncBoard::default(),
                 registry,
                 booted: BootGate::default(),
+                source_allow: OnceLock::new(),
             }),
         }
+    }
+
+    /// Sets the `host:port` patterns API-created mirrors' sources must match (once, at start).
+    pub(crate) fn set_source_allow(&self, patterns: Vec<String>) {
+        let _ = self.inner.source_allow.set(patterns);
+    }
+
+    /// The `host:port` patterns API-created mirrors' sources must match (empty: none allowed).
+    pub(crate) fn source_allow(&self) -> &[String] {
+        self.inner.source_allow.get().map_or(&[], Vec::as_slice)
     }
 
     pub(crate) fn set_store(&self, store: Arc<StateStore>) {
@@ -291,6 +305,11 @@ impl Control {
         self.inner.booted.wait(BOOT_WAIT).await
     }
 
+    /// Waits at most `limit` for the stored state to be loaded; `true` once it is.
+    pub async fn wait_booted_for(&self, limit: std::time::Duration) -> bool {
+        self.inner.booted.wait(limit).await
+    }
+
     pub(crate) fn registry(&self) -> &MirrorTopics {
         &self.inner.registry
     }
@@ -335,7 +354,7 @@ impl Control {
                 topics.sort();
                 MirrorListing {
                     name: m.key().clone(),
-                    source_bootstrap: m.value().source_bootstrap_servers.join(","),
+                    source_bootstrap: crate::mirror_settings::shown_servers(&m.value().source_bootstrap_servers),
                     topics,
                 }
             })

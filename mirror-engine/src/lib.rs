@@ -92,12 +92,22 @@ impl Engine {
 
 /// Starts the engine in the background: opens the state topic on the destination (retrying
 /// until it is reachable), records the mirror definitions, then starts every mirror's topics.
-pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, destination_bootstrap: Vec<String>, timeout: Duration, stop: watch::Receiver<bool>) -> Engine {
+/// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
+/// repointed through the API; `mirrors` (the config file's) are not checked against it.
+pub fn start(
+    engine: &EngineConfig,
+    mirrors: Vec<MirrorConfig>,
+    destination_bootstrap: Vec<String>,
+    timeout: Duration,
+    source_allow: Vec<String>,
+    stop: watch::Receiver<bool>,
+) -> Engine {
     let (done_tx, done) = watch::channel(());
     let handle = Engine {
         done,
         ..Engine::unbooted(engine)
     };
+    handle.control.set_source_allow(source_allow);
     let destination = ClusterClient::new("destination", destination_bootstrap, timeout);
     let shared = Shared {
         destination,
@@ -143,6 +153,7 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         }
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
+    tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
     // Topics the state records as a mirror's are read-only from now on, before any is prepared.
     for (topic, owner) in store.owned_topics() {
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
@@ -192,6 +203,27 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     // Every stored and declared mirror is known, every stored mirror topic registered.
     shared.control.mark_booted();
     info!("mirror engine booted");
+}
+
+/// Looks up the state topic's destination id (Fetch v13+ and DeleteTopics name topics by id),
+/// retrying while the destination is unreachable.
+async fn learn_state_topic_id(shared: Shared, topic: String) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match shared.destination.topic_ids().await {
+            Ok(ids) => match ids.get(&topic) {
+                Some(id) => return shared.topics.set_state_topic_id(*id),
+                None => warn!(%topic, "the state topic has no id in the destination's metadata yet; retrying"),
+            },
+            Err(e) => warn!(error = %e, "cannot read the state topic's id yet; retrying"),
+        }
+        let mut stop = shared.stop.clone();
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
 }
 
 /// Looks up the destination topic ids of topics that may hold fillers (Fetch v13+ names topics

@@ -31,9 +31,22 @@ pub struct MirrorTopics {
     fillers_by_id: Arc<DashMap<[u8; 16], ()>>,
     /// How many of them have no known id yet.
     unknown_ids: Arc<AtomicUsize>,
+    /// The destination topic id of the engine's state topic, once learned (the proxy refuses it
+    /// to clients by name and by id).
+    state_topic_id: Arc<std::sync::OnceLock<[u8; 16]>>,
 }
 
 impl MirrorTopics {
+    /// Records the state topic's destination id (first value wins).
+    pub fn set_state_topic_id(&self, id: [u8; 16]) {
+        let _ = self.state_topic_id.set(id);
+    }
+
+    /// The state topic's destination id, once learned.
+    pub fn state_topic_id(&self) -> Option<[u8; 16]> {
+        self.state_topic_id.get().copied()
+    }
+
     /// Registers (or updates) `topic` as `mirror`'s, read-only; `topic_id` all zero if unknown.
     pub fn register(&self, topic: &str, mirror: &str, topic_id: [u8; 16]) {
         self.mark_filler_topic(topic, topic_id);

@@ -4,13 +4,83 @@
 //!
 //! What a frame contains (headers, API keys) is `peek`'s business, not this module's.
 
+use std::sync::Arc;
+use std::time::Instant;
+
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::Semaphore;
 
 use crate::error::{ProtocolError, Side};
 
 /// Size of the length prefix.
 pub const PREFIX: usize = 4;
+
+/// Bytes read ahead at most per read call, and the step by which a large frame's buffer grows:
+/// memory follows the bytes that actually arrived, never the size a peer announced.
+const CHUNK: usize = 64 * 1024;
+
+/// Bytes read ahead while no frame is being assembled. Budget permits are taken for this room
+/// before the read, so an idle connection holds this much of the budget at most.
+const IDLE_READ: usize = 8 * 1024;
+
+/// A shared budget of buffered bytes (a semaphore of byte permits): readers take permits before
+/// they read and hand them to the frame they return, so all connections together never hold
+/// more than the budget. Waiting for permits is backpressure on the peer, never an abort.
+#[derive(Clone)]
+pub struct ByteBudget {
+    sem: Arc<Semaphore>,
+    total: usize,
+}
+
+impl ByteBudget {
+    /// A budget of `total` bytes (at most `u32::MAX`-sized single acquisitions are made).
+    pub fn new(total: usize) -> Self {
+        let total = total.min(Semaphore::MAX_PERMITS);
+        Self {
+            sem: Arc::new(Semaphore::new(total)),
+            total,
+        }
+    }
+
+    /// Bytes currently held by readers and frames.
+    pub fn in_use(&self) -> usize {
+        self.total - self.sem.available_permits()
+    }
+}
+
+/// Budget permits held for bytes; released when dropped. A no-op when there is no budget.
+#[derive(Default)]
+pub struct BudgetGuard {
+    sem: Option<Arc<Semaphore>>,
+    bytes: usize,
+}
+
+impl BudgetGuard {
+    /// Splits `bytes` (at most what is held) off into a guard of their own.
+    fn split_off(&mut self, bytes: usize) -> BudgetGuard {
+        let bytes = bytes.min(self.bytes);
+        self.bytes -= bytes;
+        BudgetGuard { sem: self.sem.clone(), bytes }
+    }
+
+    /// Releases what exceeds `keep` bytes.
+    fn shrink_to(&mut self, keep: usize) {
+        if self.bytes > keep {
+            drop(self.split_off(self.bytes - keep));
+        }
+    }
+}
+
+impl Drop for BudgetGuard {
+    fn drop(&mut self) {
+        if let Some(sem) = &self.sem
+            && self.bytes > 0
+        {
+            sem.add_permits(self.bytes);
+        }
+    }
+}
 
 /// Reads length-prefixed frames from `R` with an upper bound on the frame size.
 pub struct FrameReader<R> {
@@ -18,6 +88,13 @@ pub struct FrameReader<R> {
     buf: BytesMut,
     max: u32,
     side: Side,
+    budget: Option<ByteBudget>,
+    /// Permits for the bytes in `buf` (and, while a read is pending, the room it may fill).
+    held: BudgetGuard,
+    /// When the bytes of the frame now being assembled started to arrive.
+    partial_since: Option<Instant>,
+    /// Times this reader waited for the budget.
+    waits: u64,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -25,25 +102,75 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R, max: u32, side: Side) -> Self {
         Self {
             inner,
-            buf: BytesMut::with_capacity(64 * 1024),
+            buf: BytesMut::with_capacity(CHUNK),
             max,
             side,
+            budget: None,
+            held: BudgetGuard::default(),
+            partial_since: None,
+            waits: 0,
         }
     }
 
+    /// Makes every buffered byte count against `budget` (see [`ByteBudget`]).
+    pub fn with_budget(mut self, budget: ByteBudget) -> Self {
+        self.held = BudgetGuard {
+            sem: Some(budget.sem.clone()),
+            bytes: 0,
+        };
+        self.budget = Some(budget);
+        self
+    }
+
     /// The next whole frame (prefix included), or `None` on a clean end of stream between frames.
+    /// Cancel-safe: bytes already read stay buffered for the next call.
     pub async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
+        Ok(self.next_guarded().await?.map(|(f, _)| f))
+    }
+
+    /// Like [`FrameReader::next`], with the budget permits for the frame's bytes: keep the guard
+    /// until the frame's memory is no longer needed.
+    pub async fn next_guarded(&mut self) -> Result<Option<(Bytes, BudgetGuard)>, ProtocolError> {
         loop {
-            match check_frame(&self.buf, self.max, self.side)? {
-                Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
-                Some(total) => self.buf.reserve(total - self.buf.len()),
-                None => self.buf.reserve(PREFIX),
+            let want = match check_frame(&self.buf, self.max, self.side)? {
+                Some(total) if self.buf.len() >= total => {
+                    let frame = self.buf.split_to(total).freeze();
+                    let guard = self.held.split_off(total);
+                    self.partial_since = (!self.buf.is_empty()).then(Instant::now);
+                    return Ok(Some((frame, guard)));
+                }
+                Some(total) => (total - self.buf.len()).min(CHUNK),
+                None if self.buf.is_empty() => IDLE_READ,
+                None => PREFIX - self.buf.len(),
+            };
+            self.buf.reserve(want);
+            if let Some(budget) = &self.budget {
+                let need = (self.buf.len() + want).saturating_sub(self.held.bytes);
+                if need > 0 {
+                    let permits = match budget.sem.try_acquire_many(need as u32) {
+                        Ok(p) => p,
+                        Err(_) => {
+                            self.waits += 1;
+                            budget.sem.acquire_many(need as u32).await.map_err(|_| ProtocolError::Io {
+                                source: std::io::Error::other("request byte budget closed"),
+                                side: self.side,
+                            })?
+                        }
+                    };
+                    permits.forget();
+                    self.held.bytes += need;
+                }
             }
-            let n = self
-                .inner
-                .read_buf(&mut self.buf)
-                .await
-                .map_err(|source| ProtocolError::Io { source, side: self.side })?;
+            let room = want.min(self.buf.capacity() - self.buf.len());
+            let n = {
+                let mut limited = (&mut self.inner).take(room as u64);
+                limited.read_buf(&mut self.buf).await
+            }
+            .map_err(|source| ProtocolError::Io { source, side: self.side })?;
+            self.held.shrink_to(self.buf.len());
+            if n > 0 && self.partial_since.is_none() {
+                self.partial_since = Some(Instant::now());
+            }
             if n == 0 {
                 if self.buf.is_empty() {
                     return Ok(None);
@@ -61,6 +188,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Bytes already read from the stream but not yet returned as a frame.
     pub fn buffered(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Since when part of a frame has been waiting for the rest (`None`: between frames).
+    pub fn partial_since(&self) -> Option<Instant> {
+        self.partial_since
+    }
+
+    /// Times this reader had to wait for the shared budget.
+    pub fn budget_waits(&self) -> u64 {
+        self.waits
     }
 }
 

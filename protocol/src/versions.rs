@@ -155,13 +155,24 @@ pub fn lookup(key: i16) -> Option<&'static Audited> {
 /// `None` drops the key (unknown, not offered, or no overlap).
 pub fn clamp(key: i16, min: i16, max: i16) -> Option<(i16, i16)> {
     let a = lookup(key).filter(|a| a.handling != Handling::NotOffered)?;
-    let (lo, hi) = (min.max(a.min), max.min(a.max));
+    let (lo, hi) = (min.max(a.min), max.min(client_max(key, a.max)));
     (lo <= hi).then_some((lo, hi))
 }
 
 /// Whether the proxy can handle a request of `key`/`version` (audited and offered).
 pub fn is_supported(key: i16, version: i16) -> bool {
-    lookup(key).is_some_and(|a| a.handling != Handling::NotOffered && (a.min..=a.max).contains(&version))
+    lookup(key).is_some_and(|a| a.handling != Handling::NotOffered && (a.min..=client_max(key, a.max)).contains(&version))
+}
+
+/// Versions of client APIs that only brokers may use: audited in the table, never offered.
+/// AddPartitionsToTxn v4+ is the broker-to-broker batch form (KIP-890: `transactions` with
+/// `verify_only`); a client offered it could add a mirror topic to a transaction unchecked.
+const BROKER_ONLY_FROM: &[(ApiKey, i16)] = &[(ApiKey::AddPartitionsToTxn, 4)];
+
+/// The highest version clients are offered for `key` (the table's max unless broker-only
+/// versions start below it).
+fn client_max(key: i16, max: i16) -> i16 {
+    BROKER_ONLY_FROM.iter().find(|(k, _)| *k as i16 == key).map_or(max, |&(_, from)| max.min(from - 1))
 }
 
 /// Something a broker announces that the table has not audited.
@@ -225,6 +236,14 @@ mod tests {
         assert_eq!(clamp(ApiKey::Produce as i16, 0, 11), Some((3, 11)));
         assert_eq!(clamp(ApiKey::Vote as i16, 0, 2), None, "raft APIs are never offered");
         assert_eq!(clamp(9999, 0, 1), None, "unknown keys are dropped");
+    }
+
+    #[test]
+    fn broker_only_add_partitions_to_txn_versions_are_never_offered_to_clients() {
+        let key = ApiKey::AddPartitionsToTxn as i16;
+        assert_eq!(clamp(key, 0, 5), Some((0, 3)));
+        assert!(is_supported(key, 3));
+        assert!(!is_supported(key, 4) && !is_supported(key, 5), "v4+ is the broker-to-broker form");
     }
 
     #[test]

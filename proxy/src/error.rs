@@ -20,6 +20,12 @@ pub enum ProxyError {
     /// Binding or serving a listener failed.
     #[error("listener {addr}: {source}")]
     Listener { addr: String, source: std::io::Error },
+    /// A write arrived before the mirror engine loaded its state (retriable for the client).
+    #[error("the mirror state is not loaded yet; closing so the client retries")]
+    NotReady,
+    /// The connection was idle or sent part of a frame for too long.
+    #[error("connection closed: {0}")]
+    Timeout(&'static str),
     /// Writing to the client failed.
     #[error("client connection: {0}")]
     ClientIo(std::io::Error),
@@ -32,7 +38,8 @@ impl ProxyError {
             Self::Protocol(e) => e.side(),
             Self::UpstreamConnect { .. } | Self::NoUpstream => Side::Broker,
             Self::UnsupportedRequest { .. } | Self::ClientIo(_) => Side::Client,
-            Self::Listener { .. } => Side::Internal,
+            Self::Listener { .. } | Self::NotReady => Side::Internal,
+            Self::Timeout(_) => Side::Client,
         }
     }
 }

@@ -1,25 +1,25 @@
 //! kafka-mirror-proxy: a layer-7 Kafka proxy in front of an unmodified destination cluster.
 //!
-//! Module map: `server` (entry point, accept loops, drain), `session` (one client connection),
-//! `upstream` (connecting to brokers), `cluster` (broker view and per-node listeners),
-//! `api_versions` (version clamping), `refresh` (background metadata), `admin` (HTTP),
+//! Module map: `server` (entry point, drain), `accept` (accept loops, connection limits),
+//! `shared` (state every task sees), `session` (moves one connection's frames), `filters` (the
+//! request/response pipeline: every policy and rewrite, one file each), `upstream` (connecting
+//! to brokers), `cluster` (broker view and per-node listeners), `limits` (connection counts and
+//! the request-byte budget), `refresh` (background metadata), `admin`/`rest` (HTTP),
 //! `metrics`. The binary's CLI lives in `main.rs`.
 
+mod accept;
 mod admin;
-mod api_versions;
 mod cluster;
 mod error;
-mod guard;
-mod intercept;
+mod filters;
+mod limits;
 mod metrics;
-mod mirror_configs;
 mod mirror_metrics;
-mod mirror_rpc;
-mod readonly;
 mod refresh;
 mod rest;
 mod server;
 mod session;
+mod shared;
 mod upstream;
 
 pub use error::ProxyError;

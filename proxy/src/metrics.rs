@@ -23,6 +23,11 @@ struct DirectionLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SideLabel {
     side: &'static str,
 }
@@ -54,6 +59,13 @@ pub(crate) struct Metrics {
     pub(crate) known_brokers: Gauge,
     pub(crate) masked_fetch_responses: Counter,
     pub(crate) refused_mirror_topic_changes: Counter,
+    refused_requests: Family<ReasonLabel, Counter>,
+    connections_refused: Family<ReasonLabel, Counter>,
+    connections_closed: Family<ReasonLabel, Counter>,
+    /// Bytes of request frames currently held by all connections (the `[limits]` budget).
+    pub(crate) buffered_request_bytes: Gauge,
+    /// Times a connection waited for the request-byte budget.
+    pub(crate) buffer_waits: Counter,
 }
 
 impl Metrics {
@@ -117,6 +129,37 @@ impl Metrics {
             refused_mirror_topic_changes.clone(),
         );
 
+        let refused_requests = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "refused_requests",
+            "Requests or parts of requests refused by a policy filter, by reason",
+            refused_requests.clone(),
+        );
+        let connections_refused = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "connections_refused",
+            "Client connections closed at accept because a connection limit was reached, by limit",
+            connections_refused.clone(),
+        );
+        let connections_closed = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "connections_closed_by_limit",
+            "Client connections closed by the proxy for a timeout, by reason",
+            connections_closed.clone(),
+        );
+        let buffered_request_bytes = Gauge::default();
+        registry.register(
+            "buffered_request_bytes",
+            "Bytes of request frames currently held by all client connections",
+            buffered_request_bytes.clone(),
+        );
+        let buffer_waits = Counter::default();
+        registry.register(
+            "request_buffer_waits",
+            "Times a connection waited because the request-byte budget was exhausted",
+            buffer_waits.clone(),
+        );
+
         let bytes_from_clients = bytes.get_or_create(&DirectionLabel { direction: "from_clients" }).clone();
         let bytes_to_clients = bytes.get_or_create(&DirectionLabel { direction: "to_clients" }).clone();
         let client_frame_errors = frame_errors.get_or_create(&SideLabel { side: "client" }).clone();
@@ -138,8 +181,28 @@ impl Metrics {
             known_brokers,
             masked_fetch_responses,
             refused_mirror_topic_changes,
+            refused_requests,
+            connections_refused,
+            connections_closed,
+            buffered_request_bytes,
+            buffer_waits,
             registry,
         })
+    }
+
+    /// Counts `n` requests (or request parts) refused by a policy filter.
+    pub(crate) fn refused(&self, reason: &'static str, n: u64) {
+        self.refused_requests.get_or_create(&ReasonLabel { reason }).inc_by(n);
+    }
+
+    /// Counts a connection refused at accept by limit `reason`.
+    pub(crate) fn connection_refused(&self, reason: &'static str) {
+        self.connections_refused.get_or_create(&ReasonLabel { reason }).inc();
+    }
+
+    /// Counts a connection the proxy closed for `reason` (idle, partial frame).
+    pub(crate) fn connection_closed(&self, reason: &'static str) {
+        self.connections_closed.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     /// Handles for raw API key `key`.

@@ -6,34 +6,21 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use kmp_config::Config;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
-use tracing::{Instrument, error, info, info_span, warn};
+use tracing::{error, info, warn};
 
 use crate::cluster::{ClusterView, NewListener};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+pub(crate) use crate::shared::Shared;
+use crate::filters::Chain;
 use crate::upstream::{Connector, Target};
-use crate::{admin, refresh, session};
-
-/// State shared by every connection and background task.
-pub(crate) struct Shared {
-    pub(crate) config: Config,
-    pub(crate) cluster: ClusterView,
-    pub(crate) metrics: Arc<Metrics>,
-    pub(crate) connector: Connector,
-    /// Set once the upstream answered a metadata refresh; cleared when refreshes fail.
-    pub(crate) ready: AtomicBool,
-    /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
-    pub(crate) mirrors: kmp_mirror_engine::Engine,
-    /// Whether Fetch responses are checked for filler batches (the mirror engine runs).
-    pub(crate) masks_fillers: bool,
-    next_connection_id: AtomicU64,
-}
+use crate::{accept, admin, limits, refresh};
 
 /// Listeners bound by the caller.
 pub struct Listeners {
@@ -68,6 +55,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             config.mirrors.clone(),
             config.upstream.bootstrap_servers.clone(),
             Duration::from_millis(config.upstream.connect_timeout_ms),
+            config.security.mirror_source_allow.clone(),
             stop_rx.clone(),
         )
     };
@@ -82,24 +70,27 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         masks_fillers: config.engine.enabled,
         mirrors,
         next_connection_id: AtomicU64::new(1),
+        limits: limits::Limits::new(&config.limits),
         config,
     });
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
+    let chain = Arc::new(Chain::new());
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), stop_rx.clone()));
     }
-    tokio::spawn(accept_loop(
+    tokio::spawn(accept::run(
         listeners.bootstrap,
         Target::Bootstrap,
         shared.clone(),
+        chain.clone(),
         stop_rx.clone(),
         drain_tx.clone(),
     ));
     {
-        let (shared, mut stop_rx, drain_tx) = (shared.clone(), stop_rx.clone(), drain_tx.clone());
+        let (shared, chain, mut stop_rx, drain_tx) = (shared.clone(), chain.clone(), stop_rx.clone(), drain_tx.clone());
         tokio::spawn(async move {
             loop {
                 let NewListener { node_id, listener } = tokio::select! {
@@ -111,7 +102,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
                 };
                 match TcpListener::from_std(listener) {
                     Ok(l) => {
-                        tokio::spawn(accept_loop(l, Target::Node(node_id), shared.clone(), stop_rx.clone(), drain_tx.clone()));
+                        tokio::spawn(accept::run(l, Target::Node(node_id), shared.clone(), chain.clone(), stop_rx.clone(), drain_tx.clone()));
                     }
                     Err(err) => error!(node_id, %err, "cannot serve the listener for broker"),
                 }
@@ -133,49 +124,4 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     }
     info!("kafka-mirror-proxy stopped");
     Ok(())
-}
-
-async fn accept_loop(listener: TcpListener, target: Target, shared: Arc<Shared>, mut stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let (client, peer) = match accepted {
-            Ok(a) => a,
-            Err(err) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                warn!(%target, %err, "accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let _ = client.set_nodelay(true);
-        let id = shared.next_connection_id.fetch_add(1, Ordering::Relaxed);
-        let span = info_span!("conn", id, peer = %peer, %target);
-        let (shared, stop, drain) = (shared.clone(), stop.clone(), drain.clone());
-        tokio::spawn(
-            async move {
-                let _drain = drain;
-                shared.metrics.connections.inc();
-                shared.metrics.open_connections.inc();
-                let result = match shared.connector.connect(target, &shared.cluster).await {
-                    Ok((upstream, addr)) => {
-                        tracing::debug!(upstream = %addr, "connected");
-                        session::run(client, upstream, shared.clone(), stop).await
-                    }
-                    Err(e) => {
-                        shared.metrics.upstream_connect_errors.inc();
-                        Err(e)
-                    }
-                };
-                shared.metrics.open_connections.dec();
-                match result {
-                    Ok(()) => tracing::debug!("connection closed"),
-                    Err(e) => tracing::info!(error = %e, side = ?e.side(), "connection closed with error"),
-                }
-            }
-            .instrument(span),
-        );
-    }
 }

@@ -1,4 +1,5 @@
-//! ApiVersions handling: the broker's answer is intersected with the audited table
+//! Versions: a request for an API or version the audited table does not offer closes the
+//! connection before anything is decoded; ApiVersions handling: the broker's answer is intersected with the audited table
 //! (`kmp_protocol::versions`) plus the mirror RPCs the proxy answers itself, and a request newer than the proxy understands gets the proxy's
 //! own v0 UNSUPPORTED_VERSION answer (as a broker does, KIP-511) so the client retries lower.
 //! Which versions are audited is decided in the table, not here.
@@ -10,6 +11,50 @@ use kmp_protocol::frame::PREFIX;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::kafka_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 use kmp_protocol::{mirror_api, versions};
+use tracing::warn;
+
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use crate::error::ProxyError;
+
+/// The version filter (first in the chain).
+pub(crate) struct Versions;
+
+fn offered(api_key: i16, api_version: i16) -> bool {
+    // The proxy's own KIP-1279 RPCs (v0) are not in the broker table but are offered.
+    (mirror_api::is_answered(api_key) && api_version == 0) || versions::is_supported(api_key, api_version)
+}
+
+impl Filter for Versions {
+    fn wants_request(&self, api_key: i16, api_version: i16, _conn: &Conn) -> bool {
+        !offered(api_key, api_version) || (api_key == ApiKey::ApiVersions as i16 && api_version > max_supported())
+    }
+
+    fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            if x.api_key == ApiKey::ApiVersions as i16 {
+                return Ok(Flow::Answer(Some(unsupported_version_response(x.correlation_id)?)));
+            }
+            conn.shared.metrics.client_frame_errors.inc();
+            warn!(
+                api_key = x.api_key,
+                version = x.api_version,
+                "closing connection: request for an API or version the proxy does not offer"
+            );
+            Err(ProxyError::UnsupportedRequest {
+                api_key: x.api_key,
+                api_version: x.api_version,
+            })
+        })
+    }
+
+    fn wants_response(&self, api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
+        api_key == ApiKey::ApiVersions as i16
+    }
+
+    fn on_response(&self, frame: Bytes, _api_key: i16, api_version: i16, _conn: &Conn) -> Result<Bytes, ProtocolError> {
+        clamp_response(frame, api_version)
+    }
+}
 
 /// Kafka's UNSUPPORTED_VERSION error code.
 const UNSUPPORTED_VERSION: i16 = 35;

@@ -7,7 +7,6 @@
 //! module (`readonly`). Which topics are mirror topics is the engine's (`MirrorTopics`).
 
 use bytes::Bytes;
-use kmp_mirror_engine::MirrorTopics;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
@@ -17,7 +16,7 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use crate::readonly::REFUSED_CODE;
+use super::readonly::REFUSED_CODE;
 
 /// Merges the refused part into the broker's response to the rest.
 pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + Send>;
@@ -44,10 +43,33 @@ pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
     }
 }
 
+/// Which topics a guard protects, and the refusal message for each.
+pub(crate) trait Protected: Sync {
+    /// The refusal message when `topic` is protected.
+    fn by_name(&self, topic: &str) -> Option<String>;
+    /// `(topic name, message)` when the topic with this id is protected.
+    fn by_id(&self, id: &[u8; 16]) -> Option<(String, String)>;
+}
+
+/// The read-only mirror topics (the engine's registry).
+pub(crate) struct MirrorTopicGuard<'a>(pub(crate) &'a kmp_mirror_engine::MirrorTopics);
+
 fn message(topic: &str, mirror: &str) -> String {
     format!(
-        "topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to change it"
+        "topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to make it writable"
     )
+}
+
+impl Protected for MirrorTopicGuard<'_> {
+    fn by_name(&self, topic: &str) -> Option<String> {
+        self.0.read_only(topic).map(|m| message(topic, &m))
+    }
+    fn by_id(&self, id: &[u8; 16]) -> Option<(String, String)> {
+        self.0.read_only_id(id).map(|(t, m)| {
+            let msg = message(&t, &m);
+            (t, msg)
+        })
+    }
 }
 
 fn name(s: &str) -> TopicName {
@@ -55,11 +77,11 @@ fn name(s: &str) -> TopicName {
 }
 
 /// Checks one guarded request frame (prefix included).
-pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
-    let ro = |t: &str| topics.read_only(t).map(|m| (t.to_owned(), message(t, &m)));
+pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
+    let ro = |t: &str| topics.by_name(t).map(|m| (t.to_owned(), m));
     match ApiKey::try_from(key) {
         Ok(ApiKey::DeleteTopics) => {
-            let by_id = |id: &[u8; 16]| topics.read_only_id(id).map(|(t, m)| (t.clone(), message(&t, &m)));
+            let by_id = |id: &[u8; 16]| topics.by_id(id);
             split::<DeleteTopicsRequest, DeleteTopicsResponse>(
                 frame,
                 ApiKey::DeleteTopics,
@@ -249,16 +271,16 @@ where
 
 /// AddPartitionsToTxn v0-3 is all-or-nothing: any mirror topic refuses the request, the mirror
 /// partitions with TOPIC_AUTHORIZATION_FAILED and the others with OPERATION_NOT_ATTEMPTED.
-fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
+fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
     use kmp_protocol::kafka_protocol::messages::add_partitions_to_txn_response::{AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult};
     let (header, req) = decode_request::<AddPartitionsToTxnRequest>(frame, ApiKey::AddPartitionsToTxn, version)?;
-    let refused = req.v3_and_below_topics.iter().filter(|t| topics.read_only(t.name.0.as_str()).is_some()).count() as u64;
+    let refused = req.v3_and_below_topics.iter().filter(|t| topics.by_name(t.name.0.as_str()).is_some()).count() as u64;
     if refused == 0 {
         return Ok(Decision::Forward);
     }
     let mut resp = AddPartitionsToTxnResponse::default();
     for t in &req.v3_and_below_topics {
-        let code = if topics.read_only(t.name.0.as_str()).is_some() {
+        let code = if topics.by_name(t.name.0.as_str()).is_some() {
             REFUSED_CODE
         } else {
             OPERATION_NOT_ATTEMPTED
@@ -286,6 +308,7 @@ fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &MirrorTopics) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kmp_mirror_engine::MirrorTopics;
     use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 
     fn registry() -> MirrorTopics {
@@ -312,14 +335,14 @@ mod tests {
     #[test]
     fn create_partitions_for_a_mirror_topic_is_refused_and_other_topics_are_forwarded_and_merged() {
         let key = ApiKey::CreatePartitions as i16;
-        assert!(matches!(check(&create_partitions(&["plain"]), key, 3, &registry()).unwrap(), Decision::Forward));
-        let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &registry()).unwrap() else {
+        assert!(matches!(check(&create_partitions(&["plain"]), key, 3, &MirrorTopicGuard(&registry())).unwrap(), Decision::Forward));
+        let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("refused")
         };
         let (_, resp) = decode_response::<CreatePartitionsResponse>(&frame, ApiKey::CreatePartitions, 3).unwrap();
         assert_eq!(resp.results[0].error_code, REFUSED_CODE);
         assert!(resp.results[0].error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")));
-        let Decision::Split(rest, merge, 1) = check(&create_partitions(&["plain", "mirrored"]), key, 3, &registry()).unwrap() else {
+        let Decision::Split(rest, merge, 1) = check(&create_partitions(&["plain", "mirrored"]), key, 3, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("split")
         };
         let (_, fwd) = decode_request::<CreatePartitionsRequest>(&rest, ApiKey::CreatePartitions, 3).unwrap();

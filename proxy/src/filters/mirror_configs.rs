@@ -17,7 +17,25 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::errors;
 
-use crate::guard::{Decision, split};
+use super::guard::{Decision, split};
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use crate::error::ProxyError;
+
+/// The filter answering cluster-mirror config resources (after `authz` let them through).
+pub(crate) struct MirrorConfigs;
+
+impl Filter for MirrorConfigs {
+    fn wants_request(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
+        conn.shared.masks_fillers && is_config_api(api_key)
+    }
+
+    fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            let decision = check(&x.frame, x.api_key, x.api_version, &conn.shared.mirrors.control).await?;
+            super::mirror_topics::apply(decision, x, |_| {})
+        })
+    }
+}
 
 /// `ConfigResource.Type.CLUSTER_MIRROR` in the KIP-1279 prototype.
 pub(crate) const CLUSTER_MIRROR: i8 = 64;

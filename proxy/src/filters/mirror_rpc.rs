@@ -1,7 +1,7 @@
 //! The KIP-1279 mirror admin RPCs answered by the proxy itself (never forwarded): Create, Start,
 //! Stop, Pause, Resume, List, Describe and Delete (`kmp_protocol::mirror_api` has the wire format, the engine's
 //! `Control` the operations). Deciding that a frame is one of them happens on the API key, in
-//! `session`, before anything is decoded.
+//! the filter's predicate, before anything is decoded. Who may call them is `authz`'s.
 
 use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
@@ -10,6 +10,24 @@ use kmp_protocol::mirror_api::{
     self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, SimpleResponse,
     SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
+
+/// The filter answering the mirror RPCs.
+pub(crate) struct MirrorRpc;
+
+impl super::Filter for MirrorRpc {
+    fn wants_request(&self, api_key: i16, api_version: i16, _conn: &super::Conn) -> bool {
+        api::is_answered(api_key) && api_version == 0
+    }
+
+    fn on_request<'a>(&'a self, x: &'a mut super::Exchange, conn: &'a super::Conn) -> super::BoxFuture<'a, Result<super::Flow, crate::error::ProxyError>> {
+        Box::pin(async move { Ok(super::Flow::Answer(Some(answer(&x.frame, &conn.shared.mirrors.control).await?))) })
+    }
+}
+
+/// An error answer to mirror RPC `api_key` in the shape of its response.
+pub(crate) fn error_response(api_key: i16, correlation_id: i32, error_code: i16, message: &str) -> Bytes {
+    api::response_frame(correlation_id, error_body(api_key, error_code, Some(message.to_owned())))
+}
 
 /// Answers one mirror RPC request frame (prefix included) with a response frame.
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
@@ -68,7 +86,10 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, Pr
 
 /// The retriable answer of every mirror RPC while the engine loads its stored state.
 fn loading(api_key: i16) -> kmp_protocol::mirror_api::W {
-    let (error_code, error_message) = (errors::COORDINATOR_LOAD_IN_PROGRESS, Some(kmp_mirror_engine::LOADING.to_owned()));
+    error_body(api_key, errors::COORDINATOR_LOAD_IN_PROGRESS, Some(kmp_mirror_engine::LOADING.to_owned()))
+}
+
+fn error_body(api_key: i16, error_code: i16, error_message: Option<String>) -> kmp_protocol::mirror_api::W {
     match api_key {
         api::START_MIRROR_TOPICS | api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => TopicsResponse {
             error_code,

@@ -10,33 +10,29 @@
 //! topics is the engine's (`MirrorTopics`); `intercept` calls [`check`] and applies the merge.
 
 use bytes::Bytes;
-use kmp_mirror_engine::MirrorTopics;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use crate::guard::{Decision, Merge};
+use super::guard::{Decision, Merge, Protected};
 
 /// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
 pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
 
 /// Decides what to do with a Produce request frame (prefix included).
-pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Result<Decision, ProtocolError> {
+pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
     let (header, mut req) = decode_request::<ProduceRequest>(frame, ApiKey::Produce, version)?;
     let mut refused = Vec::new();
     let mut partitions = 0u64;
     req.topic_data.retain(|t| {
         let owner = if version >= 13 {
-            topics.read_only_id(t.topic_id.as_bytes())
+            topics.by_id(t.topic_id.as_bytes())
         } else {
-            topics.read_only(t.name.0.as_str()).map(|m| (t.name.0.as_str().to_owned(), m))
+            topics.by_name(t.name.0.as_str()).map(|m| (t.name.0.as_str().to_owned(), m))
         };
-        let Some((name, mirror)) = owner else { return true };
-        let message = format!(
-            "topic {name} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {name}) to make it writable"
-        );
+        let Some((_, message)) = owner else { return true };
         let mut r = TopicProduceResponse::default();
         r.name = t.name.clone();
         r.topic_id = t.topic_id;
@@ -83,7 +79,9 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &MirrorTopics) -> Resul
 
 #[cfg(test)]
 mod tests {
+    use super::super::guard::MirrorTopicGuard;
     use super::*;
+    use kmp_mirror_engine::MirrorTopics;
     use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
 
@@ -117,12 +115,12 @@ mod tests {
 
     #[test]
     fn requests_without_mirror_topics_are_forwarded_untouched() {
-        assert!(matches!(check(&request(&["plain"], 1, 9), 9, &registry()).unwrap(), Decision::Forward));
+        assert!(matches!(check(&request(&["plain"], 1, 9), 9, &MirrorTopicGuard(&registry())).unwrap(), Decision::Forward));
     }
 
     #[test]
     fn a_request_for_mirror_topics_only_is_answered_with_the_refusal_and_acks_0_gets_nothing() {
-        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &registry()).unwrap() else {
+        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("refused")
         };
         let (h, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 9).unwrap();
@@ -134,12 +132,12 @@ mod tests {
                 .iter()
                 .all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")))
         );
-        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &registry()).unwrap(), Decision::Refuse(f, 2) if f.is_empty()));
+        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &MirrorTopicGuard(&registry())).unwrap(), Decision::Refuse(f, 2) if f.is_empty()));
     }
 
     #[test]
     fn a_mixed_request_forwards_the_other_topics_and_merges_the_refusal_into_the_response() {
-        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &registry()).unwrap() else {
+        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("split")
         };
         let (_, fwd) = decode_request::<ProduceRequest>(&frame, ApiKey::Produce, 9).unwrap();

@@ -1,0 +1,25 @@
+//! Address rewriting: responses that carry broker hosts and ports (Metadata, FindCoordinator,
+//! DescribeCluster, Produce/Fetch `node_endpoints`, ...) get the proxy's per-broker listeners
+//! instead (`kmp_protocol::rewrite`, the broker view in `cluster`). Last on the way back.
+
+use bytes::Bytes;
+use kmp_protocol::kafka_protocol::messages::ApiKey;
+use kmp_protocol::{ProtocolError, rewrite};
+
+use super::{Conn, Filter};
+
+/// The address-rewrite filter (responses only).
+pub(crate) struct AddressRewrite;
+
+impl Filter for AddressRewrite {
+    fn wants_response(&self, api_key: i16, api_version: i16, _conn: &Conn) -> bool {
+        ApiKey::try_from(api_key).is_ok_and(|k| rewrite::needs_rewrite(k, api_version))
+    }
+
+    fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
+        match ApiKey::try_from(api_key) {
+            Ok(key) => rewrite::rewrite_response(frame, key, api_version, &conn.shared.cluster),
+            Err(_) => Ok(frame),
+        }
+    }
+}

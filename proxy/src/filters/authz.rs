@@ -1,0 +1,152 @@
+//! Who may manage mirrors over the Kafka port: the KIP-1279 mirror RPCs (API keys 94-104) and
+//! cluster-mirror config resources (type 64 in DescribeConfigs, IncrementalAlterConfigs,
+//! AlterConfigs). The rule (`[security]`): never while SASL is started but not completed; a
+//! connection authenticated as a listed principal may; otherwise loopback peers (IPv4, IPv6,
+//! IPv4-mapped) when `mirror_admin_loopback`, and peers in `mirror_admin_networks`. Everything
+//! else — and everything when `kafka_mirror_admin = false` — gets
+//! CLUSTER_MIRROR_AUTHORIZATION_FAILED (144). Answering the authorized requests belongs to
+//! `mirror_rpc` and `mirror_configs`.
+
+use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::mirror_api::{self, errors};
+
+use super::guard::{Decision, split};
+use super::mirror_configs::{CLUSTER_MIRROR, is_config_api};
+use super::{BoxFuture, Conn, Exchange, Filter, Flow, mirror_rpc};
+use crate::error::ProxyError;
+
+/// Why `conn` may not manage mirrors, or `None` when it may.
+pub(crate) fn refusal(conn: &Conn) -> Option<String> {
+    let sec = &conn.shared.config.security;
+    if !sec.kafka_mirror_admin {
+        return Some("mirror management over the Kafka port is disabled (security.kafka_mirror_admin = false); use the admin REST API".to_owned());
+    }
+    let sasl = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    if sasl.in_progress() {
+        return Some("not authorized: SASL authentication has not completed on this connection".to_owned());
+    }
+    if let Some(p) = &sasl.principal
+        && sec.mirror_admin_principals.iter().any(|a| a == p)
+    {
+        return None;
+    }
+    let ip = conn.peer.ip();
+    if sec.mirror_admin_loopback && kmp_config::is_loopback(ip) {
+        return None;
+    }
+    if sec
+        .mirror_admin_networks
+        .iter()
+        .filter_map(|n| kmp_config::parse_cidr(n).ok())
+        .any(|net| kmp_config::in_network(ip, net))
+    {
+        return None;
+    }
+    Some(format!(
+        "not authorized to manage cluster mirrors from {ip}: allowed are loopback peers, security.mirror_admin_networks and SASL principals in security.mirror_admin_principals"
+    ))
+}
+
+/// The authorization filter.
+pub(crate) struct MirrorAdminAuthz;
+
+impl Filter for MirrorAdminAuthz {
+    fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
+        let mirror_rpc = mirror_api::is_answered(api_key) && api_version == 0;
+        let config = conn.shared.masks_fillers && is_config_api(api_key);
+        (mirror_rpc || config) && refusal(conn).is_some()
+    }
+
+    fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            let Some(why) = refusal(conn) else { return Ok(Flow::Continue) };
+            let code = errors::CLUSTER_MIRROR_AUTHORIZATION_FAILED;
+            if mirror_api::is_answered(x.api_key) {
+                conn.shared.metrics.refused("mirror_admin_unauthorized", 1);
+                tracing::warn!(peer = %conn.peer, api_key = x.api_key, "mirror RPC refused: {why}");
+                return Ok(Flow::Answer(Some(mirror_rpc::error_response(x.api_key, x.correlation_id, code, &why))));
+            }
+            let decision = refuse_mirror_resources(x, code, &why)?;
+            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
+        })
+    }
+}
+
+/// Takes the cluster-mirror resources out of a config request and answers them with `code`.
+fn refuse_mirror_resources(x: &Exchange, code: i16, why: &str) -> Result<Decision, ProtocolError> {
+    let why = why.to_owned();
+    let (frame, version) = (&x.frame, x.api_version);
+    match ApiKey::try_from(x.api_key) {
+        Ok(ApiKey::DescribeConfigs) => split::<DescribeConfigsRequest, DescribeConfigsResponse>(
+            frame,
+            ApiKey::DescribeConfigs,
+            version,
+            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
+            |req| req.resources.len(),
+            move |resp, refused| {
+                for (name, _) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::describe_configs_response::DescribeConfigsResult::default();
+                    r.resource_type = CLUSTER_MIRROR;
+                    r.resource_name = StrBytes::from_string(name.clone());
+                    r.error_code = code;
+                    r.error_message = Some(StrBytes::from_string(why.clone()));
+                    resp.results.push(r);
+                }
+            },
+        ),
+        Ok(ApiKey::IncrementalAlterConfigs) => split::<IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse>(
+            frame,
+            ApiKey::IncrementalAlterConfigs,
+            version,
+            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
+            |req| req.resources.len(),
+            move |resp, refused| {
+                for (name, _) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+                    r.resource_type = CLUSTER_MIRROR;
+                    r.resource_name = StrBytes::from_string(name.clone());
+                    r.error_code = code;
+                    r.error_message = Some(StrBytes::from_string(why.clone()));
+                    resp.responses.push(r);
+                }
+            },
+        ),
+        Ok(ApiKey::AlterConfigs) => split::<AlterConfigsRequest, AlterConfigsResponse>(
+            frame,
+            ApiKey::AlterConfigs,
+            version,
+            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
+            |req| req.resources.len(),
+            move |resp, refused| {
+                for (name, _) in refused {
+                    let mut r = kmp_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
+                    r.resource_type = CLUSTER_MIRROR;
+                    r.resource_name = StrBytes::from_string(name.clone());
+                    r.error_code = code;
+                    r.error_message = Some(StrBytes::from_string(why.clone()));
+                    resp.responses.push(r);
+                }
+            },
+        ),
+        _ => Ok(Decision::Forward),
+    }
+}
+
+fn take<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, &str)) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    items.retain(|i| {
+        let (kind, name) = what(i);
+        if kind == CLUSTER_MIRROR {
+            out.push((name.to_owned(), String::new()));
+            false
+        } else {
+            true
+        }
+    });
+    out
+}

@@ -1,0 +1,97 @@
+//! Connection limits and the request-byte budget (`[limits]`): how many client connections may
+//! be open in total and per client address, and how many bytes of request frames all of them may
+//! hold together. Timeouts are applied where the waiting happens (`session`, `admin`); this
+//! module only counts.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use dashmap::DashMap;
+use kmp_config::LimitsConfig;
+use kmp_protocol::frame::ByteBudget;
+
+/// Shared counters behind the limits.
+pub(crate) struct Limits {
+    max_total: u32,
+    max_per_ip: u32,
+    total: Arc<AtomicU32>,
+    per_ip: Arc<DashMap<IpAddr, u32>>,
+    /// Bytes of request frames all client connections may hold together.
+    pub(crate) budget: ByteBudget,
+}
+
+/// One admitted connection; its slot is released when dropped.
+pub(crate) struct Slot {
+    ip: IpAddr,
+    total: Arc<AtomicU32>,
+    per_ip: Arc<DashMap<IpAddr, u32>>,
+}
+
+impl Limits {
+    pub(crate) fn new(config: &LimitsConfig) -> Self {
+        Self {
+            max_total: config.max_connections,
+            max_per_ip: config.max_connections_per_ip,
+            total: Arc::new(AtomicU32::new(0)),
+            per_ip: Arc::new(DashMap::new()),
+            budget: ByteBudget::new(usize::try_from(config.buffered_request_bytes).unwrap_or(usize::MAX)),
+        }
+    }
+
+    /// Admits a connection from `ip`, or names the limit that refuses it.
+    pub(crate) fn admit(&self, ip: IpAddr) -> Result<Slot, &'static str> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err("max_connections");
+        }
+        let mut entry = self.per_ip.entry(ip).or_insert(0);
+        if *entry >= self.max_per_ip {
+            drop(entry);
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err("max_connections_per_ip");
+        }
+        *entry += 1;
+        drop(entry);
+        Ok(Slot {
+            ip,
+            total: self.total.clone(),
+            per_ip: self.per_ip.clone(),
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.total.fetch_sub(1, Ordering::AcqRel);
+        self.per_ip.remove_if_mut(&self.ip, |_, n| {
+            *n -= 1;
+            *n == 0
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_address_and_total_limits_refuse_and_free_slots_when_connections_close() {
+        let limits = Limits::new(&LimitsConfig {
+            max_connections: 3,
+            max_connections_per_ip: 2,
+            ..LimitsConfig::default()
+        });
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "10.0.0.2".parse().unwrap();
+        let s1 = limits.admit(a).unwrap();
+        let _s2 = limits.admit(a).unwrap();
+        assert_eq!(limits.admit(a).err(), Some("max_connections_per_ip"));
+        let _s3 = limits.admit(b).unwrap();
+        assert_eq!(limits.admit(b).err(), Some("max_connections"));
+        drop(s1);
+        let s4 = limits.admit(a);
+        assert!(s4.is_ok(), "a closed connection frees its slot");
+        assert_eq!(limits.total.load(Ordering::Relaxed), 3);
+    }
+}
