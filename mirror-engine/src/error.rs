@@ -6,8 +6,11 @@ use kmp_protocol::ProtocolError;
 /// Why a partition could not make progress.
 #[derive(Debug, thiserror::Error)]
 pub enum MirrorError {
-    /// Talking to the source cluster failed.
-    #[error("source: {0}")]
+    /// Talking to the source cluster failed. Shown as a short class only ([`failure_class`]):
+    /// the source address may come from an API caller, and the raw error would tell open,
+    /// closed and non-Kafka ports apart and echo bytes the peer sent. [`MirrorError::detail`]
+    /// has the full text for debug logs.
+    #[error("source: {}", failure_class(.0))]
     Source(ProtocolError),
     /// Talking to the destination cluster failed.
     #[error("destination: {0}")]
@@ -61,7 +64,68 @@ const RETRIABLE: &[i16] = &[
     89, // THROTTLING_QUOTA_EXCEEDED
 ];
 
+/// A short class of a failure toward a cluster, without addresses, sizes or bytes the peer sent:
+/// what users see of a source's connect and decode errors.
+pub fn failure_class(e: &ProtocolError) -> String {
+    match e {
+        ProtocolError::Connect { detail, .. } => connect_class(detail).to_owned(),
+        ProtocolError::Io { source, .. } => io_class(source).to_owned(),
+        ProtocolError::TruncatedFrame { .. } => "connection closed".to_owned(),
+        ProtocolError::FrameTooLarge { .. } | ProtocolError::NegativeFrameSize { .. } | ProtocolError::CorrelationMismatch { .. } => {
+            "not a Kafka broker (unexpected response)".to_owned()
+        }
+        ProtocolError::Malformed { .. } | ProtocolError::Codec { .. } => "malformed response".to_owned(),
+        ProtocolError::BrokerError { code, .. } => format!("Kafka error code {code}"),
+    }
+}
+
+/// The class of a connect failure from its text (the protocol crate keeps only the text).
+fn connect_class(detail: &str) -> &'static str {
+    let d = detail.to_ascii_lowercase();
+    if d.contains("timed out") {
+        "timed out"
+    } else if d.contains("refused") {
+        "connection refused"
+    } else if [
+        "lookup",
+        "name or service not known",
+        "nodename nor servname",
+        "no address associated",
+        "name resolution",
+    ]
+    .iter()
+    .any(|m| d.contains(m))
+    {
+        "DNS lookup failed"
+    } else if d.contains("unreachable") || d.contains("no route") {
+        "network unreachable"
+    } else if d.contains("no bootstrap servers") {
+        "no bootstrap servers"
+    } else {
+        "connection failed"
+    }
+}
+
+fn io_class(e: &std::io::Error) -> &'static str {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset, TimedOut, UnexpectedEof};
+    match e.kind() {
+        TimedOut => "timed out",
+        ConnectionRefused => "connection refused",
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof => "connection closed",
+        _ => "i/o error",
+    }
+}
+
 impl MirrorError {
+    /// The full error text, for debug logs only (a source error's [`Display`](std::fmt::Display)
+    /// is a short class).
+    pub fn detail(&self) -> String {
+        match self {
+            Self::Source(e) => format!("source: {e}"),
+            other => other.to_string(),
+        }
+    }
+
     /// Whether a FAILED partition must stay FAILED across restarts (the state topic keeps it):
     /// the invariant broke or the source is gone, and only an operator can decide what next.
     pub fn is_sticky(&self) -> bool {
@@ -98,5 +162,56 @@ mod tests {
         assert!(broker(74).is_retriable() && broker(75).is_retriable());
         assert!(!broker(29).is_retriable());
         assert!(!MirrorError::Invariant("x".into()).is_retriable());
+    }
+
+    #[test]
+    fn source_errors_show_a_short_class_never_bytes_sizes_or_addresses() {
+        use kmp_protocol::Side;
+        let connect = |detail: &str| {
+            MirrorError::Source(ProtocolError::Connect {
+                addr: "10.9.9.9:9092".into(),
+                detail: detail.into(),
+            })
+        };
+        let cases = [
+            (connect("Connection refused (os error 111)"), "source: connection refused"),
+            (connect("timed out after 10s"), "source: timed out"),
+            (
+                connect("failed to lookup address information: Name or service not known"),
+                "source: DNS lookup failed",
+            ),
+            (connect("Network is unreachable (os error 101)"), "source: network unreachable"),
+            (
+                MirrorError::Source(ProtocolError::FrameTooLarge {
+                    size: 1_213_486_160,
+                    max: 104_857_600,
+                    side: Side::Broker,
+                }),
+                "source: not a Kafka broker (unexpected response)",
+            ),
+            (
+                MirrorError::Source(ProtocolError::Codec {
+                    op: "decode",
+                    api: "Metadata",
+                    version: 12,
+                    detail: "0xdeadbeef".into(),
+                    side: Side::Broker,
+                }),
+                "source: malformed response",
+            ),
+            (
+                MirrorError::Source(ProtocolError::Io {
+                    source: std::io::ErrorKind::UnexpectedEof.into(),
+                    side: Side::Broker,
+                }),
+                "source: connection closed",
+            ),
+        ];
+        for (e, want) in cases {
+            assert_eq!(e.to_string(), want);
+            assert!(e.is_retriable());
+        }
+        let e = connect("Connection refused");
+        assert!(e.detail().contains("10.9.9.9:9092"), "the detail keeps everything for debug logs");
     }
 }

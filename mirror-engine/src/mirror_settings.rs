@@ -67,6 +67,41 @@ pub(crate) fn check_patterns(def: &MirrorConfig) -> Result<(), MirrorError> {
     crate::sync::check_filters(def)
 }
 
+/// Whether an API caller may point a mirror at `servers` (CreateClusterMirror, REST create, an
+/// alter of `bootstrap.servers`): no credentials in any address (refused without echoing it), and
+/// every address matches one of `allow` (`security.mirror_source_allow`; empty allows nothing).
+/// Checked before anything connects to them. Mirrors declared in the config file are not checked.
+pub(crate) fn check_sources(allow: &[String], servers: &[String]) -> Result<(), String> {
+    if servers.iter().any(|s| s.contains('@')) {
+        return Err("bootstrap.servers must not contain credentials (user:password@host); give host:port addresses only".into());
+    }
+    if allow.is_empty() {
+        return Err("no source cluster is allowed for mirrors created or repointed through the API: \
+             list host:port patterns in security.mirror_source_allow (or KMP_MIRROR_SOURCE_ALLOW) \
+             on the proxy, or declare the mirror in its config file"
+            .into());
+    }
+    match servers.iter().find(|s| !kmp_config::source_allowed(allow, s)) {
+        Some(s) => Err(format!(
+            "bootstrap.servers address `{s}` does not match security.mirror_source_allow (KMP_MIRROR_SOURCE_ALLOW) on the proxy"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// `servers` as shown to users: the user-info part of an address with `@` (stored before such
+/// addresses were refused) is replaced by `***`.
+pub(crate) fn shown_servers(servers: &[String]) -> String {
+    servers
+        .iter()
+        .map(|s| match s.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => s.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
     v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default()
@@ -77,7 +112,7 @@ impl Control {
     pub fn mirror_configs(&self, name: &str) -> Option<Vec<(&'static str, String)>> {
         let d = self.definition(name)?;
         Some(vec![
-            ("bootstrap.servers", d.source_bootstrap_servers.join(",")),
+            ("bootstrap.servers", shown_servers(&d.source_bootstrap_servers)),
             ("mirror.topics.include", d.include.join(",")),
             ("mirror.topics.exclude", d.exclude.join(",")),
             ("mirror.groups.include", d.groups_include.join(",")),
@@ -93,7 +128,7 @@ impl Control {
     /// there, not here. Returns the error code and message.
     pub async fn alter_mirror(&self, name: &str, ops: &[(String, i8, Option<String>)]) -> (i16, Option<String>) {
         let _ = self.booted_store().await;
-        let Some(mut def) = self.definition(name) else {
+        let Some(def) = self.definition(name) else {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
         };
         let Some(store) = self.store() else {
@@ -110,38 +145,10 @@ impl Control {
                 Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")),
             );
         }
-        for (key, op, value) in ops {
-            let items = csv(value.as_deref());
-            if key == "bootstrap.servers" && *op == 0 && !items.is_empty() {
-                def.source_bootstrap_servers = items;
-                continue;
-            }
-            if *op == 0 {
-                match set_interval(&mut def, key, value.as_deref()) {
-                    Ok(true) => continue,
-                    Ok(false) => {}
-                    Err(e) => return (INVALID_CONFIG, Some(e)),
-                }
-            }
-            let Some(list) = list_config(&mut def, key) else {
-                return (
-                    INVALID_CONFIG,
-                    Some(format!(
-                        "{key} cannot be changed this way (alterable: bootstrap.servers and the intervals by SET, the include/exclude lists by any operation)"
-                    )),
-                );
-            };
-            match op {
-                0 => *list = items,
-                1 => list.clear(),
-                2 => list.extend(items.into_iter().filter(|i| !list.contains(i)).collect::<Vec<_>>()),
-                3 => list.retain(|i| !items.contains(i)),
-                _ => return (INVALID_REQUEST, Some(format!("unknown config operation {op}"))),
-            }
-        }
-        if let Err(e) = check_patterns(&def) {
-            return (INVALID_CONFIG, Some(e.to_string()));
-        }
+        let def = match apply_ops(def, ops, self.source_allow()) {
+            Ok(def) => def,
+            Err(e) => return e,
+        };
         if let Err(e) = store
             .put_mirror(&MirrorRecord {
                 origin,
@@ -154,6 +161,46 @@ impl Control {
         self.set_definition(def);
         (codes::NONE, None)
     }
+}
+
+/// Applies IncrementalAlterConfigs operations to a copy of an API-created mirror's definition;
+/// a new `bootstrap.servers` must pass [`check_sources`] against `allow`.
+fn apply_ops(mut def: MirrorConfig, ops: &[(String, i8, Option<String>)], allow: &[String]) -> Result<MirrorConfig, (i16, Option<String>)> {
+    for (key, op, value) in ops {
+        let items = csv(value.as_deref());
+        if key == "bootstrap.servers" && *op == 0 && !items.is_empty() {
+            // Repointing is creating anew: the same source rules, before anything connects.
+            check_sources(allow, &items).map_err(|e| (INVALID_CONFIG, Some(e)))?;
+            def.source_bootstrap_servers = items;
+            continue;
+        }
+        if *op == 0 {
+            match set_interval(&mut def, key, value.as_deref()) {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => return Err((INVALID_CONFIG, Some(e))),
+            }
+        }
+        let Some(list) = list_config(&mut def, key) else {
+            return Err((
+                INVALID_CONFIG,
+                Some(format!(
+                    "{key} cannot be changed this way (alterable: bootstrap.servers and the intervals by SET, the include/exclude lists by any operation)"
+                )),
+            ));
+        };
+        match op {
+            0 => *list = items,
+            1 => list.clear(),
+            2 => list.extend(items.into_iter().filter(|i| !list.contains(i)).collect::<Vec<_>>()),
+            3 => list.retain(|i| !items.contains(i)),
+            _ => return Err((INVALID_REQUEST, Some(format!("unknown config operation {op}")))),
+        }
+    }
+    if let Err(e) = check_patterns(&def) {
+        return Err((INVALID_CONFIG, Some(e.to_string())));
+    }
+    Ok(def)
 }
 
 #[cfg(test)]
@@ -179,5 +226,38 @@ mod tests {
         assert_eq!(set_interval(&mut def, "mirror.topics.include", Some("x")), Ok(false));
         def.groups_exclude = vec!["(".into()];
         assert!(check_patterns(&def).is_err(), "an invalid group pattern is refused");
+    }
+
+    #[test]
+    fn api_sources_must_match_the_allow_list_and_carry_no_credentials() {
+        let servers = |s: &str| csv(Some(s));
+        let allow = vec!["*.dc2.example:9092".to_owned(), "10.0.4.*:*".to_owned()];
+        assert_eq!(check_sources(&allow, &servers("k1.dc2.example:9092,10.0.4.7:19092")), Ok(()));
+        let e = check_sources(&allow, &servers("k1.dc2.example:9092,evil.example:9092")).unwrap_err();
+        assert!(e.contains("evil.example:9092") && e.contains("security.mirror_source_allow"), "{e}");
+        let e = check_sources(&[], &servers("127.0.0.1:9092")).unwrap_err();
+        assert!(e.contains("security.mirror_source_allow") && e.contains("KMP_MIRROR_SOURCE_ALLOW"), "{e}");
+        for bad in ["alice:s3cret@k1.dc2.example:9092", "k1.dc2.example:9092,alice:s3cret@10.0.4.7:9092"] {
+            let e = check_sources(&allow, &servers(bad)).unwrap_err();
+            assert!(e.contains("credentials") && !e.contains("s3cret") && !e.contains("alice"), "{e}");
+        }
+        let e = check_sources(&[], &servers("alice:s3cret@h:1")).unwrap_err();
+        assert!(e.contains("credentials"), "credentials are named before the empty list: {e}");
+        assert_eq!(shown_servers(&servers("a:1,alice:s3cret@b:2")), "a:1,***@b:2");
+    }
+
+    #[test]
+    fn repointing_a_mirror_follows_the_same_source_rules() {
+        let def = MirrorConfig::new("m", vec!["k1.dc2.example:9092".into()]);
+        let allow = vec!["*.dc2.example:9092".to_owned()];
+        let set = |v: &str| vec![("bootstrap.servers".to_owned(), 0i8, Some(v.to_owned()))];
+        let moved = apply_ops(def.clone(), &set("k2.dc2.example:9092"), &allow).expect("allowed");
+        assert_eq!(moved.source_bootstrap_servers, vec!["k2.dc2.example:9092"]);
+        let (code, msg) = apply_ops(def.clone(), &set("169.254.169.254:80"), &allow).unwrap_err();
+        assert_eq!(code, INVALID_CONFIG);
+        assert!(msg.unwrap().contains("security.mirror_source_allow"));
+        let (_, msg) = apply_ops(def.clone(), &set("u:p4ss@k2.dc2.example:9092"), &allow).unwrap_err();
+        assert!(!msg.unwrap().contains("p4ss"));
+        assert!(apply_ops(def, &set("k2.dc2.example:9092"), &[]).is_err(), "an empty list allows nothing");
     }
 }
