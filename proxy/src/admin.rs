@@ -1,11 +1,15 @@
 //! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
 //! cluster answered the last metadata refresh and the mirror engine has loaded its stored state), `/metrics` (Prometheus text format) and the
 //! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
-//! readiness by `refresh`.
+//! readiness by `refresh`. `/healthz` and `/readyz` answer anyone; `/metrics` and every `/v1`
+//! route need a loopback caller or the admin token (`rest::AdminAuth`), reads unless
+//! `security.admin_read_open`. A client has `limits.http_header_read_timeout_ms` to send its
+//! request headers; failing accepts (e.g. out of file descriptors) back off instead of spinning.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -13,23 +17,40 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
+use crate::rest::AdminAuth;
 use crate::server::Shared;
+
+/// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, "admin endpoint listening");
     }
+    let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
+    let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
             a = listener.accept() => match a {
-                Ok(a) => a,
+                Ok(a) => {
+                    backoff.reset();
+                    a
+                }
                 Err(err) => {
-                    debug!(%err, "admin accept failed");
+                    // EMFILE and friends: the listener stays readable, so retrying at once
+                    // would spin. Pause (growing) and let connections close meanwhile.
+                    let pause = backoff.next();
+                    warn!(%err, ?pause, "admin accept failed; pausing");
+                    tokio::select! {
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = stop.changed() => return,
+                    }
                     continue;
                 }
             },
@@ -39,19 +60,60 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
-                async move {
-                    if req.uri().path().starts_with("/v1/") {
-                        let token = shared.config.admin.token.clone();
-                        return Ok::<_, Infallible>(crate::rest::handle(req, peer, token.as_deref(), &shared.mirrors.control).await);
-                    }
-                    Ok::<_, Infallible>(route(&req, &shared))
-                }
+                async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
             });
-            if let Err(err) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(err) = http_builder(header_timeout).serve_connection(TokioIo::new(stream), svc).await {
                 debug!(%err, "admin connection error");
             }
         });
     }
+}
+
+/// The HTTP/1 connection settings: a client that has not sent its whole request head within
+/// `header_timeout` is disconnected (slowloris).
+fn http_builder(header_timeout: Option<Duration>) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    builder
+}
+
+/// `limits.http_header_read_timeout_ms` for hyper (0 turns it off).
+fn header_read_timeout(ms: u64) -> Option<Duration> {
+    (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// The pause after each failed accept in a row: 100 ms, doubling to 1 s.
+#[derive(Debug, Default)]
+struct AcceptBackoff {
+    current: Option<Duration>,
+}
+
+impl AcceptBackoff {
+    fn next(&mut self) -> Duration {
+        let d = self.current.map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX));
+        self.current = Some(d);
+        d
+    }
+
+    fn reset(&mut self) {
+        self.current = None;
+    }
+}
+
+async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Shared) -> Response<Full<Bytes>> {
+    let auth = AdminAuth {
+        token: shared.config.admin.token.as_deref(),
+        read_open: shared.config.security.admin_read_open,
+    };
+    if req.uri().path().starts_with("/v1/") {
+        return crate::rest::handle(req, peer, auth, &shared.mirrors.control).await;
+    }
+    if req.uri().path() == "/metrics"
+        && let Some(refused) = auth.refuse_read(req.headers(), peer)
+    {
+        return refused;
+    }
+    route(&req, shared)
 }
 
 fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
@@ -88,4 +150,48 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_accepts_back_off_from_100_ms_doubling_to_1_s_and_reset_on_success() {
+        let mut b = AcceptBackoff::default();
+        let pauses: Vec<u64> = (0..6).map(|_| b.next().as_millis() as u64).collect();
+        assert_eq!(pauses, vec![100, 200, 400, 800, 1000, 1000]);
+        b.reset();
+        assert_eq!(b.next(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn the_header_read_timeout_comes_from_the_limits() {
+        assert_eq!(header_read_timeout(10_000), Some(Duration::from_secs(10)));
+        assert_eq!(header_read_timeout(0), None);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "ok".into())) });
+            let _ = http_builder(header_read_timeout(200)).serve_connection(TokioIo::new(stream), svc).await;
+        });
+        let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        client.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+        let mut buf = Vec::new();
+        let started = std::time::Instant::now();
+        let read = tokio::time::timeout(Duration::from_secs(5), client.read_to_end(&mut buf)).await;
+        assert!(read.is_ok(), "the connection is closed, not left open");
+        assert!(
+            started.elapsed() >= Duration::from_millis(150),
+            "closed by the timeout: {:?}",
+            started.elapsed()
+        );
+        assert!(!String::from_utf8_lossy(&buf).contains("200 OK"), "no answer to an unfinished request");
+    }
 }

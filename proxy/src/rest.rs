@@ -1,7 +1,8 @@
 //! Mirror management over HTTP on the admin endpoint, under `/v1`: create, list, describe and
 //! delete mirrors, start / pause / resume / stop (failover) mirror topics, and the OpenAPI document
-//! (`/v1/openapi.json`). Mutating routes are refused unless the caller is on loopback or sends
-//! `Authorization: Bearer <admin.token>`. The operations and their KIP-1279 error codes are the
+//! (`/v1/openapi.json`). Every route needs a loopback caller (IPv4, IPv6 or IPv4-mapped) or
+//! `Authorization: Bearer <admin.token>` ([`AdminAuth`]); reads are open to everyone with
+//! `security.admin_read_open`. The operations and their KIP-1279 error codes are the
 //! engine's (`kmp_mirror_engine::Control`); this module only maps them to HTTP and JSON.
 
 use std::net::SocketAddr;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::Body;
+use hyper::header::HeaderMap;
 use hyper::{Method, Request, Response, StatusCode};
 use kmp_mirror_engine::{Control, TopicResult, codes};
 use kmp_protocol::mirror_api;
@@ -44,8 +46,84 @@ struct CreateBody {
     configs: std::collections::BTreeMap<String, String>,
 }
 
+/// Who may use the admin endpoint. Loopback callers (IPv4-mapped ones on a `[::]` listener
+/// included) may do everything. Others need `Authorization: Bearer <admin.token>`: without it a
+/// read (`GET /v1/…`, `/metrics`) answers 401 when a token is configured and 403 when none is
+/// (there is no way in), unless `read_open`; a mutation answers 403 either way.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AdminAuth<'a> {
+    /// `admin.token` (`KMP_ADMIN_TOKEN`).
+    pub(crate) token: Option<&'a str>,
+    /// `security.admin_read_open`.
+    pub(crate) read_open: bool,
+}
+
+/// Why a caller was turned away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Denied {
+    /// A token is configured; the caller did not send it (or sent another).
+    NoToken,
+    /// No token is configured: non-loopback callers cannot be let in.
+    NoTokenConfigured,
+}
+
+impl AdminAuth<'_> {
+    fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<(), Denied> {
+        if kmp_config::is_loopback(peer.ip()) {
+            return Ok(());
+        }
+        let Some(token) = self.token else { return Err(Denied::NoTokenConfigured) };
+        let given = headers
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
+            Ok(())
+        } else {
+            Err(Denied::NoToken)
+        }
+    }
+
+    /// A read route (`GET /v1/…`, `/metrics`): the answer to send instead, if the caller is refused.
+    pub(crate) fn refuse_read(&self, headers: &HeaderMap, peer: SocketAddr) -> Option<Response<Full<Bytes>>> {
+        if self.read_open {
+            return None;
+        }
+        self.caller(headers, peer).err().map(|d| match d {
+            Denied::NoToken => {
+                let mut r = error(
+                    StatusCode::UNAUTHORIZED,
+                    "read routes need a loopback caller or `Authorization: Bearer <admin.token>` (or security.admin_read_open = true)",
+                );
+                if let Ok(v) = "Bearer realm=\"kafka-mirror-proxy admin\"".parse() {
+                    r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
+                }
+                r
+            }
+            Denied::NoTokenConfigured => error(
+                StatusCode::FORBIDDEN,
+                "read routes answer non-loopback callers only with admin.token (KMP_ADMIN_TOKEN) set on the proxy and sent as `Authorization: Bearer`, or with security.admin_read_open = true",
+            ),
+        })
+    }
+
+    /// A mutating route: the answer to send instead (403), if the caller is refused.
+    fn refuse_mutation(&self, headers: &HeaderMap, peer: SocketAddr) -> Option<Response<Full<Bytes>>> {
+        self.caller(headers, peer).err().map(|_| {
+            error(
+                StatusCode::FORBIDDEN,
+                "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`",
+            )
+        })
+    }
+}
+
 /// Handles a `/v1/…` request.
-pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Option<&str>, control: &Control) -> Response<Full<Bytes>> {
+pub(crate) async fn handle<B>(req: Request<B>, peer: SocketAddr, auth: AdminAuth<'_>, control: &Control) -> Response<Full<Bytes>>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let path: Vec<String> = req
         .uri()
         .path()
@@ -55,6 +133,15 @@ pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Opti
         .map(str::to_owned)
         .collect();
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
+    // Who may ask comes first: nothing (not even "still loading") is told to others.
+    let refused = match *req.method() {
+        Method::GET => auth.refuse_read(req.headers(), peer),
+        Method::POST | Method::DELETE => auth.refuse_mutation(req.headers(), peer),
+        _ => Some(error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json")),
+    };
+    if let Some(refused) = refused {
+        return refused;
+    }
     if path.first() == Some(&"mirrors") && !control.wait_booted().await {
         // Never "does not exist" while the stored mirrors are still being read: retriable.
         return error(StatusCode::SERVICE_UNAVAILABLE, kmp_mirror_engine::LOADING);
@@ -64,12 +151,6 @@ pub(crate) async fn handle(req: Request<Incoming>, peer: SocketAddr, token: Opti
         (Method::GET, ["mirrors"]) => json_response(StatusCode::OK, list(control)),
         (Method::GET, ["mirrors", name]) => describe(control, name),
         (method @ (Method::POST | Method::DELETE), rest) => {
-            if !authorized(&req, peer, token) {
-                return error(
-                    StatusCode::FORBIDDEN,
-                    "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`",
-                );
-            }
             let rest: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
                 Ok(b) => b.to_bytes(),
@@ -114,6 +195,11 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
                 Ok(b) => b,
                 Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"topics\": [..], …}}: {e}")),
             };
+            // Patterns are checked here, whatever the mirror's state: an invalid one is the
+            // caller's error (400 naming it), never an empty success.
+            if let Err(e) = check_patterns(&body.include, &body.exclude) {
+                return error(StatusCode::BAD_REQUEST, &e);
+            }
             if !control.has_mirror(name) {
                 return mirror_unknown(name);
             }
@@ -148,20 +234,20 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
     }
 }
 
-fn code_json(code: i16, message: Option<String>) -> Value {
-    json!({ "error_code": code, "error": mirror_api::errors::name(code), "message": message })
+/// Every include / exclude pattern compiles (whole-name regexes, as the engine compiles them).
+fn check_patterns(include: &[String], exclude: &[String]) -> Result<(), String> {
+    for (what, patterns) in [("include", include), ("exclude", exclude)] {
+        for p in patterns {
+            if let Err(e) = kmp_config::topic_pattern(p) {
+                return Err(format!("invalid {what} pattern `{p}`: {e}"));
+            }
+        }
+    }
+    Ok(())
 }
 
-fn authorized(req: &Request<Incoming>, peer: SocketAddr, token: Option<&str>) -> bool {
-    if peer.ip().is_loopback() {
-        return true;
-    }
-    let Some(token) = token else { return false };
-    req.headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
+fn code_json(code: i16, message: Option<String>) -> Value {
+    json!({ "error_code": code, "error": mirror_api::errors::name(code), "message": message })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -252,3 +338,86 @@ fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
 
 /// The OpenAPI 3 description of these routes.
 const OPENAPI: &str = include_str!("openapi.json");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOOPBACKS: [&str; 3] = ["127.0.0.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"];
+    const REMOTE: &str = "[::ffff:192.0.2.7]:5000";
+
+    fn control() -> Control {
+        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
+    }
+
+    async fn call(method: &str, uri: &str, body: &str, peer: &str, bearer: Option<&str>, auth: AdminAuth<'_>) -> (StatusCode, HeaderMap, String) {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(t) = bearer {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+        let resp = handle(req, peer.parse().unwrap(), auth, &control()).await;
+        let (parts, body) = resp.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    const WITH_TOKEN: AdminAuth<'static> = AdminAuth {
+        token: Some("let-me-in"),
+        read_open: false,
+    };
+    const NO_TOKEN: AdminAuth<'static> = AdminAuth { token: None, read_open: false };
+
+    #[tokio::test]
+    async fn loopback_callers_ipv4_mapped_included_may_read_and_mutate() {
+        for peer in LOOPBACKS {
+            let (status, _, _) = call("GET", "/v1/mirrors", "", peer, None, NO_TOKEN).await;
+            assert_eq!(status, StatusCode::OK, "{peer}");
+            let (status, _, _) = call("POST", "/v1/mirrors/nope/pause", r#"{"topics":[]}"#, peer, None, NO_TOKEN).await;
+            assert_eq!(status, StatusCode::NOT_FOUND, "{peer}: let in, and the mirror does not exist");
+        }
+    }
+
+    #[tokio::test]
+    async fn remote_reads_need_the_token_401_when_one_is_configured_403_when_none_is() {
+        for uri in ["/v1/mirrors", "/v1/mirrors/x", "/v1/openapi.json"] {
+            let (status, headers, _) = call("GET", uri, "", REMOTE, None, WITH_TOKEN).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri}");
+            assert!(headers.get(hyper::header::WWW_AUTHENTICATE).is_some());
+            let (status, _, _) = call("GET", uri, "", REMOTE, Some("wrong"), WITH_TOKEN).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri}: a wrong token");
+            let (status, _, body) = call("GET", uri, "", REMOTE, None, NO_TOKEN).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: no token configured");
+            assert!(body.contains("admin_read_open"), "{body}");
+        }
+        let (status, _, body) = call("GET", "/v1/mirrors", "", REMOTE, Some("let-me-in"), WITH_TOKEN).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        assert!(!body.contains("let-me-in"));
+    }
+
+    #[tokio::test]
+    async fn admin_read_open_opens_reads_only() {
+        let open = AdminAuth {
+            token: Some("let-me-in"),
+            read_open: true,
+        };
+        let (status, _, _) = call("GET", "/v1/mirrors", "", REMOTE, None, open).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, _, _) = call("POST", "/v1/mirrors/x/pause", r#"{"topics":[]}"#, REMOTE, None, open).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let (status, _, _) = call("DELETE", "/v1/mirrors/x", "", REMOTE, Some("wrong"), open).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        let (status, _, _) = call("DELETE", "/v1/mirrors/x", "", REMOTE, Some("let-me-in"), open).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "the token lets a mutation in");
+    }
+
+    #[tokio::test]
+    async fn an_invalid_pattern_in_start_is_a_400_naming_it() {
+        for body in [r#"{"include":["orders-("]}"#, r#"{"topics":["t"],"exclude":["[z-a]"]}"#] {
+            let (status, _, text) = call("POST", "/v1/mirrors/any/start", body, "127.0.0.1:1", None, NO_TOKEN).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
+            assert!(text.contains("pattern"), "{text}");
+        }
+        assert_eq!(check_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
+    }
+}
