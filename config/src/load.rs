@@ -119,9 +119,40 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     }
 }
 
-/// Parses a TOML document into the model without validating it.
+/// Parses a TOML document into the model without validating it. The error says where (line,
+/// column) and what, never the source text around it: the offending line may hold `admin.token`.
 pub fn parse_toml(text: &str) -> Result<Config, String> {
-    toml::from_str(text).map_err(|e| e.to_string())
+    toml::from_str(text).map_err(|e| describe_parse_error(text, &e))
+}
+
+/// A TOML error as shown to the operator. toml's own `Display` quotes the offending source line,
+/// and serde messages can quote a value (`invalid type: integer `12345``), so: position and
+/// message only, and the message is withheld when the error touches a line that mentions a token
+/// or quotes a value from such a line.
+fn describe_parse_error(text: &str, e: &toml::de::Error) -> String {
+    const WITHHELD: &str = "invalid value (details withheld: the line holds a token)";
+    let message = e.message().trim();
+    let secret_lines: Vec<(usize, &str)> = text.lines().enumerate().filter(|(_, l)| l.to_ascii_lowercase().contains("token")).collect();
+    let quotes_a_secret = secret_lines.iter().any(|(_, line)| {
+        let lower = line.to_ascii_lowercase();
+        let after_key = lower.find("token").map_or(*line, |at| &line[at..]);
+        let value = after_key.split_once('=').map_or("", |(_, v)| v);
+        let value = value
+            .trim()
+            .trim_matches(|c: char| c == '"' || c == '\'' || c == '}' || c == ',' || c.is_whitespace());
+        !value.is_empty() && message.contains(value)
+    });
+    let Some(span) = e.span() else {
+        return if quotes_a_secret { WITHHELD.to_owned() } else { message.to_owned() };
+    };
+    let start = span.start.min(text.len());
+    let end = span.end.clamp(start, text.len());
+    let line_of = |at: usize| text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
+    let (first, last) = (line_of(start), line_of(end));
+    let column = text[..start].rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    let touches_secret = secret_lines.iter().any(|(i, _)| (first..=last).contains(i));
+    let message = if touches_secret || quotes_a_secret { WITHHELD } else { message };
+    format!("line {}, column {column}: {message}", first + 1)
 }
 
 fn apply(config: &mut Config, o: &Overrides) {
@@ -255,6 +286,33 @@ mod mirror_rules {
 
 #[cfg(test)]
 mod secrets {
+    #[test]
+    fn a_parse_error_never_shows_the_token_or_the_source_lines() {
+        let cases = [
+            // an unterminated string on the token's line
+            ("[upstream]\nbootstrap_servers = [\"d:1\"]\n[admin]\ntoken = \"s3cret-value\n", "line 4"),
+            // a value of the wrong type, which serde quotes
+            ("[admin]\ntoken = 918273645\n", "line 2"),
+            ("admin = { token = 918273645 }\n", "line 1"),
+            // an error elsewhere in a file holding the token
+            ("[admin]\ntoken = \"s3cret-value\"\n[listener]\nlisen = \"x:1\"\n", "line 4"),
+            ("[admin]\ntoken = \"s3cret-value\"\nlisten = [\n", "line 3"),
+        ];
+        for (text, at) in cases {
+            let err = super::parse_toml(text).expect_err("invalid");
+            assert!(!err.contains("s3cret") && !err.contains("918273645"), "{err}");
+            assert!(!err.contains('|') && !err.contains("token ="), "no source snippet: {err}");
+            assert!(err.starts_with(at), "position given: {err}");
+        }
+        let err = super::parse_toml("[admin]\ntoken = \"s3cret-value\"\n[listener]\nlisen = \"x:1\"\n").unwrap_err();
+        assert!(err.contains("lisen"), "an error away from the token keeps its message: {err}");
+        let file = std::env::temp_dir().join(format!("kmp-token-parse-{}.toml", std::process::id()));
+        std::fs::write(&file, "[admin]\ntoken = \"s3cret-value\n").unwrap();
+        let err = super::load(Some(&file), &std::collections::HashMap::new(), &super::Overrides::default()).unwrap_err();
+        let _ = std::fs::remove_file(&file);
+        assert!(matches!(err, super::LoadError::Parse { .. }) && !err.to_string().contains("s3cret"), "{err}");
+    }
+
     #[test]
     fn the_admin_token_comes_from_the_environment_and_never_shows_in_debug_output() {
         let env: std::collections::HashMap<String, String> = [("KMP_UPSTREAM", "d:1"), ("KMP_ADMIN_TOKEN", "s3cret")]
