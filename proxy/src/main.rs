@@ -101,6 +101,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
+            if config.limits.raise_fd_limit {
+                log_fd_limit(raise_fd_limit());
+            }
             let bootstrap = TcpListener::bind(&config.listener.listen)
                 .await
                 .with_context(|| format!("cannot bind the bootstrap listener {}", config.listener.listen))?;
@@ -141,6 +144,63 @@ async fn versions_command(check_upstream: Option<String>) -> anyhow::Result<Exit
     Ok(if findings.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// What raising the soft open-file limit did.
+#[derive(Debug, PartialEq, Eq)]
+enum FdLimit {
+    /// Raised from the first value to the second.
+    Raised(u64, u64),
+    /// Already as high as allowed (the value; `None` = unlimited).
+    Unchanged(Option<u64>),
+    /// The hard limit is higher but no raise was accepted: (soft, hard, last error).
+    Failed(u64, Option<u64>, String),
+}
+
+/// Raises the soft open-file limit (RLIMIT_NOFILE) to the hard limit (`limits.raise_fd_limit`):
+/// every client connection holds two descriptors (client and broker), and the usual soft limit
+/// of 1024 would cap the proxy near 500 clients. Where the hard limit is unlimited or above what
+/// the kernel accepts (macOS caps at `OPEN_MAX`), smaller steps are tried.
+#[cfg(unix)]
+fn raise_fd_limit() -> FdLimit {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let Rlimit { current, maximum } = getrlimit(Resource::Nofile);
+    let Some(soft) = current else { return FdLimit::Unchanged(None) };
+    if maximum.is_some_and(|hard| soft >= hard) {
+        return FdLimit::Unchanged(Some(soft));
+    }
+    let mut last_error = None;
+    let candidates = [maximum, Some(1 << 20), Some(65_536), Some(10_240)];
+    for want in candidates.into_iter().flatten() {
+        if want <= soft || maximum.is_some_and(|hard| want > hard) {
+            continue;
+        }
+        match setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum }) {
+            Ok(()) => return FdLimit::Raised(soft, want),
+            Err(e) => last_error = Some(e.to_string()),
+        }
+    }
+    match last_error {
+        Some(e) => FdLimit::Failed(soft, maximum, e),
+        // Unlimited hard limit and the soft one already past every step.
+        None => FdLimit::Unchanged(Some(soft)),
+    }
+}
+
+#[cfg(not(unix))]
+fn raise_fd_limit() -> FdLimit {
+    FdLimit::Unchanged(None)
+}
+
+fn log_fd_limit(outcome: FdLimit) {
+    match outcome {
+        FdLimit::Raised(from, to) => tracing::info!(from, to, "raised the soft open-file limit"),
+        FdLimit::Unchanged(Some(limit)) => tracing::info!(limit, "open-file limit already at the hard limit"),
+        FdLimit::Unchanged(None) => tracing::info!("open-file limit is unlimited"),
+        FdLimit::Failed(soft, hard, error) => {
+            tracing::warn!(soft, ?hard, %error, "cannot raise the soft open-file limit; each client connection needs two descriptors")
+        }
+    }
+}
+
 fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
@@ -170,5 +230,30 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = ctrl_c.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn the_soft_open_file_limit_is_raised_to_the_hard_limit() {
+        use rustix::process::{Resource, getrlimit};
+        let outcome = raise_fd_limit();
+        let after = getrlimit(Resource::Nofile);
+        match outcome {
+            FdLimit::Raised(from, to) => {
+                assert!(to > from);
+                assert_eq!(after.current, Some(to));
+            }
+            FdLimit::Unchanged(limit) => assert_eq!(after.current, limit),
+            FdLimit::Failed(..) => panic!("raising up to the hard limit is always allowed: {outcome:?}"),
+        }
+        if let Some(hard) = after.maximum {
+            assert!(hard > 1 << 20 || after.current == Some(hard), "soft {:?} below hard {hard}", after.current);
+        }
+        assert_eq!(raise_fd_limit(), FdLimit::Unchanged(after.current), "a second call changes nothing");
     }
 }
