@@ -1,217 +1,29 @@
-"""Fixtures for the real-Kafka suite: two KRaft clusters started once per session (source with 1
-broker, destination with 3), the proxy binary in front of the destination, and helpers shared by
-the client tests. Nothing here is faked: every test talks to real brokers through the real binary.
+"""The integration suite's conftest. The session fixtures (clusters, destination, proxy, workdir,
+kafka_classpath) moved to tests/conftest.py so that tests/security shares the same brokers; the
+helpers live in tests/kmp_common.py and are re-exported here, so test modules (and the benchmarks,
+which put this directory on sys.path) keep writing ``from conftest import ProxyProcess, unique``.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for kmp_common
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "harness"))
-
-from kafka_cluster import KafkaCluster, classpath  # noqa: E402
-
-PROXY_BIN = Path(os.environ.get("KMP_PROXY_BIN", REPO / "target" / "debug" / "kafka-mirror-proxy"))
-PROXY_READY_TIMEOUT_S = 30
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def free_port_block(size: int) -> int:
-    """A base port such that base..base+size-1 are all free."""
-    for _ in range(200):
-        base = random.randrange(20000, 60000)
-        try:
-            socks = []
-            for p in range(base, base + size):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            for s in socks:
-                s.close()
-            return base
-        except OSError:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port block")
-
-
-class ProxyProcess:
-    """The kafka-mirror-proxy binary running in front of ``upstream``."""
-
-    def __init__(self, upstream: str, workdir: Path, extra_args: list[str] | None = None, admin_host: str = "127.0.0.1", env: dict | None = None):
-        self.upstream = upstream
-        self.port = free_port()
-        self.node_port_base = free_port_block(16)
-        self.admin_port = free_port()
-        self.log_path = Path(workdir) / f"proxy-{self.port}.log"
-        self.args = [str(PROXY_BIN), "run", "--upstream", upstream, "--listen", f"127.0.0.1:{self.port}",
-                     "--node-port-base", str(self.node_port_base), "--admin-listen", f"{admin_host}:{self.admin_port}",
-                     *(extra_args or [])]
-        self.env = {**os.environ, **(env or {})}
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def node_port(self, node_id: int) -> int:
-        return self.node_port_base + node_id
-
-    def start(self) -> "ProxyProcess":
-        assert PROXY_BIN.exists(), f"proxy binary {PROXY_BIN} missing: run `cargo build` first"
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env)
-        deadline = time.time() + PROXY_READY_TIMEOUT_S
-        while time.time() < deadline:
-            assert self.proc.poll() is None, f"proxy exited early with {self.proc.returncode}:\n{self.log()}"
-            if self.http("/readyz")[0] == 200:
-                return self
-            time.sleep(0.1)
-        self.proc.kill()  # never leave a proxy running behind a failed start
-        self.proc.wait()
-        raise TimeoutError(f"proxy not ready within {PROXY_READY_TIMEOUT_S}s:\n{self.log()}")
-
-    def http(self, path: str) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}{path}", timeout=2) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-        except OSError:
-            return 0, ""
-
-    def metric(self, name: str, labels: str = "") -> float:
-        """Value of one metric line, e.g. metric('kmp_frame_errors_total', 'side="client"').
-
-        A metric that is not on /metrics fails the test (AssertionError naming it and listing
-        similar series that are there): a renamed or unexported metric must never read as 0."""
-        value = self.metric_or_absent(name, labels)
-        if value is None:
-            raise AssertionError(self._missing_metric(name, labels))
-        return value
-
-    def metric_or_absent(self, name: str, labels: str = "") -> float | None:
-        """Value of one metric line, or None when /metrics has no such series. Only for callers
-        whose expected value is "absent" (say why at the call site); everyone else uses metric()."""
-        status, text = self.http("/metrics")
-        assert status == 200, f"/metrics answered {status} (proxy alive: {self.alive()})"
-        key = f"{name}{{{labels}}}" if labels else name
-        for line in text.splitlines():
-            if line.startswith(key + " "):
-                return float(line.split()[-1])
-        return None
-
-    def _missing_metric(self, name: str, labels: str) -> str:
-        import difflib
-        _, text = self.http("/metrics")
-        series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
-        names = sorted({s.split("{", 1)[0] for s in series})
-        similar_names = difflib.get_close_matches(name, names, n=5, cutoff=0.6)
-        same_name = [s for s in series if s.split("{", 1)[0] == name][:10]
-        key = f"{name}{{{labels}}}" if labels else name
-        return (f"metric {key} is not on /metrics; "
-                f"series of that name: {same_name or 'none'}; similar metric names: {similar_names or 'none'} "
-                f"({len(names)} metric names exported)")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def stop(self, sig: int = 15, timeout: float = 60) -> int:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode if self.proc else 0
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-
-@contextmanager
-def running_cluster(name: str, brokers: int, workdir: Path, **kwargs):
-    """A dedicated cluster for one test module (ports picked free), stopped afterwards."""
-    cluster = KafkaCluster(name, brokers, free_port_block(151 if kwargs.get("sasl_users") else 100 + brokers), workdir, **kwargs)
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-
-
-@pytest.fixture(scope="session")
-def workdir():
-    d = Path(tempfile.mkdtemp(prefix="kmp-it-"))
-    yield d
-
-
-@pytest.fixture(scope="session")
-def clusters(workdir):
-    """(source, destination): started once for the whole session."""
-    src = KafkaCluster("source", 1, free_port_block(101), workdir)
-    dst = KafkaCluster("destination", 3, free_port_block(104), workdir)
-    started = time.time()
-    try:
-        src.start()
-        dst.start()
-        print(f"\nclusters ready in {time.time() - started:.1f}s: source {src.bootstrap}, destination {dst.bootstrap}")
-        yield src, dst
-    finally:
-        src.stop()
-        dst.stop()
-
-
-@pytest.fixture(scope="session")
-def destination(clusters) -> KafkaCluster:
-    return clusters[1]
-
-
-@pytest.fixture(scope="session")
-def proxy(destination, workdir):
-    """One proxy in front of the 3-broker destination cluster, shared by the client tests."""
-    p = ProxyProcess(destination.bootstrap, workdir).start()
-    yield p
-    code = p.stop()
-    assert code == 0, f"proxy exited with {code} on SIGTERM:\n{p.log()[-4000:]}"
-
-
-@pytest.fixture(scope="session")
-def kafka_classpath() -> str:
-    return classpath()
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{int(time.time() * 1000) % 10_000_000}-{random.randrange(1000)}"
-
-
-def wait_for_leader(admin, topic: str, partition: int = 0, timeout: float = 30) -> int:
-    """Leader id of a freshly created partition, once metadata has it."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        parts = admin.list_topics(topic, timeout=10).topics[topic].partitions
-        if partition in parts and parts[partition].leader >= 0:
-            return parts[partition].leader
-        time.sleep(0.1)
-    raise TimeoutError(f"{topic}-{partition} has no leader after {timeout}s")
+from kmp_common import (  # noqa: E402,F401  (re-exported for `from conftest import ...`)
+    PROXY_BIN,
+    PROXY_READY_TIMEOUT_S,
+    REPO,
+    KafkaCluster,
+    ProxyProcess,
+    classpath,
+    free_port,
+    free_port_block,
+    running_cluster,
+    unique,
+    wait_for_leader,
+)
 
 
 def pytest_addoption(parser):
