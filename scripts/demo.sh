@@ -30,7 +30,7 @@ kt org.apache.kafka.tools.TopicCommand --bootstrap-server 127.0.0.1:19092 --crea
 printf 'order-1\norder-2\norder-3\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
 printf 'order-4\norder-5\norder-6\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server 127.0.0.1:19092 --topic orders
 echo "==> starting the proxy on 127.0.0.1:$listen_port in front of the destination (admin http://$admin)"
-./target/release/kafka-mirror-proxy run --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
+KMP_MIRROR_SOURCE_ALLOW="127.0.0.1:19092" ./target/release/kafka-mirror-proxy run --upstream 127.0.0.1:29092,127.0.0.1:29093,127.0.0.1:29094 \
   --listen "127.0.0.1:$listen_port" --admin-listen "$admin" >"$dir/proxy.log" 2>&1 &
 proxy_pid=$!
 for _ in $(seq 100); do curl -sf "http://$admin/readyz" >/dev/null && break; sleep 0.1; done

@@ -143,6 +143,20 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 None if self.buf.is_empty() => IDLE_READ,
                 None => PREFIX - self.buf.len(),
             };
+            let want = match &self.budget {
+                // Never ask the budget for more than it has in total: read less instead.
+                Some(b) if self.buf.len() + want > b.total => match b.total.checked_sub(self.buf.len()) {
+                    Some(room) if room > 0 => room,
+                    _ => {
+                        return Err(ProtocolError::FrameTooLarge {
+                            size: self.buf.len() as i64,
+                            max: u32::try_from(b.total).unwrap_or(u32::MAX),
+                            side: self.side,
+                        });
+                    }
+                },
+                _ => want,
+            };
             self.buf.reserve(want);
             if let Some(budget) = &self.budget {
                 let need = (self.buf.len() + want).saturating_sub(self.held.bytes);
@@ -250,6 +264,42 @@ mod tests {
             }
             out
         })
+    }
+
+    #[tokio::test]
+    async fn a_partial_frame_holds_budget_only_for_the_bytes_that_arrived_and_releases_it() {
+        let budget = ByteBudget::new(1 << 20);
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut reader = FrameReader::new(server, 100 << 20, Side::Client).with_budget(budget.clone());
+        // Announce 100 MiB, send 10 bytes: memory and budget follow the 10 bytes, not the 100 MiB.
+        use tokio::io::AsyncWriteExt;
+        client.write_all(&(100i32 << 20).to_be_bytes()).await.unwrap();
+        client.write_all(&[7; 10]).await.unwrap();
+        let pending = tokio::time::timeout(std::time::Duration::from_millis(50), reader.next_guarded()).await;
+        assert!(pending.is_err(), "the frame is incomplete");
+        assert_eq!(reader.buffered(), 14);
+        assert!(budget.in_use() <= 14 + CHUNK, "held {} bytes for 14 received", budget.in_use());
+        assert!(reader.buf.capacity() <= 2 * CHUNK + 14, "buffer grew to {} for 14 bytes", reader.buf.capacity());
+        assert!(reader.partial_since().is_some());
+        drop(reader);
+        assert_eq!(budget.in_use(), 0, "dropping the reader releases everything");
+    }
+
+    #[tokio::test]
+    async fn a_frame_keeps_its_budget_until_its_guard_is_dropped_and_a_full_budget_waits() {
+        let budget = ByteBudget::new(64);
+        let mut bytes = with_prefix(&[1; 40]).to_vec();
+        bytes.extend_from_slice(&with_prefix(&[2; 40]));
+        let mut reader = FrameReader::new(&bytes[..], 1024, Side::Client).with_budget(budget.clone());
+        let (first, guard) = reader.next_guarded().await.unwrap().unwrap();
+        assert_eq!(first.len(), 44);
+        assert!(budget.in_use() >= 44);
+        let second = tokio::time::timeout(std::time::Duration::from_millis(50), reader.next_guarded()).await;
+        assert!(second.is_err(), "44 of 64 bytes are held by the first frame: the second waits");
+        drop(guard);
+        let (second, _g) = reader.next_guarded().await.unwrap().unwrap();
+        assert_eq!(&second[4..], &[2; 40][..]);
+        assert!(reader.budget_waits() >= 1);
     }
 
     #[test]

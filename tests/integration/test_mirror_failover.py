@@ -166,7 +166,7 @@ def test_graceful_stop_of_a_topic_that_is_not_caught_up_is_refused_and_leaves_it
         assert proxy.stop() == 0
 
 
-def test_mutating_routes_need_loopback_or_the_admin_token(clusters, workdir):
+def test_non_loopback_callers_need_the_admin_token_to_read_and_to_mutate(clusters, workdir):
     ip = local_ip()
     assert ip, "the machine needs a non-loopback address for this test"
     source, destination = clusters
@@ -177,7 +177,9 @@ def test_mutating_routes_need_loopback_or_the_admin_token(clusters, workdir):
     try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
         status, _ = call(proxy, "GET", "/v1/mirrors/auth", host=ip)
-        assert status == 200, "reading is allowed from anywhere"
+        assert status == 401, f"reading from a non-loopback address needs the token (got {status})"
+        status, _ = call(proxy, "GET", "/v1/mirrors/auth", host=ip, token="let-me-in")
+        assert status == 200, f"reading with the token from a non-loopback address is allowed (got {status})"
         status, _ = call(proxy, "POST", "/v1/mirrors/auth/pause", {"topics": [topic]}, host=ip)
         assert status == 403, "no token from a non-loopback address"
         status, _ = call(proxy, "POST", "/v1/mirrors/auth/pause", {"topics": [topic]}, host=ip, token="wrong")

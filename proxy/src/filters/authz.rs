@@ -22,11 +22,15 @@ use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
 pub(crate) fn refusal(conn: &Conn) -> Option<String> {
-    let sec = &conn.shared.config.security;
+    let sasl = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    decide(&conn.shared.config.security, conn.peer.ip(), &sasl)
+}
+
+/// The rule itself (see the module docs).
+fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::sasl::SaslState) -> Option<String> {
     if !sec.kafka_mirror_admin {
         return Some("mirror management over the Kafka port is disabled (security.kafka_mirror_admin = false); use the admin REST API".to_owned());
     }
-    let sasl = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).clone();
     if sasl.in_progress() {
         return Some("not authorized: SASL authentication has not completed on this connection".to_owned());
     }
@@ -35,7 +39,6 @@ pub(crate) fn refusal(conn: &Conn) -> Option<String> {
     {
         return None;
     }
-    let ip = conn.peer.ip();
     if sec.mirror_admin_loopback && kmp_config::is_loopback(ip) {
         return None;
     }
@@ -149,4 +152,47 @@ fn take<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, &str)) -> Vec<(String, 
         }
     });
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::sasl::SaslState;
+    use super::*;
+
+    fn ip(s: &str) -> std::net::IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn loopback_networks_and_listed_principals_may_manage_mirrors_and_nobody_mid_authentication() {
+        let mut sec = kmp_config::SecurityConfig::default();
+        let none = SaslState::default();
+        assert_eq!(decide(&sec, ip("127.0.0.1"), &none), None);
+        assert_eq!(decide(&sec, ip("::1"), &none), None);
+        assert_eq!(decide(&sec, ip("::ffff:127.0.0.1"), &none), None, "IPv4-mapped loopback");
+        assert!(decide(&sec, ip("192.0.2.2"), &none).is_some_and(|m| m.contains("192.0.2.2")));
+        let half = SaslState {
+            started: true,
+            ..SaslState::default()
+        };
+        assert!(decide(&sec, ip("127.0.0.1"), &half).is_some(), "never before authentication completed");
+        sec.mirror_admin_networks = vec!["192.0.2.0/24".into()];
+        assert_eq!(decide(&sec, ip("192.0.2.2"), &none), None);
+        assert_eq!(decide(&sec, ip("::ffff:192.0.2.2"), &none), None);
+        sec.mirror_admin_networks.clear();
+        sec.mirror_admin_principals = vec!["ops".into()];
+        let ops = SaslState {
+            started: true,
+            principal: Some("ops".into()),
+            ..SaslState::default()
+        };
+        let other = SaslState {
+            principal: Some("app".into()),
+            ..ops.clone()
+        };
+        assert_eq!(decide(&sec, ip("192.0.2.2"), &ops), None);
+        assert!(decide(&sec, ip("192.0.2.2"), &other).is_some());
+        sec.kafka_mirror_admin = false;
+        assert!(decide(&sec, ip("127.0.0.1"), &none).is_some_and(|m| m.contains("kafka_mirror_admin")));
+    }
 }
