@@ -18,11 +18,11 @@ use crate::error::ProxyError;
 pub(crate) struct SaslState {
     /// A SaslHandshake was sent: until `principal` is set the connection is unauthenticated.
     pub(crate) started: bool,
-    mechanism: String,
+    pub(crate) mechanism: String,
     /// The user name the client claims, until the broker accepts it.
-    claimed: Option<String>,
+    pub(crate) claimed: Option<String>,
     /// Successful SaslAuthenticate responses so far in this exchange.
-    accepted_steps: u8,
+    pub(crate) accepted_steps: u8,
     /// The principal the broker accepted.
     pub(crate) principal: Option<String>,
 }
