@@ -152,18 +152,29 @@ impl Config {
             }
         }
         for (i, p) in self.security.mirror_source_allow.iter().enumerate() {
-            if p.rsplit_once(':').is_none_or(|(h, port)| h.is_empty() || (port != "*" && port.parse::<u16>().is_err())) {
-                err(&format!("security.mirror_source_allow[{i}]"), format!("`{p}` is not host:port (either may contain `*`)"));
+            if p.rsplit_once(':')
+                .is_none_or(|(h, port)| h.is_empty() || (port != "*" && port.parse::<u16>().is_err()))
+            {
+                err(
+                    &format!("security.mirror_source_allow[{i}]"),
+                    format!("`{p}` is not host:port (either may contain `*`)"),
+                );
             }
         }
         let l = &self.limits;
         if l.max_connections == 0 || l.max_connections_per_ip == 0 {
-            err("limits.max_connections", "max_connections and max_connections_per_ip must be at least 1".to_owned());
+            err(
+                "limits.max_connections",
+                "max_connections and max_connections_per_ip must be at least 1".to_owned(),
+            );
         }
         if l.buffered_request_bytes < u64::from(self.listener.max_request_frame_bytes) + 4 {
             err(
                 "limits.buffered_request_bytes",
-                format!("must be at least listener.max_request_frame_bytes + 4 = {}", u64::from(self.listener.max_request_frame_bytes) + 4),
+                format!(
+                    "must be at least listener.max_request_frame_bytes + 4 = {}",
+                    u64::from(self.listener.max_request_frame_bytes) + 4
+                ),
             );
         }
         for (key, v) in [

@@ -172,7 +172,10 @@ const BROKER_ONLY_FROM: &[(ApiKey, i16)] = &[(ApiKey::AddPartitionsToTxn, 4)];
 /// The highest version clients are offered for `key` (the table's max unless broker-only
 /// versions start below it).
 fn client_max(key: i16, max: i16) -> i16 {
-    BROKER_ONLY_FROM.iter().find(|(k, _)| *k as i16 == key).map_or(max, |&(_, from)| max.min(from - 1))
+    BROKER_ONLY_FROM
+        .iter()
+        .find(|(k, _)| *k as i16 == key)
+        .map_or(max, |&(_, from)| max.min(from - 1))
 }
 
 /// Something a broker announces that the table has not audited.

@@ -19,7 +19,14 @@ use crate::upstream::Target;
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
 /// Accepts connections on `listener` until `stop`; every session holds a clone of `drain`.
-pub(crate) async fn run(listener: TcpListener, target: Target, shared: Arc<Shared>, chain: Arc<Chain>, mut stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
+pub(crate) async fn run(
+    listener: TcpListener,
+    target: Target,
+    shared: Arc<Shared>,
+    chain: Arc<Chain>,
+    mut stop: watch::Receiver<bool>,
+    drain: mpsc::Sender<()>,
+) {
     let mut backoff = BACKOFF.0;
     loop {
         let accepted = tokio::select! {

@@ -16,9 +16,9 @@ use tracing::{error, info, warn};
 
 use crate::cluster::{ClusterView, NewListener};
 use crate::error::ProxyError;
+use crate::filters::Chain;
 use crate::metrics::Metrics;
 pub(crate) use crate::shared::Shared;
-use crate::filters::Chain;
 use crate::upstream::{Connector, Target};
 use crate::{accept, admin, limits, refresh};
 
@@ -102,7 +102,14 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
                 };
                 match TcpListener::from_std(listener) {
                     Ok(l) => {
-                        tokio::spawn(accept::run(l, Target::Node(node_id), shared.clone(), chain.clone(), stop_rx.clone(), drain_tx.clone()));
+                        tokio::spawn(accept::run(
+                            l,
+                            Target::Node(node_id),
+                            shared.clone(),
+                            chain.clone(),
+                            stop_rx.clone(),
+                            drain_tx.clone(),
+                        ));
                     }
                     Err(err) => error!(node_id, %err, "cannot serve the listener for broker"),
                 }

@@ -94,7 +94,10 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     let shared = &*conn.shared;
     let m = &shared.metrics;
     let limits = &shared.config.limits;
-    let (idle, partial) = (Duration::from_millis(limits.idle_timeout_ms), Duration::from_millis(limits.frame_read_timeout_ms));
+    let (idle, partial) = (
+        Duration::from_millis(limits.idle_timeout_ms),
+        Duration::from_millis(limits.frame_read_timeout_ms),
+    );
     let mut reader = FrameReader::new(client_r, shared.config.listener.max_request_frame_bytes, Side::Client).with_budget(shared.limits.budget.clone());
     let mut last_activity = Instant::now();
     let mut waits = 0;

@@ -9,7 +9,9 @@
 //! operators change broker defaults on the brokers themselves, not through a client proxy.
 
 use kmp_protocol::ProtocolError;
-use kmp_protocol::kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+use kmp_protocol::kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::guard::{Decision, split};
@@ -105,7 +107,13 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
                 let refused = take(
                     req.resources
                         .iter()
-                        .map(|r| (r.resource_type, r.resource_name.as_str().to_owned(), r.configs.iter().map(|c| c.name.as_str().to_owned()).collect()))
+                        .map(|r| {
+                            (
+                                r.resource_type,
+                                r.resource_name.as_str().to_owned(),
+                                r.configs.iter().map(|c| c.name.as_str().to_owned()).collect(),
+                            )
+                        })
                         .collect(),
                 );
                 req.resources
@@ -133,7 +141,13 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
                 let refused = take(
                     req.resources
                         .iter()
-                        .map(|r| (r.resource_type, r.resource_name.as_str().to_owned(), r.configs.iter().map(|c| c.name.as_str().to_owned()).collect()))
+                        .map(|r| {
+                            (
+                                r.resource_type,
+                                r.resource_name.as_str().to_owned(),
+                                r.configs.iter().map(|c| c.name.as_str().to_owned()).collect(),
+                            )
+                        })
                         .collect(),
                 );
                 req.resources

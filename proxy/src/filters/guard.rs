@@ -335,7 +335,10 @@ mod tests {
     #[test]
     fn create_partitions_for_a_mirror_topic_is_refused_and_other_topics_are_forwarded_and_merged() {
         let key = ApiKey::CreatePartitions as i16;
-        assert!(matches!(check(&create_partitions(&["plain"]), key, 3, &MirrorTopicGuard(&registry())).unwrap(), Decision::Forward));
+        assert!(matches!(
+            check(&create_partitions(&["plain"]), key, 3, &MirrorTopicGuard(&registry())).unwrap(),
+            Decision::Forward
+        ));
         let Decision::Refuse(frame, 1) = check(&create_partitions(&["mirrored"]), key, 3, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("refused")
         };

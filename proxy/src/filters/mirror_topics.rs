@@ -33,9 +33,7 @@ pub(crate) struct MirrorTopicWrites;
 
 impl Filter for MirrorTopicWrites {
     fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
-        conn.shared.masks_fillers
-            && !conn.shared.mirrors.topics.is_empty()
-            && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version))
+        conn.shared.masks_fillers && !conn.shared.mirrors.topics.is_empty() && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version))
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

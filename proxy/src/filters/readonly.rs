@@ -115,7 +115,10 @@ mod tests {
 
     #[test]
     fn requests_without_mirror_topics_are_forwarded_untouched() {
-        assert!(matches!(check(&request(&["plain"], 1, 9), 9, &MirrorTopicGuard(&registry())).unwrap(), Decision::Forward));
+        assert!(matches!(
+            check(&request(&["plain"], 1, 9), 9, &MirrorTopicGuard(&registry())).unwrap(),
+            Decision::Forward
+        ));
     }
 
     #[test]

@@ -17,9 +17,7 @@ pub(crate) struct StartupGate;
 
 impl Filter for StartupGate {
     fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
-        conn.shared.masks_fillers
-            && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version))
-            && !conn.shared.mirrors.control.is_booted()
+        conn.shared.masks_fillers && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version)) && !conn.shared.mirrors.control.is_booted()
     }
 
     fn on_request<'a>(&'a self, _x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
