@@ -874,11 +874,15 @@ impl Record {
         let timestamp_delta: i64 = types::VarLong.decode(buf)?;
         // Vendored patch (PATCHES.md): wrapping, as Kafka's Java code does, instead of an overflow
         // panic in debug builds on values from the wire.
-        let timestamp = batch_decode_info.min_timestamp.wrapping_add(timestamp_delta);
+        let timestamp = batch_decode_info
+            .min_timestamp
+            .wrapping_add(timestamp_delta);
 
         // Offset delta
         let offset_delta: i32 = types::VarInt.decode(buf)?;
-        let offset = batch_decode_info.min_offset.wrapping_add(offset_delta as i64);
+        let offset = batch_decode_info
+            .min_offset
+            .wrapping_add(offset_delta as i64);
         let sequence = batch_decode_info.base_sequence.wrapping_add(offset_delta);
 
         // Key

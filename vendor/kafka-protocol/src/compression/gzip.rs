@@ -44,7 +44,10 @@ impl<B: ByteBuf> Decompressor<B> for Gzip {
         let mut d = GzDecoder::new(BoundedWriter::default());
         d.write_all(&buf.copy_to_bytes(buf.remaining()))
             .context("Failed to decompress gzip")?;
-        let tmp = d.finish().context("Failed to decompress gzip")?.into_inner();
+        let tmp = d
+            .finish()
+            .context("Failed to decompress gzip")?
+            .into_inner();
 
         f(&mut tmp.into())
     }
