@@ -115,6 +115,13 @@ pub fn parse_header(b: &[u8]) -> Result<BatchHeader, ProtocolError> {
     if (h.batch_length as i64) < (HEADER_SIZE as i64 - 12) {
         return Err(malformed(format!("batch length {} is shorter than its header", h.batch_length)));
     }
+    // `next_offset` must not overflow whatever a broker sent.
+    if h.base_offset.checked_add(i64::from(h.last_offset_delta) + 1).is_none() {
+        return Err(malformed(format!(
+            "base offset {} + last offset delta {} overflows",
+            h.base_offset, h.last_offset_delta
+        )));
+    }
     Ok(h)
 }
 

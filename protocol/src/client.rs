@@ -6,20 +6,67 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Request, StrBytes};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::codec::{decode_response, encode_request};
 use crate::error::{ProtocolError, Side};
-use crate::frame::FrameReader;
+use crate::frame::{PREFIX, check_frame};
 use crate::peek;
 
 /// Largest response the internal client accepts (bytes).
 const MAX_RESPONSE: u32 = 512 * 1024 * 1024;
+
+/// Bytes read (and reserved) per read call while little has arrived: a response's buffer grows
+/// with the bytes that arrived (at most doubling them), never with the size the broker announced.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Response frames (prefix included) from a broker, each at most [`MAX_RESPONSE`] bytes. Bytes
+/// read past a frame stay buffered for the next one.
+struct ResponseReader<R> {
+    inner: R,
+    buf: BytesMut,
+}
+
+impl<R: AsyncRead + Unpin> ResponseReader<R> {
+    fn new(inner: R) -> Self {
+        Self {
+            inner,
+            buf: BytesMut::with_capacity(READ_CHUNK),
+        }
+    }
+
+    /// The next whole frame, or `None` on a clean end of stream between frames.
+    async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
+        loop {
+            let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
+                Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
+                Some(total) => (total - self.buf.len()).min(self.buf.len().max(READ_CHUNK)),
+                None => READ_CHUNK,
+            };
+            self.buf.reserve(want);
+            let n = (&mut self.inner)
+                .take(want as u64)
+                .read_buf(&mut self.buf)
+                .await
+                .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+            if n == 0 {
+                if self.buf.is_empty() {
+                    return Ok(None);
+                }
+                return Err(ProtocolError::TruncatedFrame {
+                    have: self.buf.len(),
+                    want: check_frame(&self.buf, MAX_RESPONSE, Side::Broker)?.unwrap_or(PREFIX),
+                    side: Side::Broker,
+                });
+            }
+        }
+    }
+}
 
 /// A request written on a connection whose response has not been read yet.
 #[derive(Debug, Clone, Copy)]
@@ -31,7 +78,7 @@ pub struct Sent {
 
 /// One connection to one broker.
 pub struct Connection {
-    reader: FrameReader<OwnedReadHalf>,
+    reader: ResponseReader<OwnedReadHalf>,
     writer: OwnedWriteHalf,
     next_correlation_id: i32,
     client_id: StrBytes,
@@ -54,7 +101,7 @@ impl Connection {
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
         Ok(Self {
-            reader: FrameReader::new(r, MAX_RESPONSE, Side::Broker),
+            reader: ResponseReader::new(r),
             writer: w,
             next_correlation_id: 1,
             client_id: StrBytes::from_string(client_id.to_owned()),
@@ -138,5 +185,56 @@ impl Connection {
             });
         }
         Ok(resp.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(bytes: Vec<u8>) -> (Vec<Result<Option<Bytes>, String>>, usize) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async move {
+            let mut r = ResponseReader::new(&bytes[..]);
+            let mut out = Vec::new();
+            loop {
+                let got = r.next().await.map_err(|e| e.to_string());
+                let end = !matches!(got, Ok(Some(_)));
+                out.push(got);
+                if end {
+                    return (out, r.buf.capacity());
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_huge_announced_response_reserves_only_what_arrived() {
+        // 500 MiB announced (under MAX_RESPONSE), 100 bytes sent, then the broker goes away.
+        let mut bytes = (500i32 * 1024 * 1024).to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[7; 100]);
+        let (got, capacity) = read_all(bytes);
+        assert!(matches!(&got[0], Err(e) if e.contains("middle of a frame")), "{got:?}");
+        assert!(capacity <= 2 * READ_CHUNK, "buffer grew to {capacity} bytes for 104 received");
+    }
+
+    #[test]
+    fn frames_larger_than_a_chunk_and_back_to_back_frames_are_whole() {
+        let big = vec![1u8; 3 * READ_CHUNK + 17];
+        let mut bytes = crate::frame::with_prefix(&big).to_vec();
+        bytes.extend_from_slice(&crate::frame::with_prefix(b"next"));
+        let (got, _) = read_all(bytes);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0].as_ref().unwrap().as_ref().unwrap().len(), PREFIX + big.len());
+        assert_eq!(got[1].as_ref().unwrap().as_ref().unwrap().as_ref(), b"\0\0\0\x04next");
+        assert_eq!(got[2], Ok(None));
+    }
+
+    #[test]
+    fn over_the_limit_and_negative_sizes_are_refused_before_reading_the_body() {
+        let (got, _) = read_all((MAX_RESPONSE + 1).to_be_bytes().to_vec());
+        assert!(matches!(&got[0], Err(e) if e.contains("exceeds")), "{got:?}");
+        let (got, _) = read_all(vec![0xff, 0xff, 0xff, 0xfe, 1, 2]);
+        assert!(matches!(&got[0], Err(e) if e.contains("negative")), "{got:?}");
     }
 }

@@ -155,9 +155,10 @@ impl<'a> R<'a> {
     pub fn str(&mut self) -> Result<String, ProtocolError> {
         Ok(self.nstr()?.unwrap_or_default())
     }
-    /// Array length (a null array reads as empty).
+    /// Array length (a null array reads as empty), checked against the bytes left.
     pub fn array_len(&mut self) -> Result<usize, ProtocolError> {
-        Ok(self.0.uvarint()?.saturating_sub(1) as usize)
+        let n = self.0.uvarint()?.saturating_sub(1);
+        self.0.count(u64::from(n))
     }
     pub fn strs(&mut self) -> Result<Vec<String>, ProtocolError> {
         (0..self.array_len()?).map(|_| self.str()).collect()
@@ -165,6 +166,7 @@ impl<'a> R<'a> {
     /// Tagged fields as `(tag, bytes)`.
     pub fn tags(&mut self) -> Result<Vec<(u32, &'a [u8])>, ProtocolError> {
         let n = self.0.uvarint()?;
+        self.0.count(u64::from(n))?;
         let mut out = Vec::new();
         for _ in 0..n {
             let tag = self.0.uvarint()?;

@@ -38,9 +38,17 @@ impl<'a> Cursor<'a> {
     }
 
     /// Bytes left after the current position.
-    #[allow(dead_code)]
     pub(crate) fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// `n`, an element count read from the wire, once checked against the bytes left (every
+    /// element takes at least one byte), as Kafka's own parsers check it.
+    pub(crate) fn count(&self, n: u64) -> Result<usize, ProtocolError> {
+        if n > self.remaining() as u64 {
+            return Err(self.malformed(format!("count {n} at {} exceeds the {} bytes left", self.pos, self.remaining())));
+        }
+        Ok(n as usize)
     }
 
     pub(crate) fn skip(&mut self, n: usize) -> Result<(), ProtocolError> {
@@ -89,14 +97,18 @@ impl<'a> Cursor<'a> {
         Ok(())
     }
 
-    /// Number of elements of a compact (nullable) array; null counts as 0.
+    /// Number of elements of a compact (nullable) array; null counts as 0. Checked against the
+    /// bytes left.
     pub(crate) fn compact_array_len(&mut self) -> Result<u32, ProtocolError> {
-        Ok(self.uvarint()?.saturating_sub(1))
+        let n = self.uvarint()?.saturating_sub(1);
+        self.count(u64::from(n))?;
+        Ok(n)
     }
 
     /// Reads a tagged-field section; returns whether `wanted` was among the tags.
     pub(crate) fn tagged_fields_contain(&mut self, wanted: Option<u32>) -> Result<bool, ProtocolError> {
         let count = self.uvarint()?;
+        self.count(u64::from(count))?;
         let mut found = false;
         for _ in 0..count {
             let tag = self.uvarint()?;

@@ -188,12 +188,11 @@ pub fn fetch_has_fillers(frame: &[u8], version: i16, maskable: &dyn Fn(TopicRef<
     if version >= 7 {
         c.skip(2 + 4)?; // error_code, session_id
     }
-    let array = |c: &mut Cursor<'_>| {
-        if flexible {
-            c.compact_array_len().map(i64::from)
-        } else {
-            c.i32().map(i64::from)
-        }
+    // An array's count, checked against the bytes left (negative: null, no elements).
+    let array = |c: &mut Cursor<'_>| -> Result<i64, ProtocolError> {
+        let n = if flexible { i64::from(c.compact_array_len()?) } else { i64::from(c.i32()?) };
+        c.count(n.max(0) as u64)?;
+        Ok(n)
     };
     for _ in 0..array(&mut c)?.max(0) {
         let topic = if version >= 13 {

@@ -106,7 +106,8 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
     if count > section.len() / 7 + 1 {
         return Err(err(format!("batch at {at} announces {count} records in {} bytes", section.len())));
     }
-    let mut out = Vec::with_capacity(count);
+    // Room for at most 1024 records up front: the rest grows as records actually decode.
+    let mut out = Vec::with_capacity(count.min(1024));
     let mut next = header.base_offset;
     let log_append = is_log_append_time(header);
     for _ in 0..count {
@@ -121,7 +122,11 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
         } else {
             header.base_timestamp.wrapping_add(delta)
         };
-        let offset = header.base_offset + r.varint()?;
+        let offset_delta = r.varint()?;
+        let offset = header
+            .base_offset
+            .checked_add(offset_delta)
+            .ok_or_else(|| err(format!("batch at {at}: offset delta {offset_delta} overflows")))?;
         if offset < next || offset >= header.next_offset() {
             return Err(err(format!(
                 "record offset {offset} outside batch {at}..{} or out of order",
