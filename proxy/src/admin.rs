@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::rest::AdminAuth;
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);

@@ -20,7 +20,7 @@ use kmp_protocol::{ProtocolError, versions};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::server::Shared;
+use crate::shared::Shared;
 
 /// Metadata version used for the proxy's own requests (supported by every Kafka 4.x broker).
 const METADATA_VERSION: i16 = 12;

@@ -18,7 +18,7 @@ use crate::cluster::{ClusterView, NewListener};
 use crate::error::ProxyError;
 use crate::filters::Chain;
 use crate::metrics::Metrics;
-pub(crate) use crate::shared::Shared;
+use crate::shared::Shared;
 use crate::upstream::{Connector, Target};
 use crate::{accept, admin, limits, refresh};
 
