@@ -7,7 +7,22 @@ use serde::{Deserialize, Serialize};
 /// Compiles a topic pattern the way mirrors use it: a Rust `regex` matched against the whole
 /// topic name (include/exclude, and the topic patterns of the management APIs).
 pub fn topic_pattern(p: &str) -> Result<regex::Regex, regex::Error> {
+    // The pattern must be a regex on its own: `)(` or `a)|(b` would otherwise balance against
+    // the anchoring group and match names the operator never wrote.
+    regex::Regex::new(p)?;
     regex::Regex::new(&format!("^(?:{p})$"))
+}
+
+#[cfg(test)]
+mod pattern_tests {
+    #[test]
+    fn a_pattern_that_only_compiles_inside_the_anchoring_group_is_rejected() {
+        for p in ["(unclosed", ")(", "a)|(b"] {
+            assert!(super::topic_pattern(p).is_err(), "`{p}` accepted");
+        }
+        let r = super::topic_pattern("orders-.*|audit").unwrap();
+        assert!(r.is_match("orders-eu") && r.is_match("audit") && !r.is_match("xaudit"));
+    }
 }
 
 /// Settings shared by every mirror of this proxy (`[engine]`).
