@@ -95,6 +95,8 @@ pub struct FrameReader<R> {
     partial_since: Option<Instant>,
     /// Times this reader waited for the budget.
     waits: u64,
+    /// How long the rest of a started frame may take (`None`: unbounded).
+    frame_timeout: Option<std::time::Duration>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -109,7 +111,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             held: BudgetGuard::default(),
             partial_since: None,
             waits: 0,
+            frame_timeout: None,
         }
+    }
+
+    /// Bounds the time from a frame's first byte to its last: then [`FrameReader::next`] fails
+    /// with an I/O error of kind `TimedOut`.
+    pub fn with_frame_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.frame_timeout = Some(timeout);
+        self
     }
 
     /// Makes every buffered byte count against `budget` (see [`ByteBudget`]).
@@ -158,29 +168,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 _ => want,
             };
             self.buf.reserve(want);
-            if let Some(budget) = &self.budget {
-                let need = (self.buf.len() + want).saturating_sub(self.held.bytes);
-                if need > 0 {
-                    let permits = match budget.sem.try_acquire_many(need as u32) {
-                        Ok(p) => p,
-                        Err(_) => {
-                            self.waits += 1;
-                            budget.sem.acquire_many(need as u32).await.map_err(|_| ProtocolError::Io {
-                                source: std::io::Error::other("request byte budget closed"),
-                                side: self.side,
-                            })?
-                        }
-                    };
-                    permits.forget();
-                    self.held.bytes += need;
-                }
-            }
-            let room = want.min(self.buf.capacity() - self.buf.len());
-            let n = {
-                let mut limited = (&mut self.inner).take(room as u64);
-                limited.read_buf(&mut self.buf).await
-            }
-            .map_err(|source| ProtocolError::Io { source, side: self.side })?;
+            let deadline = self.partial_since.zip(self.frame_timeout).map(|(since, t)| since + t);
+            let n = match deadline {
+                Some(at) => match tokio::time::timeout_at(at.into(), self.fill(want)).await {
+                    Ok(r) => r?,
+                    Err(_) => {
+                        return Err(ProtocolError::Io {
+                            source: std::io::Error::new(std::io::ErrorKind::TimedOut, "the rest of the frame did not arrive in time"),
+                            side: self.side,
+                        });
+                    }
+                },
+                None => self.fill(want).await?,
+            };
             self.held.shrink_to(self.buf.len());
             if n > 0 && self.partial_since.is_none() {
                 self.partial_since = Some(Instant::now());
@@ -197,6 +197,34 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 });
             }
         }
+    }
+
+    /// Takes budget for `want` more bytes (waiting if needed), then reads at most that many.
+    async fn fill(&mut self, want: usize) -> Result<usize, ProtocolError> {
+        if let Some(budget) = &self.budget {
+            let need = (self.buf.len() + want).saturating_sub(self.held.bytes);
+            if need > 0 {
+                let permits = match budget.sem.try_acquire_many(need as u32) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        self.waits += 1;
+                        budget.sem.acquire_many(need as u32).await.map_err(|_| ProtocolError::Io {
+                            source: std::io::Error::other("request byte budget closed"),
+                            side: self.side,
+                        })?
+                    }
+                };
+                permits.forget();
+                self.held.bytes += need;
+            }
+        }
+        let room = want.min(self.buf.capacity() - self.buf.len());
+        let n = {
+            let mut limited = (&mut self.inner).take(room as u64);
+            limited.read_buf(&mut self.buf).await
+        }
+        .map_err(|source| ProtocolError::Io { source, side: self.side })?;
+        Ok(n)
     }
 
     /// Bytes already read from the stream but not yet returned as a frame.
@@ -283,6 +311,20 @@ mod tests {
         assert!(reader.partial_since().is_some());
         drop(reader);
         assert_eq!(budget.in_use(), 0, "dropping the reader releases everything");
+    }
+
+    #[tokio::test]
+    async fn a_frame_whose_rest_does_not_arrive_in_time_is_an_error() {
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let mut reader = FrameReader::new(server, 1024, Side::Client).with_frame_timeout(std::time::Duration::from_millis(100));
+        use tokio::io::AsyncWriteExt;
+        client.write_all(&100i32.to_be_bytes()).await.unwrap();
+        client.write_all(&[1; 6]).await.unwrap();
+        let r = tokio::time::timeout(std::time::Duration::from_secs(5), reader.next()).await;
+        match r {
+            Ok(Err(ProtocolError::Io { source, .. })) => assert_eq!(source.kind(), std::io::ErrorKind::TimedOut),
+            other => panic!("expected a timeout error, got {other:?}"),
+        }
     }
 
     #[tokio::test]

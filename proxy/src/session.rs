@@ -98,7 +98,9 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         Duration::from_millis(limits.idle_timeout_ms),
         Duration::from_millis(limits.frame_read_timeout_ms),
     );
-    let mut reader = FrameReader::new(client_r, shared.config.listener.max_request_frame_bytes, Side::Client).with_budget(shared.limits.budget.clone());
+    let mut reader = FrameReader::new(client_r, shared.config.listener.max_request_frame_bytes, Side::Client)
+        .with_budget(shared.limits.budget.clone())
+        .with_frame_timeout(partial);
     let mut last_activity = Instant::now();
     let mut waits = 0;
     loop {
@@ -106,10 +108,8 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             debug!("draining: no new requests read");
             return Ok(());
         }
-        let deadline = match reader.partial_since() {
-            Some(since) => since + partial,
-            None => last_activity + idle,
-        };
+        // A started frame is bounded by the reader (frame timeout); between frames, idleness.
+        let deadline = last_activity + idle;
         let next = tokio::select! {
             f = reader.next_guarded() => f,
             _ = tx.closed() => return Ok(()),
@@ -120,19 +120,13 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 continue;
             }
             _ = tokio::time::sleep_until(deadline.into()) => {
-                if reader.partial_since().is_some_and(|since| since.elapsed() >= partial) {
-                    m.connection_closed("partial_frame_timeout");
-                    warn!(buffered = reader.buffered(), timeout = ?partial, "closing connection: a frame did not arrive in time");
-                    return Err(ProxyError::Timeout("a request frame did not arrive in time"));
-                }
-                if reader.partial_since().is_none() {
-                    if in_flight.load(Ordering::Acquire) > 0 {
-                        last_activity = Instant::now(); // waiting for responses is not idleness
-                    } else if last_activity.elapsed() >= idle {
-                        m.connection_closed("idle_timeout");
-                        debug!(timeout = ?idle, "closing idle connection");
-                        return Err(ProxyError::Timeout("idle"));
-                    }
+                if reader.partial_since().is_some() || in_flight.load(Ordering::Acquire) > 0 {
+                    // A frame on its way or responses awaited are not idleness.
+                    last_activity = Instant::now();
+                } else if last_activity.elapsed() >= idle {
+                    m.connection_closed("idle_timeout");
+                    debug!(timeout = ?idle, "closing idle connection");
+                    return Err(ProxyError::Timeout("idle"));
                 }
                 continue;
             }
@@ -144,6 +138,11 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         let (frame, _budget) = match next {
             Ok(Some(f)) => f,
             Ok(None) => return Ok(()),
+            Err(ProtocolError::Io { source, .. }) if source.kind() == std::io::ErrorKind::TimedOut => {
+                m.connection_closed("partial_frame_timeout");
+                warn!(buffered = reader.buffered(), timeout = ?partial, "closing connection: a frame did not arrive in time");
+                return Err(ProxyError::Timeout("a request frame did not arrive in time"));
+            }
             Err(e) => return Err(client_error(shared, e)),
         };
         m.buffered_request_bytes.set(shared.limits.budget.in_use() as i64);
