@@ -44,7 +44,9 @@ def test_sasl_plain_authenticates_through_the_proxy(sasl_cluster, workdir):
         md = AdminClient(conf(proxy.bootstrap, "alice-secret")).list_topics(timeout=30)
         assert {b.id: b.port for b in md.brokers.values()} == {1: proxy.node_port(1)}, "authenticated metadata is rewritten"
         topic = unique("sasl")
-        p = Producer(conf(proxy.bootstrap, "alice-secret"))
+        # Idempotent: without it librdkafka may retry the first batch (the topic is being
+        # auto-created) after later ones and reorder them — the same directly against the broker.
+        p = Producer({**conf(proxy.bootstrap, "alice-secret"), "enable.idempotence": True})
         for i in range(100):
             p.produce(topic, value=f"s{i}")
         assert p.flush(30) == 0, "an authenticated producer delivers through the proxy"
