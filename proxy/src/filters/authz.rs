@@ -7,17 +7,10 @@
 //! CLUSTER_MIRROR_AUTHORIZATION_FAILED (144). Answering the authorized requests belongs to
 //! `mirror_rpc` and `mirror_configs`.
 
-use kmp_protocol::ProtocolError;
-use kmp_protocol::kafka_protocol::messages::{
-    AlterConfigsRequest, AlterConfigsResponse, ApiKey, DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
-};
-use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::{self, errors};
 
-use super::guard::{Decision, split};
 use super::mirror_configs::{CLUSTER_MIRROR, is_config_api};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, mirror_rpc};
+use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources, mirror_rpc};
 use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
@@ -74,84 +67,11 @@ impl Filter for MirrorAdminAuthz {
                 tracing::warn!(peer = %conn.peer, api_key = x.api_key, "mirror RPC refused: {why}");
                 return Ok(Flow::Answer(Some(mirror_rpc::error_response(x.api_key, x.correlation_id, code, &why))));
             }
-            let decision = refuse_mirror_resources(x, code, &why)?;
+            let pick = |r: &config_resources::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
+            let decision = config_resources::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)?;
             super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
         })
     }
-}
-
-/// Takes the cluster-mirror resources out of a config request and answers them with `code`.
-fn refuse_mirror_resources(x: &Exchange, code: i16, why: &str) -> Result<Decision, ProtocolError> {
-    let why = why.to_owned();
-    let (frame, version) = (&x.frame, x.api_version);
-    match ApiKey::try_from(x.api_key) {
-        Ok(ApiKey::DescribeConfigs) => split::<DescribeConfigsRequest, DescribeConfigsResponse>(
-            frame,
-            ApiKey::DescribeConfigs,
-            version,
-            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
-            |req| req.resources.len(),
-            move |resp, refused| {
-                for (name, _) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::describe_configs_response::DescribeConfigsResult::default();
-                    r.resource_type = CLUSTER_MIRROR;
-                    r.resource_name = StrBytes::from_string(name.clone());
-                    r.error_code = code;
-                    r.error_message = Some(StrBytes::from_string(why.clone()));
-                    resp.results.push(r);
-                }
-            },
-        ),
-        Ok(ApiKey::IncrementalAlterConfigs) => split::<IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse>(
-            frame,
-            ApiKey::IncrementalAlterConfigs,
-            version,
-            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
-            |req| req.resources.len(),
-            move |resp, refused| {
-                for (name, _) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = CLUSTER_MIRROR;
-                    r.resource_name = StrBytes::from_string(name.clone());
-                    r.error_code = code;
-                    r.error_message = Some(StrBytes::from_string(why.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
-        Ok(ApiKey::AlterConfigs) => split::<AlterConfigsRequest, AlterConfigsResponse>(
-            frame,
-            ApiKey::AlterConfigs,
-            version,
-            |req| take(&mut req.resources, |r| (r.resource_type, r.resource_name.as_str())),
-            |req| req.resources.len(),
-            move |resp, refused| {
-                for (name, _) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = CLUSTER_MIRROR;
-                    r.resource_name = StrBytes::from_string(name.clone());
-                    r.error_code = code;
-                    r.error_message = Some(StrBytes::from_string(why.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
-        _ => Ok(Decision::Forward),
-    }
-}
-
-fn take<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, &str)) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    items.retain(|i| {
-        let (kind, name) = what(i);
-        if kind == CLUSTER_MIRROR {
-            out.push((name.to_owned(), String::new()));
-            false
-        } else {
-            true
-        }
-    });
-    out
 }
 
 #[cfg(test)]

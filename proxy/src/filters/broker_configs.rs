@@ -9,13 +9,10 @@
 //! operators change broker defaults on the brokers themselves, not through a client proxy.
 
 use kmp_protocol::ProtocolError;
-use kmp_protocol::kafka_protocol::messages::{
-    AlterConfigsRequest, AlterConfigsResponse, ApiKey, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-};
-use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::kafka_protocol::messages::ApiKey;
 
-use super::guard::{Decision, split};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::guard::Decision;
+use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -88,86 +85,16 @@ impl Filter for BrokerConfigGuard {
 }
 
 fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
-    let take = |resources: Vec<(i8, String, Vec<String>)>| -> Vec<(String, String)> {
-        resources
-            .into_iter()
-            .filter(|(kind, _, _)| *kind == BROKER_RESOURCE)
-            .filter_map(|(_, name, keys)| {
-                let bad: Vec<String> = keys.into_iter().filter(|k| reaches_topics(k)).collect();
-                (!bad.is_empty()).then(|| (name, message(&bad)))
-            })
-            .collect()
+    // AlterConfigs replaces a whole resource, IncrementalAlterConfigs changes the keys it names:
+    // either way a topic default among the keys refuses the resource.
+    let pick = |r: &config_resources::Resource<'_>| {
+        if r.kind != BROKER_RESOURCE {
+            return None;
+        }
+        let bad: Vec<String> = r.keys.iter().filter(|k| reaches_topics(k)).map(|k| (*k).to_owned()).collect();
+        (!bad.is_empty()).then(|| message(&bad))
     };
-    match ApiKey::try_from(x.api_key) {
-        Ok(ApiKey::IncrementalAlterConfigs) => split::<IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse>(
-            &x.frame,
-            ApiKey::IncrementalAlterConfigs,
-            x.api_version,
-            |req| {
-                let refused = take(
-                    req.resources
-                        .iter()
-                        .map(|r| {
-                            (
-                                r.resource_type,
-                                r.resource_name.as_str().to_owned(),
-                                r.configs.iter().map(|c| c.name.as_str().to_owned()).collect(),
-                            )
-                        })
-                        .collect(),
-                );
-                req.resources
-                    .retain(|r| !(r.resource_type == BROKER_RESOURCE && refused.iter().any(|(n, _)| n == r.resource_name.as_str())));
-                refused
-            },
-            |req| req.resources.len(),
-            |resp, refused| {
-                for (name, msg) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = BROKER_RESOURCE;
-                    r.resource_name = StrBytes::from_string(name.clone());
-                    r.error_code = POLICY_VIOLATION;
-                    r.error_message = Some(StrBytes::from_string(msg.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
-        Ok(ApiKey::AlterConfigs) => split::<AlterConfigsRequest, AlterConfigsResponse>(
-            &x.frame,
-            ApiKey::AlterConfigs,
-            x.api_version,
-            |req| {
-                // AlterConfigs replaces the whole resource: any topic default in it counts.
-                let refused = take(
-                    req.resources
-                        .iter()
-                        .map(|r| {
-                            (
-                                r.resource_type,
-                                r.resource_name.as_str().to_owned(),
-                                r.configs.iter().map(|c| c.name.as_str().to_owned()).collect(),
-                            )
-                        })
-                        .collect(),
-                );
-                req.resources
-                    .retain(|r| !(r.resource_type == BROKER_RESOURCE && refused.iter().any(|(n, _)| n == r.resource_name.as_str())));
-                refused
-            },
-            |req| req.resources.len(),
-            |resp, refused| {
-                for (name, msg) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = BROKER_RESOURCE;
-                    r.resource_name = StrBytes::from_string(name.clone());
-                    r.error_code = POLICY_VIOLATION;
-                    r.error_message = Some(StrBytes::from_string(msg.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
-        _ => Ok(Decision::Forward),
-    }
+    config_resources::refuse_any(&x.frame, x.api_key, x.api_version, POLICY_VIOLATION, &pick)
 }
 
 #[cfg(test)]

@@ -10,9 +10,8 @@ use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, AlterConfigsRequest, AlterConfigsResponse, ApiKey, CreatePartitionsRequest,
-    CreatePartitionsResponse, DeleteRecordsRequest, DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse, RequestHeader, TopicName,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName,
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -167,56 +166,10 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                 },
             )
         }
-        Ok(ApiKey::AlterConfigs) => split::<AlterConfigsRequest, AlterConfigsResponse>(
-            frame,
-            ApiKey::AlterConfigs,
-            version,
-            |req| {
-                take(&mut req.resources, |r| {
-                    if r.resource_type == TOPIC_RESOURCE {
-                        ro(r.resource_name.as_str())
-                    } else {
-                        None
-                    }
-                })
-            },
-            |req| req.resources.len(),
-            |resp, refused| {
-                for (t, msg) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = TOPIC_RESOURCE;
-                    r.resource_name = StrBytes::from_string(t.clone());
-                    r.error_code = REFUSED_CODE;
-                    r.error_message = Some(StrBytes::from_string(msg.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
-        Ok(ApiKey::IncrementalAlterConfigs) => split::<IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse>(
-            frame,
-            ApiKey::IncrementalAlterConfigs,
-            version,
-            |req| {
-                take(&mut req.resources, |r| {
-                    if r.resource_type == TOPIC_RESOURCE {
-                        ro(r.resource_name.as_str())
-                    } else {
-                        None
-                    }
-                })
-            },
-            |req| req.resources.len(),
-            |resp, refused| {
-                for (t, msg) in refused {
-                    let mut r = kmp_protocol::kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-                    r.resource_type = TOPIC_RESOURCE;
-                    r.resource_name = StrBytes::from_string(t.clone());
-                    r.error_code = REFUSED_CODE;
-                    r.error_message = Some(StrBytes::from_string(msg.clone()));
-                    resp.responses.push(r);
-                }
-            },
-        ),
+        Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => {
+            let pick = |r: &super::config_resources::Resource<'_>| if r.kind == TOPIC_RESOURCE { topics.by_name(r.name) } else { None };
+            super::config_resources::refuse_any(frame, key, version, REFUSED_CODE, &pick)
+        }
         Ok(ApiKey::AddPartitionsToTxn) => add_partitions_to_txn(frame, version, topics),
         _ => Ok(Decision::Forward),
     }

@@ -25,6 +25,7 @@ pub(crate) mod addresses;
 pub(crate) mod api_versions;
 pub(crate) mod authz;
 pub(crate) mod broker_configs;
+pub(crate) mod config_resources;
 pub(crate) mod fillers;
 pub(crate) mod guard;
 pub(crate) mod mirror_configs;
