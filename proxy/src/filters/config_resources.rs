@@ -56,83 +56,65 @@ fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
-impl ConfigRequest for DescribeConfigsRequest {
-    type Response = DescribeConfigsResponse;
-    const KEY: ApiKey = ApiKey::DescribeConfigs;
-    fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)> {
-        fn view(r: &kmp_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource) -> Resource<'_> {
-            Resource {
-                kind: r.resource_type,
-                name: r.resource_name.as_str(),
-                keys: r.configuration_keys.iter().flatten().map(|k| k.as_str()).collect(),
+/// Implements [`ConfigRequest`] for one request type: its resource type, where the config keys
+/// are, and the response's resource-entry type and list.
+macro_rules! config_request {
+    ($req:ty, $resp:ty, $key:ident, $resource:ty, |$r:ident| $keys:expr, $entry:ty, $list:ident) => {
+        impl ConfigRequest for $req {
+            type Response = $resp;
+            const KEY: ApiKey = ApiKey::$key;
+            fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)> {
+                fn view($r: &$resource) -> Resource<'_> {
+                    Resource {
+                        kind: $r.resource_type,
+                        name: $r.resource_name.as_str(),
+                        keys: $keys,
+                    }
+                }
+                take_from(&mut self.resources, view, pick)
+            }
+            fn remaining(&self) -> usize {
+                self.resources.len()
+            }
+            fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str) {
+                let mut e = <$entry>::default();
+                e.resource_type = kind;
+                e.resource_name = s(name);
+                e.error_code = code;
+                e.error_message = Some(s(message));
+                resp.$list.push(e);
             }
         }
-        take_from(&mut self.resources, view, pick)
-    }
-    fn remaining(&self) -> usize {
-        self.resources.len()
-    }
-    fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str) {
-        let mut r = describe_configs_response::DescribeConfigsResult::default();
-        r.resource_type = kind;
-        r.resource_name = s(name);
-        r.error_code = code;
-        r.error_message = Some(s(message));
-        resp.results.push(r);
-    }
+    };
 }
 
-impl ConfigRequest for IncrementalAlterConfigsRequest {
-    type Response = IncrementalAlterConfigsResponse;
-    const KEY: ApiKey = ApiKey::IncrementalAlterConfigs;
-    fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)> {
-        fn view(r: &kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource) -> Resource<'_> {
-            Resource {
-                kind: r.resource_type,
-                name: r.resource_name.as_str(),
-                keys: r.configs.iter().map(|c| c.name.as_str()).collect(),
-            }
-        }
-        take_from(&mut self.resources, view, pick)
-    }
-    fn remaining(&self) -> usize {
-        self.resources.len()
-    }
-    fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str) {
-        let mut r = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-        r.resource_type = kind;
-        r.resource_name = s(name);
-        r.error_code = code;
-        r.error_message = Some(s(message));
-        resp.responses.push(r);
-    }
-}
-
-impl ConfigRequest for AlterConfigsRequest {
-    type Response = AlterConfigsResponse;
-    const KEY: ApiKey = ApiKey::AlterConfigs;
-    fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)> {
-        fn view(r: &kmp_protocol::kafka_protocol::messages::alter_configs_request::AlterConfigsResource) -> Resource<'_> {
-            Resource {
-                kind: r.resource_type,
-                name: r.resource_name.as_str(),
-                keys: r.configs.iter().map(|c| c.name.as_str()).collect(),
-            }
-        }
-        take_from(&mut self.resources, view, pick)
-    }
-    fn remaining(&self) -> usize {
-        self.resources.len()
-    }
-    fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str) {
-        let mut r = alter_configs_response::AlterConfigsResourceResponse::default();
-        r.resource_type = kind;
-        r.resource_name = s(name);
-        r.error_code = code;
-        r.error_message = Some(s(message));
-        resp.responses.push(r);
-    }
-}
+config_request!(
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribeConfigs,
+    kmp_protocol::kafka_protocol::messages::describe_configs_request::DescribeConfigsResource,
+    |r| r.configuration_keys.iter().flatten().map(|k| k.as_str()).collect(),
+    describe_configs_response::DescribeConfigsResult,
+    results
+);
+config_request!(
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    IncrementalAlterConfigs,
+    kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::AlterConfigsResource,
+    |r| r.configs.iter().map(|c| c.name.as_str()).collect(),
+    incremental_alter_configs_response::AlterConfigsResourceResponse,
+    responses
+);
+config_request!(
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    AlterConfigs,
+    kmp_protocol::kafka_protocol::messages::alter_configs_request::AlterConfigsResource,
+    |r| r.configs.iter().map(|c| c.name.as_str()).collect(),
+    alter_configs_response::AlterConfigsResourceResponse,
+    responses
+);
 
 /// Refuses the resources `pick` names with `code`: forward untouched, answer alone, or forward
 /// the rest and merge.
