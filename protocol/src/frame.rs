@@ -4,13 +4,12 @@
 //!
 //! What a frame contains (headers, API keys) is `peek`'s business, not this module's.
 
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::Semaphore;
 
+pub use crate::byte_budget::{BudgetGuard, ByteBudget};
 use crate::error::{ProtocolError, Side};
 
 /// Size of the length prefix.
@@ -19,68 +18,6 @@ pub const PREFIX: usize = 4;
 /// Bytes read ahead at most per read call, and the step by which a large frame's buffer grows:
 /// memory follows the bytes that actually arrived, never the size a peer announced.
 const CHUNK: usize = 64 * 1024;
-
-/// Bytes read ahead while no frame is being assembled. Budget permits are taken for this room
-/// before the read, so an idle connection holds this much of the budget at most.
-const IDLE_READ: usize = 8 * 1024;
-
-/// A shared budget of buffered bytes (a semaphore of byte permits): readers take permits before
-/// they read and hand them to the frame they return, so all connections together never hold
-/// more than the budget. Waiting for permits is backpressure on the peer, never an abort.
-#[derive(Clone)]
-pub struct ByteBudget {
-    sem: Arc<Semaphore>,
-    total: usize,
-}
-
-impl ByteBudget {
-    /// A budget of `total` bytes (at most `u32::MAX`-sized single acquisitions are made).
-    pub fn new(total: usize) -> Self {
-        let total = total.min(Semaphore::MAX_PERMITS);
-        Self {
-            sem: Arc::new(Semaphore::new(total)),
-            total,
-        }
-    }
-
-    /// Bytes currently held by readers and frames.
-    pub fn in_use(&self) -> usize {
-        self.total - self.sem.available_permits()
-    }
-}
-
-/// Budget permits held for bytes; released when dropped. A no-op when there is no budget.
-#[derive(Default)]
-pub struct BudgetGuard {
-    sem: Option<Arc<Semaphore>>,
-    bytes: usize,
-}
-
-impl BudgetGuard {
-    /// Splits `bytes` (at most what is held) off into a guard of their own.
-    fn split_off(&mut self, bytes: usize) -> BudgetGuard {
-        let bytes = bytes.min(self.bytes);
-        self.bytes -= bytes;
-        BudgetGuard { sem: self.sem.clone(), bytes }
-    }
-
-    /// Releases what exceeds `keep` bytes.
-    fn shrink_to(&mut self, keep: usize) {
-        if self.bytes > keep {
-            drop(self.split_off(self.bytes - keep));
-        }
-    }
-}
-
-impl Drop for BudgetGuard {
-    fn drop(&mut self) {
-        if let Some(sem) = &self.sem
-            && self.bytes > 0
-        {
-            sem.add_permits(self.bytes);
-        }
-    }
-}
 
 /// Reads length-prefixed frames from `R` with an upper bound on the frame size.
 pub struct FrameReader<R> {
@@ -124,10 +61,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Makes every buffered byte count against `budget` (see [`ByteBudget`]).
     pub fn with_budget(mut self, budget: ByteBudget) -> Self {
-        self.held = BudgetGuard {
-            sem: Some(budget.sem.clone()),
-            bytes: 0,
-        };
+        self.held = BudgetGuard::on(budget.clone());
         self.budget = Some(budget);
         self
     }
@@ -142,6 +76,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// until the frame's memory is no longer needed.
     pub async fn next_guarded(&mut self) -> Result<Option<(Bytes, BudgetGuard)>, ProtocolError> {
         loop {
+            self.cover_buffered().await;
             let want = match check_frame(&self.buf, self.max, self.side)? {
                 Some(total) if self.buf.len() >= total => {
                     let frame = self.buf.split_to(total).freeze();
@@ -149,25 +84,23 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     self.partial_since = (!self.buf.is_empty()).then(Instant::now);
                     return Ok(Some((frame, guard)));
                 }
-                Some(total) => (total - self.buf.len()).min(CHUNK),
-                None if self.buf.is_empty() => IDLE_READ,
-                None => PREFIX - self.buf.len(),
+                Some(total) => total - self.buf.len(),
+                None => CHUNK,
             };
             let want = match &self.budget {
-                // Never ask the budget for more than it has in total: read less instead.
-                Some(b) if self.buf.len() + want > b.total => match b.total.checked_sub(self.buf.len()) {
+                // Never hold more than the whole budget: read less instead.
+                Some(b) if self.buf.len() + want > b.total() => match b.total().checked_sub(self.buf.len()) {
                     Some(room) if room > 0 => room,
                     _ => {
                         return Err(ProtocolError::FrameTooLarge {
                             size: self.buf.len() as i64,
-                            max: u32::try_from(b.total).unwrap_or(u32::MAX),
+                            max: u32::try_from(b.total()).unwrap_or(u32::MAX),
                             side: self.side,
                         });
                     }
                 },
                 _ => want,
             };
-            self.buf.reserve(want);
             let deadline = self.partial_since.zip(self.frame_timeout).map(|(since, t)| since + t);
             let n = match deadline {
                 Some(at) => match tokio::time::timeout_at(at.into(), self.fill(want)).await {
@@ -181,7 +114,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 },
                 None => self.fill(want).await?,
             };
-            self.held.shrink_to(self.buf.len());
             if n > 0 && self.partial_since.is_none() {
                 self.partial_since = Some(Instant::now());
             }
@@ -199,32 +131,33 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// Takes budget for `want` more bytes (waiting if needed), then reads at most that many.
+    /// Reads at most `want` more bytes, growing the buffer in proportion to what already arrived
+    /// (never by the announced size), then takes budget for them (waiting if it is exhausted:
+    /// the connection reads nothing more until others give bytes back).
     async fn fill(&mut self, want: usize) -> Result<usize, ProtocolError> {
-        if let Some(budget) = &self.budget {
-            let need = (self.buf.len() + want).saturating_sub(self.held.bytes);
-            if need > 0 {
-                let permits = match budget.sem.try_acquire_many(need as u32) {
-                    Ok(p) => p,
-                    Err(_) => {
-                        self.waits += 1;
-                        budget.sem.acquire_many(need as u32).await.map_err(|_| ProtocolError::Io {
-                            source: std::io::Error::other("request byte budget closed"),
-                            side: self.side,
-                        })?
-                    }
-                };
-                permits.forget();
-                self.held.bytes += need;
-            }
-        }
+        self.buf.reserve(want.min(CHUNK.max(self.buf.len())));
         let room = want.min(self.buf.capacity() - self.buf.len());
         let n = {
             let mut limited = (&mut self.inner).take(room as u64);
             limited.read_buf(&mut self.buf).await
         }
         .map_err(|source| ProtocolError::Io { source, side: self.side })?;
+        self.cover_buffered().await;
         Ok(n)
+    }
+
+    /// Takes budget for buffered bytes not yet covered (also after a cancelled wait).
+    async fn cover_buffered(&mut self) {
+        let Some(budget) = &self.budget else { return };
+        let need = self.buf.len().saturating_sub(self.held.bytes());
+        if need == 0 {
+            return;
+        }
+        if !budget.try_take(need) {
+            self.waits += 1;
+            budget.take(need).await;
+        }
+        self.held.add(need);
     }
 
     /// Bytes already read from the stream but not yet returned as a frame.

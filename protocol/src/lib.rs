@@ -4,6 +4,7 @@
 //! internal Kafka client). Nothing here knows about listeners, sessions or mirrors.
 
 pub mod batch;
+pub mod byte_budget;
 pub mod client;
 pub mod codec;
 pub mod compact;

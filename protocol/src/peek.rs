@@ -91,6 +91,73 @@ pub fn produce_acks(frame: &[u8], peek: &RequestPeek) -> Result<i16, ProtocolErr
     cur.i16()
 }
 
+/// A topic as a Produce request names it: by name (v3-12) or by topic id (v13+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProduceTopic<'a> {
+    Name(&'a [u8]),
+    Id(&'a [u8; 16]),
+}
+
+/// Whether any topic of a Produce request frame satisfies `hit`, without decoding it: the
+/// records are skipped by their length. The proxy's guards decode a Produce only when this says
+/// it names a topic they protect.
+pub fn produce_names_any(frame: &[u8], peek: &RequestPeek, mut hit: impl FnMut(ProduceTopic<'_>) -> bool) -> Result<bool, ProtocolError> {
+    let flexible = peek.api_version >= 9;
+    let mut cur = Cursor::new(frame, request_body_offset(frame, peek)?, "Produce request", Side::Client);
+    if flexible {
+        cur.skip_compact_bytes()?; // transactional_id (compact nullable string)
+    } else {
+        let len = cur.i16()?;
+        if len > 0 {
+            cur.skip(len as usize)?;
+        }
+    }
+    cur.skip(2 + 4)?; // acks, timeout_ms
+    let topics = if flexible {
+        cur.compact_array_len()? as usize
+    } else {
+        let n = cur.i32()?;
+        cur.count(u64::try_from(n).unwrap_or(0))?
+    };
+    for _ in 0..topics {
+        let topic = if peek.api_version >= 13 {
+            let id: &[u8; 16] = cur.take(16)?.try_into().map_err(|_| malformed("Produce request", "topic id", Side::Client))?;
+            ProduceTopic::Id(id)
+        } else if flexible {
+            let len = cur.uvarint()? as usize;
+            ProduceTopic::Name(cur.take(len.saturating_sub(1))?)
+        } else {
+            let len = cur.i16()?;
+            ProduceTopic::Name(cur.take(usize::try_from(len).unwrap_or(0))?)
+        };
+        if hit(topic) {
+            return Ok(true);
+        }
+        let partitions = if flexible {
+            cur.compact_array_len()? as usize
+        } else {
+            let n = cur.i32()?;
+            cur.count(u64::try_from(n).unwrap_or(0))?
+        };
+        for _ in 0..partitions {
+            cur.skip(4)?; // index
+            if flexible {
+                cur.skip_compact_bytes()?;
+                cur.skip_tagged_fields()?;
+            } else {
+                let len = cur.i32()?;
+                if len > 0 {
+                    cur.skip(len as usize)?;
+                }
+            }
+        }
+        if flexible {
+            cur.skip_tagged_fields()?;
+        }
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +165,55 @@ mod tests {
     use kafka_protocol::messages::{ProduceRequest, RequestHeader, TransactionalId};
     use kafka_protocol::protocol::{Encodable, StrBytes, encode_request_header_into_buffer};
     use proptest::prelude::*;
+
+    fn produce_with_topics(version: i16, topics: &[(&str, u8)]) -> Vec<u8> {
+        use kafka_protocol::messages::TopicName;
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        let mut buf = BytesMut::new();
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::Produce as i16;
+        h.request_api_version = version;
+        h.client_id = Some(StrBytes::from_static_str("c"));
+        encode_request_header_into_buffer(&mut buf, &h).unwrap();
+        let mut req = ProduceRequest::default();
+        req.transactional_id = Some(TransactionalId(StrBytes::from_static_str("tx")));
+        for (name, id) in topics {
+            let mut t = TopicProduceData::default();
+            t.name = TopicName(StrBytes::from_string((*name).to_owned()));
+            t.topic_id = uuid::Uuid::from_bytes([*id; 16]);
+            for p in 0..2 {
+                let mut d = PartitionProduceData::default();
+                d.index = p;
+                // Records that contain the other topic's name must not be mistaken for it.
+                d.records = Some(bytes::Bytes::from(format!("records mentioning {name}-x and __kmp_mirror_state")));
+                t.partition_data.push(d);
+            }
+            req.topic_data.push(t);
+        }
+        req.encode(&mut buf, version).unwrap();
+        crate::frame::with_prefix(&buf).to_vec()
+    }
+
+    #[test]
+    fn produce_topics_are_found_by_name_or_id_without_decoding_and_records_are_skipped() {
+        for version in 3i16..=13 {
+            let frame = produce_with_topics(version, &[("plain", 1), ("mirrored", 2)]);
+            let p = request(&frame).unwrap();
+            let names = |wanted: &'static [u8], id: u8| {
+                produce_names_any(&frame, &p, |t| match t {
+                    ProduceTopic::Name(n) => n == wanted,
+                    ProduceTopic::Id(i) => i == &[id; 16],
+                })
+                .unwrap()
+            };
+            assert!(names(b"mirrored", 2), "v{version}: the second topic is found");
+            assert!(!names(b"__kmp_mirror_state", 9), "v{version}: a name inside records is not a topic");
+            assert!(!names(b"mirrored-x", 9), "v{version}");
+            for cut in 0..frame.len() {
+                let _ = produce_names_any(&frame[..cut], &p, |_| false); // never panics
+            }
+        }
+    }
 
     fn produce_frame(version: i16, acks: i16, txn: Option<&str>, client_id: Option<&str>) -> Vec<u8> {
         let mut buf = BytesMut::new();

@@ -102,14 +102,16 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         .with_budget(shared.limits.budget.clone())
         .with_frame_timeout(partial);
     let mut last_activity = Instant::now();
+    let idle_timer = tokio::time::sleep(idle);
+    tokio::pin!(idle_timer);
     let mut waits = 0;
     loop {
         if *stop.borrow() {
             debug!("draining: no new requests read");
             return Ok(());
         }
-        // A started frame is bounded by the reader (frame timeout); between frames, idleness.
-        let deadline = last_activity + idle;
+        // A started frame is bounded by the reader (frame timeout); between frames, idleness. One
+        // timer per connection, re-armed only when it fires (not per request).
         let next = tokio::select! {
             f = reader.next_guarded() => f,
             _ = tx.closed() => return Ok(()),
@@ -119,7 +121,7 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 }
                 continue;
             }
-            _ = tokio::time::sleep_until(deadline.into()) => {
+            _ = &mut idle_timer => {
                 if reader.partial_since().is_some() || in_flight.load(Ordering::Acquire) > 0 {
                     // A frame on its way or responses awaited are not idleness.
                     last_activity = Instant::now();
@@ -128,6 +130,7 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     debug!(timeout = ?idle, "closing idle connection");
                     return Err(ProxyError::Timeout("idle"));
                 }
+                idle_timer.as_mut().reset((last_activity + idle).into());
                 continue;
             }
         };

@@ -25,7 +25,8 @@ fn offered(api_key: i16, api_version: i16) -> bool {
 }
 
 impl Filter for Versions {
-    fn wants_request(&self, api_key: i16, api_version: i16, _conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
+        let (api_key, api_version) = (x.api_key, x.api_version);
         !offered(api_key, api_version) || (api_key == ApiKey::ApiVersions as i16 && api_version > max_supported())
     }
 

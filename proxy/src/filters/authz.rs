@@ -52,7 +52,8 @@ fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::
 pub(crate) struct MirrorAdminAuthz;
 
 impl Filter for MirrorAdminAuthz {
-    fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let (api_key, api_version) = (x.api_key, x.api_version);
         let mirror_rpc = mirror_api::is_answered(api_key) && api_version == 0;
         let config = conn.shared.masks_fillers && is_config_api(api_key);
         (mirror_rpc || config) && refusal(conn).is_some()

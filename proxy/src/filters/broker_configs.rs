@@ -72,7 +72,8 @@ fn message(keys: &[String]) -> String {
 pub(crate) struct BrokerConfigGuard;
 
 impl Filter for BrokerConfigGuard {
-    fn wants_request(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let api_key = x.api_key;
         conn.shared.masks_fillers && matches!(ApiKey::try_from(api_key), Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs))
     }
 

@@ -25,7 +25,8 @@ use crate::error::ProxyError;
 pub(crate) struct MirrorConfigs;
 
 impl Filter for MirrorConfigs {
-    fn wants_request(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let api_key = x.api_key;
         conn.shared.masks_fillers && is_config_api(api_key)
     }
 

@@ -15,7 +15,8 @@ use kmp_protocol::mirror_api::{
 pub(crate) struct MirrorRpc;
 
 impl super::Filter for MirrorRpc {
-    fn wants_request(&self, api_key: i16, api_version: i16, _conn: &super::Conn) -> bool {
+    fn wants_request(&self, x: &super::Exchange, _conn: &super::Conn) -> bool {
+        let (api_key, api_version) = (x.api_key, x.api_version);
         api::is_answered(api_key) && api_version == 0
     }
 

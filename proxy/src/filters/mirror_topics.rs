@@ -4,6 +4,7 @@
 //! are mirror topics is the engine's (`MirrorTopics`).
 
 use kmp_protocol::kafka_protocol::messages::ApiKey;
+use kmp_protocol::peek;
 
 use super::guard::{self, Decision, MirrorTopicGuard};
 use super::{BoxFuture, Conn, Exchange, Filter, Flow, readonly};
@@ -32,8 +33,20 @@ pub(crate) fn apply(decision: Decision, x: &mut Exchange, count: impl FnOnce(u64
 pub(crate) struct MirrorTopicWrites;
 
 impl Filter for MirrorTopicWrites {
-    fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
-        conn.shared.masks_fillers && !conn.shared.mirrors.topics.is_empty() && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version))
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let topics = &conn.shared.mirrors.topics;
+        if !conn.shared.masks_fillers || topics.is_empty() {
+            return false;
+        }
+        if x.api_key == ApiKey::Produce as i16 {
+            // Decoded only when it names a mirror topic (or cannot be scanned: then its error).
+            return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
+                peek::ProduceTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.read_only(n).is_some()),
+                peek::ProduceTopic::Id(id) => topics.read_only_id(id).is_some(),
+            })
+            .unwrap_or(true);
+        }
+        guard::is_guarded(x.api_key, x.api_version)
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

@@ -80,6 +80,15 @@ impl Exchange {
         }
     }
 
+    /// The peeked header, for the allocation-free scanners of `kmp_protocol::peek`.
+    pub(crate) fn peek(&self) -> kmp_protocol::peek::RequestPeek {
+        kmp_protocol::peek::RequestPeek {
+            api_key: self.api_key,
+            api_version: self.api_version,
+            correlation_id: self.correlation_id,
+        }
+    }
+
     /// Registers a merge for the response.
     pub(crate) fn merge(&mut self, merge: Merge) {
         self.merges.push(merge);
@@ -112,8 +121,9 @@ pub(crate) enum Outcome {
 
 /// One policy or rewrite.
 pub(crate) trait Filter: Send + Sync {
-    /// Decode predicate for requests: whether this filter must see requests of this key and version.
-    fn wants_request(&self, _api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
+    /// Decode predicate for requests: whether this filter must see this request. Decided on the
+    /// API key and version, at most with an allocation-free scan of the raw frame.
+    fn wants_request(&self, _x: &Exchange, _conn: &Conn) -> bool {
         false
     }
 
@@ -164,7 +174,7 @@ impl Chain {
     /// Runs a request through the chain.
     pub(crate) async fn request(&self, mut x: Exchange, conn: &Conn) -> Result<Outcome, ProxyError> {
         for f in &self.filters {
-            if !f.wants_request(x.api_key, x.api_version, conn) {
+            if !f.wants_request(&x, conn) {
                 continue;
             }
             if let Flow::Answer(response) = f.on_request(&mut x, conn).await? {

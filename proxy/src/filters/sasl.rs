@@ -64,7 +64,8 @@ pub(crate) fn claimed_user(mechanism: &str, auth: &[u8]) -> Option<String> {
 pub(crate) struct SaslObserver;
 
 impl Filter for SaslObserver {
-    fn wants_request(&self, api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
+        let api_key = x.api_key;
         api_key == ApiKey::SaslHandshake as i16 || api_key == ApiKey::SaslAuthenticate as i16
     }
 

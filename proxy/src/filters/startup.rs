@@ -16,7 +16,8 @@ use crate::error::ProxyError;
 pub(crate) struct StartupGate;
 
 impl Filter for StartupGate {
-    fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let (api_key, api_version) = (x.api_key, x.api_version);
         conn.shared.masks_fillers && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version)) && !conn.shared.mirrors.control.is_booted()
     }
 

@@ -4,14 +4,15 @@
 //! once the engine learned it) get TOPIC_AUTHORIZATION_FAILED (29) for it; the rest of the
 //! request is forwarded. A forged record there would become a mirror after the next restart.
 //!
-//! Cost: a request is decoded only when its raw bytes contain the state topic's name or id
-//! (a SIMD substring search), so ordinary Produce and Fetch traffic stays raw.
+//! Cost: a Produce is decoded only when an allocation-free scan of its topics names the state
+//! topic; other requests only when their raw bytes contain its name or id (a SIMD substring
+//! search), so ordinary Produce and Fetch traffic stays raw.
 
 use bytes::Bytes;
-use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
 use super::guard::{self, Decision, Protected, split};
@@ -46,8 +47,21 @@ fn watched(api_key: i16, api_version: i16) -> bool {
 }
 
 impl Filter for StateTopicGuard {
-    fn wants_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
-        conn.shared.masks_fillers && watched(api_key, api_version)
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        if !conn.shared.masks_fillers || !watched(x.api_key, x.api_version) {
+            return false;
+        }
+        let name = conn.shared.config.engine.state_topic.as_bytes();
+        let id = conn.shared.mirrors.topics.state_topic_id();
+        if x.api_key == ApiKey::Produce as i16 {
+            // A malformed request is decoded (and refused with its error) by `on_request`.
+            return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
+                peek::ProduceTopic::Name(n) => n == name,
+                peek::ProduceTopic::Id(i) => id.as_ref() == Some(i),
+            })
+            .unwrap_or(true);
+        }
+        memmem::find(&x.frame, name).is_some() || id.is_some_and(|id| memmem::find(&x.frame, &id).is_some())
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -56,10 +70,6 @@ impl Filter for StateTopicGuard {
                 name: &conn.shared.config.engine.state_topic,
                 id: conn.shared.mirrors.topics.state_topic_id(),
             };
-            let named = memmem::find(&x.frame, topic.name.as_bytes()).is_some() || topic.id.is_some_and(|id| memmem::find(&x.frame, &id).is_some());
-            if !named {
-                return Ok(Flow::Continue);
-            }
             let decision = match ApiKey::try_from(x.api_key) {
                 Ok(ApiKey::Produce) => readonly::check(&x.frame, x.api_version, &topic)?,
                 Ok(ApiKey::Fetch) => fetch(&x.frame, x.api_version, &topic)?,
