@@ -198,13 +198,15 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         .map(|r| r.definition)
         // Stored before the allow-list existed or changed since: such a mirror is not started
         // (its topics stay registered and read-only) until the list allows its source again.
-        .filter(|def| match mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers) {
-            Ok(()) => true,
-            Err(e) => {
-                tracing::error!(mirror = %def.name, "stored cluster mirror not started: {e}");
-                false
-            }
-        })
+        .filter(
+            |def| match mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::error!(mirror = %def.name, "stored cluster mirror not started: {e}");
+                    false
+                }
+            },
+        )
         .collect();
     for def in mirrors.into_iter().chain(created) {
         mirrors::launch(&shared, &store, def);
