@@ -34,6 +34,8 @@ pub struct FrameReader<R> {
     waits: u64,
     /// How long the rest of a started frame may take (`None`: unbounded).
     frame_timeout: Option<std::time::Duration>,
+    /// Frames up to this size get their whole buffer at once (no copies while they grow).
+    eager: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -49,7 +51,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             partial_since: None,
             waits: 0,
             frame_timeout: None,
+            eager: CHUNK,
         }
+    }
+
+    /// Reserves frames of up to `bytes` whole when their length prefix arrives; larger ones grow
+    /// by doubling what arrived. For a peer whose announced sizes are trusted that far (the
+    /// upstream broker's responses), this saves the copies of growing.
+    pub fn with_eager_reserve(mut self, bytes: usize) -> Self {
+        self.eager = bytes.max(CHUNK);
+        self
     }
 
     /// Bounds the time from a frame's first byte to its last: then [`FrameReader::next`] fails
@@ -135,7 +146,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// (never by the announced size), then takes budget for them (waiting if it is exhausted:
     /// the connection reads nothing more until others give bytes back).
     async fn fill(&mut self, want: usize) -> Result<usize, ProtocolError> {
-        self.buf.reserve(want.min(CHUNK.max(self.buf.len())));
+        let grow = if self.buf.len() + want <= self.eager {
+            want
+        } else {
+            want.min(CHUNK.max(self.buf.len()))
+        };
+        self.buf.reserve(grow);
         let room = want.min(self.buf.capacity() - self.buf.len());
         let n = {
             let mut limited = (&mut self.inner).take(room as u64);

@@ -29,6 +29,9 @@ use crate::error::ProxyError;
 use crate::filters::{Chain, Conn, Exchange, Merge, Outcome};
 use crate::shared::Shared;
 
+/// Response frames up to this size are buffered whole as soon as their length arrives.
+const EAGER_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+
 /// Requests in flight per connection before the request side waits (backpressure).
 const MAX_IN_FLIGHT: usize = 1024;
 
@@ -221,7 +224,8 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 ) -> Result<(), ProxyError> {
     let shared = &*conn.shared;
     let m = &shared.metrics;
-    let mut reader = FrameReader::new(up_r, shared.config.upstream.max_response_frame_bytes, Side::Broker);
+    // Responses up to 8 MiB (typical Fetch answers) get their buffer at once; larger ones grow.
+    let mut reader = FrameReader::new(up_r, shared.config.upstream.max_response_frame_bytes, Side::Broker).with_eager_reserve(EAGER_RESPONSE_BYTES);
     while let Some(pending) = rx.recv().await {
         let (api_key, frame, started) = match pending {
             Pending::Local { api_key, frame, started } => (api_key, frame, started),
