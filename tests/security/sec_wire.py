@@ -148,14 +148,7 @@ class Reader:
             self._take(self.uvarint())
 
 
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError(f"connection closed after {len(buf)} of {n} bytes")
-        buf += chunk
-    return buf
+from integration.kafka_wire import recv_exact  # noqa: E402 - one reader for both suites
 
 
 def read_response(s: socket.socket, flexible_header: bool = False) -> tuple[int, bytes]:
