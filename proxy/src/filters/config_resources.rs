@@ -14,7 +14,7 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::guard::Decision;
+use super::guard::{Decision, take};
 
 /// One resource as a policy sees it: type, name and the config keys it names.
 pub(crate) struct Resource<'a> {
@@ -38,18 +38,10 @@ pub(crate) trait ConfigRequest: Decodable + Encodable + Sized {
 }
 
 fn take_from<T>(items: &mut Vec<T>, view: fn(&T) -> Resource<'_>, pick: Pick<'_>) -> Vec<(i8, String, String)> {
-    let mut out = Vec::new();
-    items.retain(|i| {
+    take(items, |i| {
         let r = view(i);
-        match pick(&r) {
-            Some(msg) => {
-                out.push((r.kind, r.name.to_owned(), msg));
-                false
-            }
-            None => true,
-        }
-    });
-    out
+        pick(&r).map(|msg| (r.kind, r.name.to_owned(), msg))
+    })
 }
 
 fn s(v: &str) -> StrBytes {

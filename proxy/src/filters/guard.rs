@@ -86,27 +86,11 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                 ApiKey::DeleteTopics,
                 version,
                 |req| {
-                    let mut out: Vec<(String, String)> = Vec::new();
-                    req.topic_names.retain(|n| match ro(n.0.as_str()) {
-                        Some(r) => {
-                            out.push(r);
-                            false
-                        }
-                        None => true,
-                    });
-                    req.topics.retain(|t| {
-                        let hit = match &t.name {
-                            Some(n) => ro(n.0.as_str()),
-                            None => by_id(t.topic_id.as_bytes()),
-                        };
-                        match hit {
-                            Some(r) => {
-                                out.push(r);
-                                false
-                            }
-                            None => true,
-                        }
-                    });
+                    let mut out = take(&mut req.topic_names, |n| ro(n.0.as_str()));
+                    out.extend(take(&mut req.topics, |t| match &t.name {
+                        Some(n) => ro(n.0.as_str()),
+                        None => by_id(t.topic_id.as_bytes()),
+                    }));
                     out
                 },
                 |req| req.topic_names.len() + req.topics.len(),
@@ -175,8 +159,8 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
     }
 }
 
-/// Removes the items `hit` recognises as mirror topics; returns `(topic, message)` of each.
-fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> Vec<(String, String)> {
+/// Removes the items `hit` recognises (refused) and returns what it said of each, in order.
+pub(crate) fn take<T, O>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<O>) -> Vec<O> {
     let mut out = Vec::new();
     items.retain(|i| match hit(i) {
         Some(r) => {

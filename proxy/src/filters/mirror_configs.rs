@@ -17,7 +17,7 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::errors;
 
-use super::guard::{Decision, split};
+use super::guard::{Decision, split, take};
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
@@ -126,17 +126,10 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
 
 /// Takes the cluster-mirror resources out of a request.
 fn take_mirrors<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, String)) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    items.retain(|i| {
+    take(items, |i| {
         let (kind, name) = what(i);
-        if kind == CLUSTER_MIRROR {
-            out.push((name, String::new()));
-            false
-        } else {
-            true
-        }
-    });
-    out
+        (kind == CLUSTER_MIRROR).then(|| (name, String::new()))
+    })
 }
 
 fn describe(control: &Control, name: &str, keys: Option<&[StrBytes]>) -> DescribeConfigsResult {
