@@ -129,6 +129,16 @@ impl MirrorTopics {
         self.by_name.is_empty()
     }
 
+    /// Whether clients may not write to `topic` (no allocation: the Produce path asks this).
+    pub fn is_read_only(&self, topic: &str) -> bool {
+        self.by_name.get(topic).is_some_and(|t| !t.writable)
+    }
+
+    /// Whether clients may not write to the destination topic with this id (no allocation).
+    pub fn is_read_only_id(&self, topic_id: &[u8; 16]) -> bool {
+        self.by_id.get(topic_id).is_some_and(|name| self.is_read_only(&name))
+    }
+
     /// The mirror owning `topic` if clients may not write to it.
     pub fn read_only(&self, topic: &str) -> Option<String> {
         self.by_name.get(topic).filter(|t| !t.writable).map(|t| t.mirror.clone())
@@ -155,6 +165,10 @@ mod tests {
         r.register("orders", "dr", [7; 16]);
         assert_eq!(r.read_only_id(&[7; 16]), Some(("orders".into(), "dr".into())));
         assert_eq!(r.read_only("payments"), None);
+        assert!(r.is_read_only("orders") && r.is_read_only_id(&[7; 16]), "the allocation-free forms agree");
+        assert!(!r.is_read_only("payments") && !r.is_read_only_id(&[8; 16]));
+        r.set_writable("orders", true);
+        assert!(!r.is_read_only("orders") && !r.is_read_only_id(&[7; 16]), "a stopped topic is writable");
     }
 
     #[test]

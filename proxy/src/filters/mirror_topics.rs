@@ -41,8 +41,8 @@ impl Filter for MirrorTopicWrites {
         if x.api_key == ApiKey::Produce as i16 {
             // Decoded only when it names a mirror topic (or cannot be scanned: then its error).
             return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
-                peek::ProduceTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.read_only(n).is_some()),
-                peek::ProduceTopic::Id(id) => topics.read_only_id(id).is_some(),
+                peek::ProduceTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.is_read_only(n)),
+                peek::ProduceTopic::Id(id) => topics.is_read_only_id(id),
             })
             .unwrap_or(true);
         }
