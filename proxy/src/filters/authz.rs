@@ -56,7 +56,8 @@ impl Filter for MirrorAdminAuthz {
         let (api_key, api_version) = (x.api_key, x.api_version);
         let mirror_rpc = mirror_api::is_answered(api_key) && api_version == 0;
         let config = conn.shared.masks_fillers && is_config_api(api_key);
-        (mirror_rpc || config) && refusal(conn).is_some()
+        // Whether the connection may is decided once, in `on_request`.
+        mirror_rpc || config
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
