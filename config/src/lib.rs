@@ -4,12 +4,19 @@
 //! This crate is pure data: no sockets, no tokio. Resolving host names, binding listeners and
 //! anything else that touches the network belongs to the crates that use the config.
 
+mod client_props;
+mod listener_security;
 mod load;
 mod mirror;
 mod model;
 mod security;
 mod validate;
 
+pub use client_props::{
+    CLIENT_SECURITY_KEYS, ClientProperties, ClientSecurityProps, KeyStore, PemSource, PropsOrigin, REDACTED, SENSITIVE_KEYS, SaslMechanism, SaslProps,
+    SecretRef, SecurityProtocol, is_client_security_key, is_sensitive, parse_client_props, parse_jaas,
+};
+pub use listener_security::{AuthMode, ClientAuthConfig, TlsServerConfig};
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
 pub use mirror::{DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, MirrorConfig, topic_pattern};
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};

@@ -130,6 +130,12 @@ pub struct MirrorConfig {
     /// (see [`DEFAULT_TOPIC_CONFIG_EXCLUDE`]).
     #[serde(default = "default_topic_config_exclude")]
     pub topic_config_exclude: Vec<String>,
+    /// Kafka client properties of the connections to this mirror's source cluster
+    /// (`[mirrors.source_properties]`; the same names as `[upstream.properties]`: `security.protocol`,
+    /// `ssl.*`, `sasl.*`). Secrets inline or as `file:`/`env:` references here; mirrors created through
+    /// the APIs must use references. Default: empty, PLAINTEXT.
+    #[serde(default, skip_serializing_if = "crate::ClientProperties::is_empty")]
+    pub source_properties: crate::ClientProperties,
 }
 
 /// Topic configs a mirror does not copy unless told otherwise: settings local to a cluster
@@ -167,6 +173,7 @@ impl MirrorConfig {
             groups_exclude: Vec::new(),
             topic_config_sync_interval_ms: default_sync_interval(),
             topic_config_exclude: default_topic_config_exclude(),
+            source_properties: crate::ClientProperties::default(),
         }
     }
 }

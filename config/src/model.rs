@@ -46,6 +46,10 @@ pub struct ListenerConfig {
     /// Time (milliseconds) that a SIGTERM/Ctrl-C waits for in-flight requests to get their
     /// responses before connections are closed. Default 30000.
     pub drain_timeout_ms: u64,
+    /// TLS on the bootstrap and every node listener (`[listener.tls]`). Default: unset, plaintext.
+    pub tls: Option<crate::TlsServerConfig>,
+    /// How clients authenticate (`[listener.auth]`): SASL pass-through (default) or termination.
+    pub auth: crate::ClientAuthConfig,
 }
 
 impl Default for ListenerConfig {
@@ -56,6 +60,8 @@ impl Default for ListenerConfig {
             node_port_base: None,
             max_request_frame_bytes: 100 * 1024 * 1024,
             drain_timeout_ms: 30_000,
+            tls: None,
+            auth: crate::ClientAuthConfig::default(),
         }
     }
 }
@@ -74,6 +80,14 @@ pub struct UpstreamConfig {
     /// Largest response frame (bytes, excluding the length prefix) accepted from a broker; a
     /// larger one closes that client connection. Default 1073741824 (1 GiB).
     pub max_response_frame_bytes: u32,
+    /// Kafka client properties of the proxy's connections to the destination (`[upstream.properties]`,
+    /// Kafka's names: `security.protocol`, `ssl.truststore.location`, `ssl.keystore.location`,
+    /// `ssl.endpoint.identification.algorithm`, `sasl.mechanism`, `sasl.username`, `sasl.password`,
+    /// `sasl.jaas.config`, …; see `kmp_config::CLIENT_SECURITY_KEYS`). TLS settings apply to every
+    /// upstream connection; SASL credentials to the proxy's own connections (metadata, engine) and, in
+    /// `listener.auth.mode = "terminate"`, to every client connection. Secrets may be `file:`/`env:`
+    /// references. Default: empty, PLAINTEXT.
+    pub properties: crate::ClientProperties,
 }
 
 impl Default for UpstreamConfig {
@@ -83,6 +97,7 @@ impl Default for UpstreamConfig {
             connect_timeout_ms: 10_000,
             metadata_refresh_interval_ms: 10_000,
             max_response_frame_bytes: 1024 * 1024 * 1024,
+            properties: crate::ClientProperties::default(),
         }
     }
 }
@@ -98,6 +113,9 @@ pub struct AdminConfig {
     /// (`Authorization: Bearer <token>`). Default: unset — only loopback callers may mutate.
     /// A secret: never logged or returned.
     pub token: Option<String>,
+    /// HTTPS for the admin endpoint (`[admin.tls]`, same options as `[listener.tls]`; a client CA
+    /// makes every admin caller present a certificate). Default: unset, plain HTTP.
+    pub tls: Option<crate::TlsServerConfig>,
 }
 
 impl std::fmt::Debug for AdminConfig {
@@ -105,6 +123,7 @@ impl std::fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
             .finish()
     }
 }

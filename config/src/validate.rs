@@ -63,6 +63,31 @@ impl Config {
         {
             err("admin.listen", format!("`{a}` is not host:port"));
         }
+        if let Err(list) = self.upstream.properties.parse(crate::PropsOrigin::ConfigFile) {
+            for m in list {
+                err("upstream.properties", m);
+            }
+        }
+        let auth = &self.listener.auth;
+        if auth.mode == crate::AuthMode::Terminate {
+            for m in &auth.mechanisms {
+                if crate::SaslMechanism::parse(m).is_none() {
+                    err("listener.auth.mechanisms", format!("`{m}` is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"));
+                }
+            }
+            if !auth.mechanisms.is_empty() && auth.credentials_file.is_none() {
+                err(
+                    "listener.auth.credentials_file",
+                    "required when listener.auth.mode = \"terminate\" offers SASL mechanisms".to_owned(),
+                );
+            }
+            if auth.mechanisms.is_empty() && self.listener.tls.as_ref().and_then(|t| t.client_ca_file.as_ref()).is_none() {
+                err(
+                    "listener.auth.mechanisms",
+                    "empty (clients authenticate by certificate) needs listener.tls.client_ca_file".to_owned(),
+                );
+            }
+        }
         let e = &self.engine;
         if e.state_topic.is_empty() || e.state_topic.len() > 249 || !e.state_topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             err("engine.state_topic", format!("`{}` is not a legal Kafka topic name", e.state_topic));
@@ -90,6 +115,11 @@ impl Config {
             for s in &m.source_bootstrap_servers {
                 if split_host_port(s).is_none() {
                     err(&key("source_bootstrap_servers"), format!("`{s}` is not host:port"));
+                }
+            }
+            if let Err(list) = m.source_properties.parse(crate::PropsOrigin::ConfigFile) {
+                for msg in list {
+                    err(&key("source_properties"), msg);
                 }
             }
             if m.topics.is_empty() && m.include.is_empty() {

@@ -10,13 +10,12 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::codec::{decode_response, encode_request};
 use crate::error::{ProtocolError, Side};
 use crate::frame::{PREFIX, check_frame};
 use crate::peek;
+use crate::security::{BrokerRead, BrokerWrite, ClientSecurity};
 
 /// Largest response the internal client accepts (bytes).
 const MAX_RESPONSE: u32 = 512 * 1024 * 1024;
@@ -78,27 +77,22 @@ pub struct Sent {
 
 /// One connection to one broker.
 pub struct Connection {
-    reader: ResponseReader<OwnedReadHalf>,
-    writer: OwnedWriteHalf,
+    reader: ResponseReader<BrokerRead>,
+    writer: BrokerWrite,
     next_correlation_id: i32,
     client_id: StrBytes,
     addr: String,
 }
 
 impl Connection {
-    /// Connects to `addr` (`host:port`) within `timeout`.
+    /// Connects to `addr` (`host:port`) within `timeout`, plaintext and unauthenticated.
     pub async fn connect(addr: &str, timeout: Duration, client_id: &str) -> Result<Self, ProtocolError> {
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ProtocolError::Connect {
-                addr: addr.to_owned(),
-                detail: format!("timed out after {timeout:?}"),
-            })?
-            .map_err(|e| ProtocolError::Connect {
-                addr: addr.to_owned(),
-                detail: e.to_string(),
-            })?;
-        let _ = stream.set_nodelay(true);
+        Self::connect_with(addr, timeout, client_id, &ClientSecurity::plaintext()).await
+    }
+
+    /// Connects to `addr` within `timeout` the way `security` says (TLS, SASL).
+    pub async fn connect_with(addr: &str, timeout: Duration, client_id: &str, security: &ClientSecurity) -> Result<Self, ProtocolError> {
+        let stream = security.connect(addr, timeout, client_id).await?;
         let (r, w) = stream.into_split();
         Ok(Self {
             reader: ResponseReader::new(r),

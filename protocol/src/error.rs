@@ -44,6 +44,10 @@ pub enum ProtocolError {
     /// The broker answered with an error code where success was needed.
     #[error("broker returned error code {code} for {what}")]
     BrokerError { what: String, code: i16 },
+    /// The broker refused the proxy's SASL credentials (or the exchange broke down). The detail
+    /// never contains a secret.
+    #[error("authentication to {addr} failed: {detail}")]
+    Authentication { addr: String, detail: String },
     /// No broker could be reached.
     #[error("cannot connect to {addr}: {detail}")]
     Connect { addr: String, detail: String },
@@ -59,7 +63,7 @@ impl ProtocolError {
             | Self::Malformed { side, .. }
             | Self::Codec { side, .. }
             | Self::Io { side, .. } => *side,
-            Self::CorrelationMismatch { .. } | Self::BrokerError { .. } | Self::Connect { .. } => Side::Broker,
+            Self::CorrelationMismatch { .. } | Self::BrokerError { .. } | Self::Connect { .. } | Self::Authentication { .. } => Side::Broker,
         }
     }
 }

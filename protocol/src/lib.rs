@@ -19,6 +19,7 @@ pub mod records;
 pub mod reencode;
 pub mod rewrite;
 pub mod scan;
+pub mod security;
 pub mod versions;
 
 pub use error::{ProtocolError, Side};

@@ -1,0 +1,359 @@
+//! Opening a connection to a broker the way `security.protocol` says: TCP, then TLS when SSL or
+//! SASL_SSL, then SASL (SaslHandshake v1 + SaslAuthenticate v2, PLAIN or SCRAM) when SASL_*.
+//! [`ClientSecurity`] is the resolved, ready-to-use form of a cluster's client properties (TLS
+//! configuration built, secrets read); [`BrokerStream`] is what callers read and write and split.
+//! What travels on the stream afterwards belongs to the callers (`client`, the proxy's sessions).
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+use kafka_protocol::protocol::{Request, StrBytes};
+use kmp_config::{ClientSecurityProps, SaslMechanism, parse_jaas};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
+use tokio::net::TcpStream;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use super::scram::{Hash, ScramClient};
+use super::tls::{TlsError, client_config, server_name};
+use crate::codec::{decode_response, encode_request};
+use crate::error::ProtocolError;
+
+/// Largest SASL response accepted while authenticating (bytes).
+const MAX_SASL_RESPONSE: usize = 64 * 1024;
+
+/// The proxy's SASL login toward one cluster. `Debug` hides the password.
+#[derive(Clone)]
+pub struct SaslLogin {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    password: String,
+}
+
+impl std::fmt::Debug for SaslLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslLogin")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to connect to one cluster: plaintext, TLS, SASL or both.
+#[derive(Clone, Default)]
+pub struct ClientSecurity {
+    tls: Option<TlsConnector>,
+    sasl: Option<SaslLogin>,
+}
+
+impl std::fmt::Debug for ClientSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSecurity")
+            .field("tls", &self.tls.is_some())
+            .field("sasl", &self.sasl)
+            .finish()
+    }
+}
+
+/// A failure to build a [`ClientSecurity`] (file, PEM or secret reference problems).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecurityError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("SASL credentials: {0}")]
+    Secret(String),
+}
+
+impl ClientSecurity {
+    /// Plain TCP, no authentication.
+    pub fn plaintext() -> Self {
+        Self::default()
+    }
+
+    /// Builds the TLS configuration and resolves the secrets of `props` (files are read now).
+    pub fn build(props: &ClientSecurityProps) -> Result<Self, SecurityError> {
+        let tls = if props.protocol.tls() {
+            Some(TlsConnector::from(client_config(props)?))
+        } else {
+            None
+        };
+        let sasl = match &props.sasl {
+            None => None,
+            Some(s) => {
+                let secret = s.password.resolve().map_err(SecurityError::Secret)?;
+                let (username, password) = if s.username.is_empty() {
+                    // A referenced sasl.jaas.config: the whole line was the secret.
+                    parse_jaas(&secret).map_err(SecurityError::Secret)?
+                } else {
+                    (s.username.clone(), secret)
+                };
+                Some(SaslLogin {
+                    mechanism: s.mechanism,
+                    username,
+                    password,
+                })
+            }
+        };
+        Ok(Self { tls, sasl })
+    }
+
+    /// The same transport without SASL (client connections in pass-through mode authenticate
+    /// themselves).
+    pub fn transport_only(&self) -> Self {
+        Self {
+            tls: self.tls.clone(),
+            sasl: None,
+        }
+    }
+
+    /// Whether connections use TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The SASL login, if any.
+    pub fn sasl(&self) -> Option<&SaslLogin> {
+        self.sasl.as_ref()
+    }
+
+    /// Connects to `addr` within `timeout` (TCP, TLS handshake and SASL together).
+    pub async fn connect(&self, addr: &str, timeout: Duration, client_id: &str) -> Result<BrokerStream, ProtocolError> {
+        let fail = |detail: String| ProtocolError::Connect { addr: addr.to_owned(), detail };
+        let work = async {
+            let tcp = TcpStream::connect(addr).await.map_err(|e| fail(e.to_string()))?;
+            let _ = tcp.set_nodelay(true);
+            let mut stream = match &self.tls {
+                None => BrokerStream::Plain(tcp),
+                Some(connector) => {
+                    let name = server_name(addr).map_err(|e| fail(e.to_string()))?;
+                    let tls = connector
+                        .connect(name, tcp)
+                        .await
+                        .map_err(|e| fail(format!("TLS handshake failed: {}", tls_reason(&e))))?;
+                    BrokerStream::Tls(Box::new(tls))
+                }
+            };
+            if let Some(login) = &self.sasl {
+                authenticate(&mut stream, login, client_id).await.map_err(|e| match e {
+                    ProtocolError::Authentication { detail, .. } => ProtocolError::Authentication { addr: addr.to_owned(), detail },
+                    e => e,
+                })?;
+            }
+            Ok(stream)
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .map_err(|_| fail(format!("timed out after {timeout:?}")))?
+    }
+}
+
+fn tls_reason(e: &io::Error) -> String {
+    match e.get_ref() {
+        Some(inner) => inner.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// Runs the SASL exchange for `login` on a freshly opened stream.
+async fn authenticate(stream: &mut BrokerStream, login: &SaslLogin, client_id: &str) -> Result<(), ProtocolError> {
+    let auth_err = |detail: String| ProtocolError::Authentication { addr: String::new(), detail };
+    let mut req = SaslHandshakeRequest::default();
+    req.mechanism = StrBytes::from_static_str(login.mechanism.name());
+    let resp: SaslHandshakeResponse = exchange(stream, &req, 1, 1, client_id).await?;
+    if resp.error_code != 0 {
+        return Err(auth_err(format!(
+            "the broker does not enable SASL mechanism {} (error {}; it offers {})",
+            login.mechanism.name(),
+            resp.error_code,
+            resp.mechanisms.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let step = async |stream: &mut BrokerStream, bytes: Vec<u8>, id: i32| -> Result<Bytes, ProtocolError> {
+        let mut req = SaslAuthenticateRequest::default();
+        req.auth_bytes = Bytes::from(bytes);
+        let resp: SaslAuthenticateResponse = exchange(stream, &req, 2, id, client_id).await?;
+        if resp.error_code != 0 {
+            let msg = resp.error_message.as_ref().map(|m| m.as_str().to_owned()).unwrap_or_default();
+            return Err(auth_err(format!("authentication failed (error {}): {msg}", resp.error_code)));
+        }
+        Ok(resp.auth_bytes)
+    };
+    match Hash::of(login.mechanism) {
+        None => {
+            let mut msg = Vec::with_capacity(login.username.len() + login.password.len() + 2);
+            msg.push(0);
+            msg.extend_from_slice(login.username.as_bytes());
+            msg.push(0);
+            msg.extend_from_slice(login.password.as_bytes());
+            step(stream, msg, 2).await?;
+        }
+        Some(hash) => {
+            let mut scram = ScramClient::new(hash, &login.username, &login.password);
+            let server_first = step(stream, scram.first(), 2).await?;
+            let fin = scram.respond(&server_first).map_err(|e| auth_err(e.to_string()))?;
+            let server_final = step(stream, fin, 3).await?;
+            scram.verify_final(&server_final).map_err(|e| auth_err(e.to_string()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends one request and reads its response (bounded), before the stream is handed on.
+async fn exchange<R: Request>(stream: &mut BrokerStream, req: &R, version: i16, correlation_id: i32, client_id: &str) -> Result<R::Response, ProtocolError> {
+    let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
+        what: "request",
+        detail: format!("unknown api key {}", R::KEY),
+        side: crate::Side::Internal,
+    })?;
+    let mut header = RequestHeader::default();
+    header.request_api_key = R::KEY;
+    header.request_api_version = version;
+    header.correlation_id = correlation_id;
+    header.client_id = Some(StrBytes::from_string(client_id.to_owned()));
+    let frame = encode_request(&header, key, req)?;
+    let io = |source| ProtocolError::Io {
+        source,
+        side: crate::Side::Broker,
+    };
+    stream.write_all(&frame).await.map_err(io)?;
+    let mut len = [0u8; 4];
+    stream.read_exact(&mut len).await.map_err(io)?;
+    let size = i32::from_be_bytes(len);
+    if size < 0 || size as usize > MAX_SASL_RESPONSE {
+        return Err(ProtocolError::Malformed {
+            what: "SASL response",
+            detail: format!("announced size {size} (at most {MAX_SASL_RESPONSE} accepted while authenticating)"),
+            side: crate::Side::Broker,
+        });
+    }
+    let mut buf = BytesMut::zeroed(4 + size as usize);
+    buf[..4].copy_from_slice(&len);
+    stream.read_exact(&mut buf[4..]).await.map_err(io)?;
+    let frame = buf.freeze();
+    if crate::peek::response_correlation_id(&frame)? != correlation_id {
+        return Err(ProtocolError::CorrelationMismatch {
+            expected: correlation_id,
+            got: crate::peek::response_correlation_id(&frame)?,
+        });
+    }
+    Ok(decode_response::<R::Response>(&frame, key, version)?.1)
+}
+
+/// A connection to a broker, plain or TLS.
+pub enum BrokerStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+/// The read half of a [`BrokerStream`].
+pub enum BrokerRead {
+    Plain(OwnedReadHalf),
+    Tls(ReadHalf<TlsStream<TcpStream>>),
+}
+
+/// The write half of a [`BrokerStream`].
+pub enum BrokerWrite {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl BrokerStream {
+    /// Splits into independently owned halves (plain TCP without a lock).
+    pub fn into_split(self) -> (BrokerRead, BrokerWrite) {
+        match self {
+            Self::Plain(s) => {
+                let (r, w) = s.into_split();
+                (BrokerRead::Plain(r), BrokerWrite::Plain(w))
+            }
+            Self::Tls(s) => {
+                let (r, w) = tokio::io::split(*s);
+                (BrokerRead::Tls(r), BrokerWrite::Tls(w))
+            }
+        }
+    }
+}
+
+macro_rules! delegate_read {
+    ($t:ty) => {
+        impl AsyncRead for $t {
+            fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+                    Self::Tls(s) => Pin::new(s).poll_read(cx, buf),
+                }
+            }
+        }
+    };
+}
+
+macro_rules! delegate_write {
+    ($t:ty) => {
+        impl AsyncWrite for $t {
+            fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+                    Self::Tls(s) => Pin::new(s).poll_write(cx, buf),
+                }
+            }
+            fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_flush(cx),
+                    Self::Tls(s) => Pin::new(s).poll_flush(cx),
+                }
+            }
+            fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+                    Self::Tls(s) => Pin::new(s).poll_shutdown(cx),
+                }
+            }
+            fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+                match self.get_mut() {
+                    Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                    Self::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+                }
+            }
+            fn is_write_vectored(&self) -> bool {
+                match self {
+                    Self::Plain(s) => s.is_write_vectored(),
+                    Self::Tls(s) => s.is_write_vectored(),
+                }
+            }
+        }
+    };
+}
+
+delegate_read!(BrokerStream);
+delegate_read!(BrokerRead);
+delegate_write!(BrokerStream);
+delegate_write!(BrokerWrite);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_password() {
+        let props = kmp_config::parse_client_props(
+            &[
+                ("security.protocol", "SASL_PLAINTEXT"),
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.username", "svc"),
+                ("sasl.password", "pa55-word-xyz"),
+            ]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+            kmp_config::PropsOrigin::ConfigFile,
+        )
+        .unwrap();
+        let s = ClientSecurity::build(&props).unwrap();
+        let shown = format!("{s:?} {:?}", s.sasl());
+        assert!(shown.contains("svc") && !shown.contains("pa55"), "{shown}");
+    }
+}
