@@ -3,14 +3,18 @@
 //! partition leader. What is sent on those connections belongs to `source` and `sink`.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use kmp_config::{MirrorConfig, PropsOrigin};
+use kmp_protocol::ProtocolError;
 use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kmp_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kmp_protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::security::ClientSecurity;
 
 use crate::error::MirrorError;
 
@@ -33,12 +37,105 @@ pub struct ClusterClient {
     side: &'static str,
     bootstrap: Vec<String>,
     timeout: Duration,
+    /// How to connect (TLS, SASL), or why the cluster's security settings are unusable.
+    security: Result<Arc<ClientSecurity>, String>,
+    gate: Arc<AuthGate>,
+}
+
+/// Failed authentications to one cluster: after one, connections fail fast with the same error
+/// until a back-off (1 s doubling to 60 s) has passed, and the failure is logged once, not per
+/// partition and attempt.
+#[derive(Debug, Default)]
+struct AuthGate {
+    state: Mutex<Option<(Instant, Duration, String)>>,
+}
+
+const AUTH_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
+
+/// One gate per cluster (side + bootstrap list), shared by every client of that cluster.
+fn gate_for(side: &str, bootstrap: &[String]) -> Arc<AuthGate> {
+    static GATES: Mutex<Option<HashMap<String, Arc<AuthGate>>>> = Mutex::new(None);
+    let mut g = GATES.lock().unwrap_or_else(|e| e.into_inner());
+    g.get_or_insert_with(HashMap::new)
+        .entry(format!("{side}|{}", bootstrap.join(",")))
+        .or_default()
+        .clone()
+}
+
+impl AuthGate {
+    fn closed(&self) -> Option<String> {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.as_ref().filter(|(until, _, _)| Instant::now() < *until).map(|(_, _, why)| why.clone())
+    }
+
+    fn record(&self, side: &str, result: &Result<Connection, ProtocolError>) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match result {
+            Err(ProtocolError::Authentication { detail, .. }) => {
+                let backoff = s.as_ref().map_or(AUTH_BACKOFF.0, |(_, b, _)| (*b * 2).min(AUTH_BACKOFF.1));
+                if s.as_ref().is_none_or(|(_, _, why)| why != detail) {
+                    tracing::error!(side, error = %detail, "authentication to the {side} cluster failed; retrying with back-off (check the credentials)");
+                }
+                *s = Some((Instant::now() + backoff, backoff, detail.clone()));
+            }
+            Ok(_) if s.is_some() => {
+                tracing::info!(side, "authentication to the {side} cluster succeeds again");
+                *s = None;
+            }
+            _ => {}
+        }
+    }
 }
 
 impl ClusterClient {
-    /// `side` ("source"/"destination") labels errors.
+    /// `side` ("source"/"destination") labels errors. Plaintext, unauthenticated.
     pub fn new(side: &'static str, bootstrap: Vec<String>, timeout: Duration) -> Self {
-        Self { side, bootstrap, timeout }
+        Self::with_security(side, bootstrap, timeout, Ok(Arc::new(ClientSecurity::plaintext())))
+    }
+
+    /// Like [`Self::new`], connecting as `security` says (or failing every connection with its
+    /// error).
+    pub fn with_security(side: &'static str, bootstrap: Vec<String>, timeout: Duration, security: Result<Arc<ClientSecurity>, String>) -> Self {
+        let gate = gate_for(side, &bootstrap);
+        Self {
+            side,
+            bootstrap,
+            timeout,
+            security,
+            gate,
+        }
+    }
+
+    /// The source cluster of mirror `def`, with its `source_properties` (files and secret
+    /// references are read now).
+    pub fn source_of(def: &MirrorConfig, timeout: Duration) -> Self {
+        let security = def
+            .source_properties
+            .parse(PropsOrigin::ConfigFile)
+            .map_err(|e| e.join("; "))
+            .and_then(|p| ClientSecurity::build(&p).map_err(|e| e.to_string()))
+            .map(Arc::new)
+            .map_err(|e| format!("source security settings of mirror {}: {e}", def.name));
+        Self::with_security("source", def.source_bootstrap_servers.clone(), timeout, security)
+    }
+
+    /// A connection to `addr` (a broker of this cluster), with this cluster's security.
+    pub async fn connect_to(&self, addr: &str, client_id: &str) -> Result<Connection, MirrorError> {
+        let security = self.security.as_ref().map_err(|e| {
+            self.wrap(ProtocolError::Connect {
+                addr: addr.to_owned(),
+                detail: e.clone(),
+            })
+        })?;
+        if let Some(why) = self.gate.closed() {
+            return Err(self.wrap(ProtocolError::Authentication {
+                addr: addr.to_owned(),
+                detail: format!("{why} (backing off)"),
+            }));
+        }
+        let result = Connection::connect_with(addr, self.timeout, client_id, security).await;
+        self.gate.record(self.side, &result);
+        result.map_err(|e| self.wrap(e))
     }
 
     /// "source" or "destination".
@@ -59,15 +156,21 @@ impl ClusterClient {
     pub async fn connect_any(&self) -> Result<Connection, MirrorError> {
         let mut last = None;
         for addr in &self.bootstrap {
-            match Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine").await {
+            match self.connect_to(addr, "kafka-mirror-proxy-engine").await {
                 Ok(c) => return Ok(c),
+                // Credentials are the cluster's, not the broker's: the next broker would refuse too.
+                Err(e @ (MirrorError::Source(ProtocolError::Authentication { .. }) | MirrorError::Destination(ProtocolError::Authentication { .. }))) => {
+                    return Err(e);
+                }
                 Err(e) => last = Some(e),
             }
         }
-        Err(self.wrap(last.unwrap_or(kmp_protocol::ProtocolError::Connect {
-            addr: "(none)".into(),
-            detail: "no bootstrap servers".into(),
-        })))
+        Err(last.unwrap_or_else(|| {
+            self.wrap(ProtocolError::Connect {
+                addr: "(none)".into(),
+                detail: "no bootstrap servers".into(),
+            })
+        }))
     }
 
     /// Partitions, leaders and brokers of `topic` (no auto-creation).
@@ -145,9 +248,7 @@ impl ClusterClient {
             what: format!("leader of {topic}-{partition}"),
             code: 5, // LEADER_NOT_AVAILABLE
         })?;
-        let conn = Connection::connect(addr, self.timeout, "kafka-mirror-proxy-engine")
-            .await
-            .map_err(|e| self.wrap(e))?;
+        let conn = self.connect_to(addr, "kafka-mirror-proxy-engine").await?;
         Ok((conn, epoch))
     }
 }

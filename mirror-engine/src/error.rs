@@ -68,7 +68,10 @@ const RETRIABLE: &[i16] = &[
 /// what users see of a source's connect and decode errors.
 pub fn failure_class(e: &ProtocolError) -> String {
     match e {
+        // The proxy's own settings (unreadable file, missing secret): safe and needed in full.
+        ProtocolError::Connect { detail, .. } if detail.starts_with("source security settings") => detail.clone(),
         ProtocolError::Connect { detail, .. } => connect_class(detail).to_owned(),
+        ProtocolError::Authentication { .. } => "authentication failed (SASL credentials refused or exchange failed)".to_owned(),
         ProtocolError::Io { source, .. } => io_class(source).to_owned(),
         ProtocolError::TruncatedFrame { .. } => "connection closed".to_owned(),
         ProtocolError::FrameTooLarge { .. } | ProtocolError::NegativeFrameSize { .. } | ProtocolError::CorrelationMismatch { .. } => {
@@ -82,7 +85,13 @@ pub fn failure_class(e: &ProtocolError) -> String {
 /// The class of a connect failure from its text (the protocol crate keeps only the text).
 fn connect_class(detail: &str) -> &'static str {
     let d = detail.to_ascii_lowercase();
-    if d.contains("timed out") {
+    if d.contains("tls handshake") {
+        if d.contains("certificate") {
+            "TLS handshake failed (certificate not accepted)"
+        } else {
+            "TLS handshake failed"
+        }
+    } else if d.contains("timed out") {
         "timed out"
     } else if d.contains("refused") {
         "connection refused"

@@ -90,7 +90,8 @@ impl Engine {
     }
 }
 
-/// Starts the engine in the background: opens the state topic on the destination (retrying
+/// Starts the engine in the background: opens the state topic on the destination (connecting as
+/// `destination_security` says; retrying
 /// until it is reachable), records the mirror definitions, then starts every mirror's topics.
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
@@ -98,6 +99,7 @@ pub fn start(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
     destination_bootstrap: Vec<String>,
+    destination_security: Arc<kmp_protocol::security::ClientSecurity>,
     timeout: Duration,
     source_allow: Vec<String>,
     stop: watch::Receiver<bool>,
@@ -108,7 +110,7 @@ pub fn start(
         ..Engine::unbooted(engine)
     };
     handle.control.set_source_allow(source_allow);
-    let destination = ClusterClient::new("destination", destination_bootstrap, timeout);
+    let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
     let shared = Shared {
         destination,
         status: handle.status.clone(),

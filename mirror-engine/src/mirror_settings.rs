@@ -25,8 +25,13 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "mirror.metadata.refresh.interval.ms",
     "mirror.group.offset.sync.interval.ms",
     "mirror.topic.config.sync.interval.ms",
-    "security.protocol",
 ];
+
+/// Whether CreateClusterMirror understands `key`: a mirror setting or a client security property
+/// of the source connection (`security.protocol`, `ssl.*`, `sasl.*`).
+pub(crate) fn known_key(key: &str) -> bool {
+    KNOWN_KEYS.contains(&key) || kmp_config::is_client_security_key(key)
+}
 
 /// The list-valued mirror config `key` of `def` (comma-separated on the wire).
 pub(crate) fn list_config<'a>(def: &'a mut MirrorConfig, key: &str) -> Option<&'a mut Vec<String>> {
@@ -108,10 +113,11 @@ pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
 }
 
 impl Control {
-    /// The mirror's configs as KIP-1279 names them (DescribeConfigs on resource type 64).
-    pub fn mirror_configs(&self, name: &str) -> Option<Vec<(&'static str, String)>> {
+    /// The mirror's configs as KIP-1279 names them (DescribeConfigs on resource type 64):
+    /// `(name, value, sensitive)`; a secret's value is never returned (`None`, sensitive).
+    pub fn mirror_configs(&self, name: &str) -> Option<Vec<(String, Option<String>, bool)>> {
         let d = self.definition(name)?;
-        Some(vec![
+        let mut out: Vec<(String, Option<String>, bool)> = [
             ("bootstrap.servers", shown_servers(&d.source_bootstrap_servers)),
             ("mirror.topics.include", d.include.join(",")),
             ("mirror.topics.exclude", d.exclude.join(",")),
@@ -120,7 +126,18 @@ impl Control {
             ("mirror.topic.properties.exclude", d.topic_config_exclude.join(",")),
             ("mirror.group.offset.sync.interval.ms", d.group_offset_sync_interval_ms.to_string()),
             ("mirror.topic.config.sync.interval.ms", d.topic_config_sync_interval_ms.to_string()),
-        ])
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Some(v), false))
+        .collect();
+        if !d.source_properties.0.contains_key("security.protocol") {
+            out.push(("security.protocol".into(), Some("PLAINTEXT".into()), false));
+        }
+        for (k, v) in &d.source_properties.0 {
+            let sensitive = kmp_config::is_sensitive(k);
+            out.push((k.clone(), (!sensitive).then(|| v.clone()), sensitive));
+        }
+        Some(out)
     }
 
     /// IncrementalAlterConfigs on a mirror: `(name, operation, value)` with Kafka's operations
@@ -166,7 +183,20 @@ impl Control {
 /// Applies IncrementalAlterConfigs operations to a copy of an API-created mirror's definition;
 /// a new `bootstrap.servers` must pass [`check_sources`] against `allow`.
 fn apply_ops(mut def: MirrorConfig, ops: &[(String, i8, Option<String>)], allow: &[String]) -> Result<MirrorConfig, (i16, Option<String>)> {
+    let mut props = def.source_properties.clone();
     for (key, op, value) in ops {
+        if kmp_config::is_client_security_key(key) {
+            match (op, value.as_deref().map(str::trim).filter(|v| !v.is_empty())) {
+                (0, Some(v)) => {
+                    props.0.insert(key.clone(), v.to_owned());
+                }
+                (1, _) => {
+                    props.0.remove(key);
+                }
+                _ => return Err((INVALID_CONFIG, Some(format!("{key} is changed by SET (with a value) or DELETE")))),
+            }
+            continue;
+        }
         let items = csv(value.as_deref());
         if key == "bootstrap.servers" && *op == 0 && !items.is_empty() {
             // Repointing is creating anew: the same source rules, before anything connects.
@@ -200,7 +230,19 @@ fn apply_ops(mut def: MirrorConfig, ops: &[(String, i8, Option<String>)], allow:
     if let Err(e) = check_patterns(&def) {
         return Err((INVALID_CONFIG, Some(e.to_string())));
     }
+    if props != def.source_properties {
+        source_properties(&props)?;
+        def.source_properties = props;
+    }
     Ok(def)
+}
+
+/// Checks security properties given through the API (secrets only by reference).
+pub(crate) fn source_properties(props: &kmp_config::ClientProperties) -> Result<(), (i16, Option<String>)> {
+    props
+        .parse(kmp_config::PropsOrigin::Api)
+        .map(|_| ())
+        .map_err(|e| (INVALID_CONFIG, Some(format!("source security properties: {}", e.join("; ")))))
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
-use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, list_config, set_interval};
+use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
 use crate::{Shared, TopicContext, lifecycle};
@@ -42,7 +42,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
             info!("mirror deleted; topic discovery ends");
             return;
         };
-        let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), shared.destination.timeout());
+        let source = ClusterClient::source_of(&def, shared.destination.timeout());
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
                 let ctx = TopicContext {
@@ -138,7 +138,8 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
 
 impl Control {
     /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
-    /// `mirror.topics.include` / `.exclude` comma-separated regexes; only PLAINTEXT sources).
+    /// `mirror.topics.include` / `.exclude` comma-separated regexes; the source connection's
+    /// `security.protocol`, `ssl.*` and `sasl.*` properties, secrets by `file:`/`env:` reference only).
     /// Returns the error code and message.
     pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
         let booted = self.booted_store().await;
@@ -149,15 +150,15 @@ impl Control {
         if self.has_mirror(name) {
             return (CLUSTER_MIRROR_ALREADY_EXISTS, Some(format!("cluster mirror {name} already exists")));
         }
-        let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !KNOWN_KEYS.contains(k)).collect();
+        let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !known_key(k)).collect();
         if !unknown.is_empty() {
             return (
                 INVALID_CONFIG,
-                Some(format!("unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?}")),
+                Some(format!(
+                    "unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?} and the client security properties {:?}",
+                    kmp_config::CLIENT_SECURITY_KEYS
+                )),
             );
-        }
-        if get("security.protocol").is_some_and(|p| !p.eq_ignore_ascii_case("PLAINTEXT")) {
-            return (INVALID_CONFIG, Some("only PLAINTEXT source clusters are supported".into()));
         }
         let bootstrap = csv(get("bootstrap.servers"));
         if bootstrap.is_empty() {
@@ -169,7 +170,11 @@ impl Control {
         }
         let mut def = MirrorConfig::new(name, bootstrap);
         for (key, value) in configs {
-            if let Some(list) = list_config(&mut def, key) {
+            if kmp_config::is_client_security_key(key) {
+                if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
+                    def.source_properties.0.insert(key.clone(), v.to_owned());
+                }
+            } else if let Some(list) = list_config(&mut def, key) {
                 *list = csv(value.as_deref());
             } else if let Err(e) = set_interval(&mut def, key, value.as_deref()) {
                 return (INVALID_CONFIG, Some(e));
@@ -177,6 +182,9 @@ impl Control {
         }
         if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));
+        }
+        if let Err(e) = source_properties(&def.source_properties) {
+            return e;
         }
         let Some(store) = booted else {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
@@ -213,7 +221,7 @@ impl Control {
                 .collect();
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(msg), results);
         };
-        let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), Duration::from_secs(10));
+        let source = ClusterClient::source_of(&def, Duration::from_secs(10));
         let mut results = Vec::new();
         for t in topics {
             let r = |code: i16, msg: String| TopicResult {

@@ -251,8 +251,12 @@ impl StateStore {
         self.write(vec![(format!("topic/{topic}"), Some(json(r)?))]).await
     }
 
+    /// Stores a mirror definition; inline secrets of its source properties (config-file mirrors)
+    /// are replaced by a placeholder — only `file:`/`env:` references reach the state topic.
     pub async fn put_mirror(&self, r: &MirrorRecord) -> Result<(), MirrorError> {
-        self.write(vec![(format!("mirror/{}", r.definition.name), Some(json(r)?))]).await
+        let mut stored = r.clone();
+        stored.definition.source_properties = r.definition.source_properties.for_storage();
+        self.write(vec![(format!("mirror/{}", r.definition.name), Some(json(&stored)?))]).await
     }
 
     pub async fn delete_mirror(&self, name: &str) -> Result<(), MirrorError> {

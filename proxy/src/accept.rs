@@ -1,6 +1,7 @@
 //! Accepting client connections on one listener: connection limits (`limits`), the per-connection
-//! span, opening the upstream connection, and handing both to `session`. Accept errors (out of
-//! file descriptors and the like) back off instead of spinning.
+//! span, the TLS handshake (`[listener.tls]`, via `tls`), opening the upstream connection, and
+//! handing both to `session`. Accept errors (out of file descriptors and the like) back off
+//! instead of spinning; a failed handshake closes that connection only.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -64,17 +65,7 @@ pub(crate) async fn run(
                 let _slot = slot;
                 shared.metrics.connections.inc();
                 shared.metrics.open_connections.inc();
-                let result = match shared.connector.connect(target, &shared.cluster).await {
-                    Ok((upstream, addr)) => {
-                        tracing::debug!(upstream = %addr, "connected");
-                        let conn = Arc::new(Conn::new(shared.clone(), peer));
-                        session::run(client, upstream, conn, chain, stop).await
-                    }
-                    Err(e) => {
-                        shared.metrics.upstream_connect_errors.inc();
-                        Err(e)
-                    }
-                };
+                let result = serve(client, peer, target, &shared, chain, stop).await;
                 shared.metrics.open_connections.dec();
                 match result {
                     Ok(()) => tracing::debug!("connection closed"),
@@ -83,5 +74,48 @@ pub(crate) async fn run(
             }
             .instrument(span),
         );
+    }
+}
+
+/// One accepted connection: TLS handshake (if configured), upstream connection, session.
+async fn serve(
+    client: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    target: Target,
+    shared: &Arc<Shared>,
+    chain: Arc<Chain>,
+    stop: watch::Receiver<bool>,
+) -> Result<(), crate::error::ProxyError> {
+    let client = match &shared.tls {
+        None => Ok(client),
+        Some(identity) => {
+            // A handshake is a few round trips: bounded by the frame timeout, at most 10 s.
+            let timeout = Duration::from_millis(shared.config.limits.frame_read_timeout_ms.min(10_000));
+            match crate::tls::accept(identity, client, timeout).await {
+                Ok(tls) => Err(tls),
+                Err(why) => {
+                    shared.metrics.connection_closed("tls_handshake");
+                    tracing::info!(%why, "client TLS handshake failed");
+                    return Ok(());
+                }
+            }
+        }
+    };
+    let (upstream, addr) = match shared.connector.connect(target, &shared.cluster).await {
+        Ok(u) => u,
+        Err(e) => {
+            shared.metrics.upstream_connect_errors.inc();
+            return Err(e);
+        }
+    };
+    tracing::debug!(upstream = %addr, "connected");
+    match client {
+        Ok(tcp) => session::run(tcp, upstream, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
+        Err((tls, principal)) => {
+            if let Some(p) = &principal {
+                tracing::debug!(principal = %p, "client certificate accepted");
+            }
+            session::run(tls, upstream, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
+        }
     }
 }

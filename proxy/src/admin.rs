@@ -24,14 +24,16 @@ use tracing::{debug, info, warn};
 
 use crate::rest::AdminAuth;
 use crate::shared::Shared;
+use crate::tls::TlsIdentity;
 
 /// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+/// Serves the admin endpoint on `listener`, over HTTPS when `tls` is given (`[admin.tls]`).
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Option<Arc<TlsIdentity>>, mut stop: watch::Receiver<bool>) {
     if let Ok(addr) = listener.local_addr() {
-        info!(%addr, "admin endpoint listening");
+        info!(%addr, https = tls.is_some(), "admin endpoint listening");
     }
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
     let mut backoff = AcceptBackoff::default();
@@ -56,13 +58,26 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, mut stop: 
             },
             _ = stop.changed() => return,
         };
-        let shared = shared.clone();
+        let (shared, tls) = (shared.clone(), tls.clone());
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let shared = shared.clone();
                 async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
             });
-            if let Err(err) = http_builder(header_timeout).serve_connection(TokioIo::new(stream), svc).await {
+            let served = match tls {
+                None => http_builder(header_timeout).serve_connection(TokioIo::new(stream), svc).await,
+                Some(identity) => {
+                    let handshake = header_timeout.unwrap_or(Duration::from_secs(10));
+                    match crate::tls::accept(&identity, stream, handshake).await {
+                        Ok((tls, _)) => http_builder(header_timeout).serve_connection(TokioIo::new(tls), svc).await,
+                        Err(why) => {
+                            debug!(%peer, %why, "admin TLS handshake failed");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(err) = served {
                 debug!(%err, "admin connection error");
             }
         });

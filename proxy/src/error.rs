@@ -26,6 +26,9 @@ pub enum ProxyError {
     /// The connection was idle or sent part of a frame for too long.
     #[error("connection closed: {0}")]
     Timeout(&'static str),
+    /// TLS or SASL settings cannot be used (unreadable file, bad PEM, missing secret).
+    #[error("security settings: {0}")]
+    Security(String),
     /// Writing to the client failed.
     #[error("client connection: {0}")]
     ClientIo(std::io::Error),
@@ -38,7 +41,7 @@ impl ProxyError {
             Self::Protocol(e) => e.side(),
             Self::UpstreamConnect { .. } | Self::NoUpstream => Side::Broker,
             Self::UnsupportedRequest { .. } | Self::ClientIo(_) => Side::Client,
-            Self::Listener { .. } | Self::NotReady => Side::Internal,
+            Self::Listener { .. } | Self::NotReady | Self::Security(_) => Side::Internal,
             Self::Timeout(_) => Side::Client,
         }
     }

@@ -20,6 +20,7 @@ mod rest;
 mod server;
 mod session;
 mod shared;
+mod tls;
 mod upstream;
 
 pub use error::ProxyError;

@@ -55,6 +55,25 @@ enum Command {
     },
     /// Manage cluster mirrors through a proxy (KIP-1279 `kafka-cluster-mirrors.sh` flags).
     Mirrors(cli_mirrors::MirrorsArgs),
+    /// Print a `[[user]]` entry for `listener.auth.credentials_file` (salted SCRAM credentials;
+    /// the password is read from an environment variable or a file, never from the command line).
+    ScramCredential {
+        /// User name clients log in with.
+        #[arg(long)]
+        user: String,
+        /// SCRAM-SHA-256 or SCRAM-SHA-512 (PLAIN logins are checked against either).
+        #[arg(long, default_value = "SCRAM-SHA-512")]
+        mechanism: String,
+        /// Environment variable holding the password.
+        #[arg(long, conflicts_with = "password_file")]
+        password_env: Option<String>,
+        /// File holding the password (one trailing newline is ignored).
+        #[arg(long)]
+        password_file: Option<PathBuf>,
+        /// PBKDF2 iterations (4096..=16384, Kafka's bounds).
+        #[arg(long, default_value_t = 8192)]
+        iterations: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -116,7 +135,28 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Versions { check_upstream } => versions_command(check_upstream).await,
         Command::Mirrors(args) => cli_mirrors::run(args).await,
+        Command::ScramCredential {
+            user,
+            mechanism,
+            password_env,
+            password_file,
+            iterations,
+        } => scram_credential(&user, &mechanism, password_env, password_file, iterations),
     }
+}
+
+#[allow(clippy::print_stdout, reason = "CLI output")]
+fn scram_credential(user: &str, mechanism: &str, env: Option<String>, file: Option<PathBuf>, iterations: u32) -> anyhow::Result<ExitCode> {
+    let secret = match (env, file) {
+        (Some(e), None) => kmp_config::SecretRef::Env(e),
+        (None, Some(f)) => kmp_config::SecretRef::File(f),
+        _ => anyhow::bail!("give the password with --password-env NAME or --password-file PATH"),
+    };
+    let password = secret.resolve().map_err(anyhow::Error::msg)?;
+    let mechanism = kmp_config::SaslMechanism::parse(mechanism).ok_or_else(|| anyhow::anyhow!("unknown mechanism `{mechanism}`"))?;
+    let entry = kmp_protocol::security::credentials::entry(user, mechanism, &password, iterations).map_err(anyhow::Error::msg)?;
+    print!("{entry}");
+    Ok(ExitCode::SUCCESS)
 }
 
 #[allow(clippy::print_stdout, reason = "CLI output")]

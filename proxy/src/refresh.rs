@@ -71,7 +71,7 @@ async fn probe(shared: &Shared, state: &mut State) -> Result<Connection, Protoco
     let mut last = None;
     for addr in shared.connector.bootstrap_order() {
         let attempt = async {
-            let mut conn = Connection::connect(&addr, timeout, "kafka-mirror-proxy").await?;
+            let mut conn = Connection::connect_with(&addr, timeout, "kafka-mirror-proxy", shared.connector.own_security()).await?;
             let announced = tokio::time::timeout(timeout, conn.api_versions()).await.map_err(|_| ProtocolError::Connect {
                 addr: addr.clone(),
                 detail: "ApiVersions timed out".into(),

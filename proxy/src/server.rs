@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use kmp_config::Config;
+use kmp_config::{AuthMode, Config, PropsOrigin};
+use kmp_protocol::security::ClientSecurity;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
@@ -17,8 +18,10 @@ use tracing::{error, info, warn};
 use crate::cluster::{ClusterView, NewListener};
 use crate::error::ProxyError;
 use crate::filters::Chain;
+use crate::filters::sasl_terminate::{CredentialStore, SaslTerminator};
 use crate::metrics::Metrics;
 use crate::shared::Shared;
+use crate::tls::{Reloadable, TlsIdentity};
 use crate::upstream::{Connector, Target};
 use crate::{accept, admin, limits, refresh};
 
@@ -45,6 +48,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             source,
         })?;
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
+    let security = Security::load(&config)?;
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mirrors = if !config.engine.enabled {
@@ -54,6 +58,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             &config.engine,
             config.mirrors.clone(),
             config.upstream.bootstrap_servers.clone(),
+            security.upstream.clone(),
             Duration::from_millis(config.upstream.connect_timeout_ms),
             config.security.mirror_source_allow.clone(),
             stop_rx.clone(),
@@ -65,7 +70,10 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         connector: Connector::new(
             config.upstream.bootstrap_servers.clone(),
             Duration::from_millis(config.upstream.connect_timeout_ms),
+            security.upstream.clone(),
+            config.listener.auth.mode == AuthMode::Terminate,
         ),
+        tls: security.listener_tls.clone(),
         ready: AtomicBool::new(false),
         masks_fillers: config.engine.enabled,
         mirrors,
@@ -75,11 +83,12 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     });
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
-    let chain = Arc::new(Chain::new());
+    let chain = Arc::new(Chain::new(security.terminator(&shared.config)));
+    tokio::spawn(crate::tls::watch(security.reloadable(), security.reload_interval, stop_rx.clone()));
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
     if let Some(admin) = listeners.admin {
-        tokio::spawn(admin::serve(admin, shared.clone(), stop_rx.clone()));
+        tokio::spawn(admin::serve(admin, shared.clone(), security.admin_tls.clone(), stop_rx.clone()));
     }
     tokio::spawn(accept::run(
         listeners.bootstrap,
@@ -131,4 +140,66 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     }
     info!("kafka-mirror-proxy stopped");
     Ok(())
+}
+
+/// What the security settings resolve to at startup (files read, secrets resolved): any problem
+/// stops the proxy with a message naming the setting.
+struct Security {
+    upstream: Arc<ClientSecurity>,
+    listener_tls: Option<Arc<TlsIdentity>>,
+    admin_tls: Option<Arc<TlsIdentity>>,
+    credentials: Option<Arc<CredentialStore>>,
+    reload_interval: Duration,
+}
+
+impl Security {
+    fn load(config: &Config) -> Result<Self, ProxyError> {
+        let props = config
+            .upstream
+            .properties
+            .parse(PropsOrigin::ConfigFile)
+            .map_err(|e| ProxyError::Security(format!("upstream.properties: {}", e.join("; "))))?;
+        let upstream = Arc::new(ClientSecurity::build(&props).map_err(|e| ProxyError::Security(format!("upstream.properties: {e}")))?);
+        let identity = |what: &str, tls: &Option<kmp_config::TlsServerConfig>, alpn: &[&[u8]]| {
+            tls.as_ref()
+                .map(|t| TlsIdentity::load(what, t, alpn))
+                .transpose()
+                .map_err(|e| ProxyError::Security(format!("{what}: {e}")))
+        };
+        let listener_tls = identity("listener.tls", &config.listener.tls, &[])?;
+        let admin_tls = identity("admin.tls", &config.admin.tls, &[b"http/1.1"])?;
+        let auth = &config.listener.auth;
+        let credentials = match (&auth.mode, &auth.credentials_file) {
+            (AuthMode::Terminate, Some(path)) => {
+                Some(CredentialStore::load(path.clone()).map_err(|e| ProxyError::Security(format!("listener.auth.credentials_file: {e}")))?)
+            }
+            _ => None,
+        };
+        let reload_interval = listener_tls
+            .as_ref()
+            .or(admin_tls.as_ref())
+            .map_or(Duration::from_secs(10), |t| t.reload_interval());
+        Ok(Self {
+            upstream,
+            listener_tls,
+            admin_tls,
+            credentials,
+            reload_interval,
+        })
+    }
+
+    /// The termination filter when `listener.auth.mode = "terminate"`.
+    fn terminator(&self, config: &Config) -> Option<SaslTerminator> {
+        let auth = &config.listener.auth;
+        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone()))
+    }
+
+    /// Everything reloaded from files.
+    fn reloadable(&self) -> Vec<Arc<dyn Reloadable>> {
+        let mut v: Vec<Arc<dyn Reloadable>> = Vec::new();
+        v.extend(self.listener_tls.clone().map(|t| t as Arc<dyn Reloadable>));
+        v.extend(self.admin_tls.clone().map(|t| t as Arc<dyn Reloadable>));
+        v.extend(self.credentials.clone().map(|c| c as Arc<dyn Reloadable>));
+        v
+    }
 }

@@ -51,7 +51,7 @@ enum Pending {
 }
 
 /// A bidirectional stream that splits into independently owned halves. Plain TCP splits without
-/// a lock; a TLS stream (later) implements it with `tokio::io::split`.
+/// a lock; a TLS stream uses `tokio::io::split`.
 pub(crate) trait SplitStream: Send + 'static {
     type Read: AsyncRead + Send + Unpin + 'static;
     type Write: AsyncWrite + Send + Unpin + 'static;
@@ -62,6 +62,22 @@ impl SplitStream for TcpStream {
     type Read = OwnedReadHalf;
     type Write = OwnedWriteHalf;
     fn split_stream(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        self.into_split()
+    }
+}
+
+impl SplitStream for tokio_rustls::server::TlsStream<TcpStream> {
+    type Read = tokio::io::ReadHalf<Self>;
+    type Write = tokio::io::WriteHalf<Self>;
+    fn split_stream(self) -> (Self::Read, Self::Write) {
+        tokio::io::split(self)
+    }
+}
+
+impl SplitStream for kmp_protocol::security::BrokerStream {
+    type Read = kmp_protocol::security::BrokerRead;
+    type Write = kmp_protocol::security::BrokerWrite;
+    fn split_stream(self) -> (Self::Read, Self::Write) {
         self.into_split()
     }
 }

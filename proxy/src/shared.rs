@@ -27,4 +27,6 @@ pub(crate) struct Shared {
     /// Connection counts and the request-byte budget (`[limits]`).
     pub(crate) limits: Limits,
     pub(crate) next_connection_id: AtomicU64,
+    /// Client-facing TLS of the Kafka listeners (`[listener.tls]`), reloadable.
+    pub(crate) tls: Option<Arc<crate::tls::TlsIdentity>>,
 }

@@ -1,20 +1,25 @@
 //! Opening upstream connections: which broker a client connection maps to (any bootstrap broker
 //! for the bootstrap listener, broker N for node listener N) and the TCP connect itself.
 //!
-//! This is the seam where TLS (tokio-rustls) and SASL toward the brokers plug in: callers get an
-//! [`UpstreamStream`] and never see how it was made. Forwarding frames belongs to `session`.
+//! TLS and SASL toward the brokers (`[upstream.properties]`) happen in the connect: callers get an
+//! [`UpstreamStream`] ready for requests and never see how it was made. In pass-through mode client
+//! connections get the transport only (clients authenticate themselves); in termination mode and
+//! for the proxy's own connections the proxy's SASL login runs too. Forwarding frames belongs to
+//! `session`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use kmp_protocol::ProtocolError;
+use kmp_protocol::security::{BrokerStream, ClientSecurity};
 use tracing::{debug, warn};
 
 use crate::cluster::ClusterView;
 use crate::error::ProxyError;
 
-/// The stream type of an upstream connection (plain TCP today).
-pub(crate) type UpstreamStream = TcpStream;
+/// The stream type of an upstream connection (TCP or TLS, authenticated when configured).
+pub(crate) type UpstreamStream = BrokerStream;
 
 /// What a client listener forwards to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,15 +43,29 @@ pub(crate) struct Connector {
     bootstrap: Vec<String>,
     next: AtomicUsize,
     timeout: Duration,
+    /// What client connections use upstream.
+    clients: Arc<ClientSecurity>,
+    /// What the proxy's own connections use (metadata refresh, readiness): with its SASL login.
+    own: Arc<ClientSecurity>,
 }
 
 impl Connector {
-    pub(crate) fn new(bootstrap: Vec<String>, timeout: Duration) -> Self {
+    /// `own`: the destination's full client security; `terminate`: whether client connections
+    /// authenticate upstream with it too (else they get its transport only).
+    pub(crate) fn new(bootstrap: Vec<String>, timeout: Duration, own: Arc<ClientSecurity>, terminate: bool) -> Self {
+        let clients = if terminate { own.clone() } else { Arc::new(own.transport_only()) };
         Self {
             bootstrap,
             next: AtomicUsize::new(0),
             timeout,
+            clients,
+            own,
         }
+    }
+
+    /// The security of the proxy's own connections to the destination.
+    pub(crate) fn own_security(&self) -> &ClientSecurity {
+        &self.own
     }
 
     /// Opens a connection for `target`.
@@ -85,17 +104,9 @@ impl Connector {
     }
 
     pub(crate) async fn connect_addr(&self, addr: &str) -> Result<UpstreamStream, ProxyError> {
-        let stream = tokio::time::timeout(self.timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ProxyError::UpstreamConnect {
-                addr: addr.to_owned(),
-                detail: format!("timed out after {:?}", self.timeout),
-            })?
-            .map_err(|e| ProxyError::UpstreamConnect {
-                addr: addr.to_owned(),
-                detail: e.to_string(),
-            })?;
-        let _ = stream.set_nodelay(true);
-        Ok(stream)
+        self.clients.connect(addr, self.timeout, "kafka-mirror-proxy").await.map_err(|e| match e {
+            ProtocolError::Connect { detail, .. } => ProxyError::UpstreamConnect { addr: addr.to_owned(), detail },
+            e => ProxyError::Protocol(e),
+        })
     }
 }

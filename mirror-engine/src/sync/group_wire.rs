@@ -41,7 +41,7 @@ pub type Coordinators = HashMap<String, Result<String, i16>>;
 pub type FailedGroups = Vec<(String, i16)>;
 
 async fn connect(cluster: &ClusterClient, addr: &str) -> Result<Connection, MirrorError> {
-    Connection::connect(addr, cluster.timeout(), CLIENT_ID).await.map_err(|e| cluster.wrap(e))
+    cluster.connect_to(addr, CLIENT_ID).await
 }
 
 /// `node id → host:port` of every broker of the cluster.

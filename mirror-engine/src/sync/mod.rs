@@ -74,7 +74,7 @@ async fn run(shared: Shared, name: String, kind: SyncKind) {
 
 /// One pass of `kind` over `topics` of mirror `def`, recorded on the board.
 pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, topics: &[String]) {
-    let source = ClusterClient::new("source", def.source_bootstrap_servers.clone(), shared.destination.timeout());
+    let source = ClusterClient::source_of(def, shared.destination.timeout());
     let work = async {
         match kind {
             SyncKind::GroupOffsets => groups::sync(&source, &shared.destination, def, topics).await.map(|r| PassOutcome {

@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kmp_config::MirrorConfig;
-use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::alter_share_group_offsets_request::{AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic};
 use kmp_protocol::kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kmp_protocol::kafka_protocol::messages::{AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, GroupId, TopicName};
@@ -50,9 +49,7 @@ async fn start_offsets(cluster: &ClusterClient, coords: &Coordinators) -> Result
                 rg
             })
             .collect();
-        let mut conn = Connection::connect(addr, cluster.timeout(), "kafka-mirror-proxy-sync")
-            .await
-            .map_err(|e| cluster.wrap(e))?;
+        let mut conn = cluster.connect_to(addr, "kafka-mirror-proxy-sync").await?;
         let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
@@ -93,9 +90,7 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
             rt
         })
         .collect();
-    let mut conn = Connection::connect(coordinator, cluster.timeout(), "kafka-mirror-proxy-sync")
-        .await
-        .map_err(|e| cluster.wrap(e))?;
+    let mut conn = cluster.connect_to(coordinator, "kafka-mirror-proxy-sync").await?;
     let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
     if resp.error_code != 0 {
         return Ok(Some(resp.error_code));

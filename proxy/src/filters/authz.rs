@@ -1,7 +1,8 @@
 //! Who may manage mirrors over the Kafka port: the KIP-1279 mirror RPCs (API keys 94-104) and
 //! cluster-mirror config resources (type 64 in DescribeConfigs, IncrementalAlterConfigs,
 //! AlterConfigs). The rule (`[security]`): never while SASL is started but not completed; a
-//! connection authenticated as a listed principal may; otherwise loopback peers (IPv4, IPv6,
+//! connection authenticated as a listed principal (SASL user, or the
+//! subject of its client certificate under mutual TLS) may; otherwise loopback peers (IPv4, IPv6,
 //! IPv4-mapped) when `mirror_admin_loopback`, and peers in `mirror_admin_networks`. Everything
 //! else — and everything when `kafka_mirror_admin = false` — gets
 //! CLUSTER_MIRROR_AUTHORIZATION_FAILED (144). Answering the authorized requests belongs to
@@ -16,18 +17,19 @@ use crate::error::ProxyError;
 /// Why `conn` may not manage mirrors, or `None` when it may.
 pub(crate) fn refusal(conn: &Conn) -> Option<String> {
     let sasl = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    decide(&conn.shared.config.security, conn.peer.ip(), &sasl)
+    decide(&conn.shared.config.security, conn.peer.ip(), &sasl, conn.tls_principal.as_deref())
 }
 
 /// The rule itself (see the module docs).
-fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::sasl::SaslState) -> Option<String> {
+/// `tls_principal`: the client certificate's subject (mutual TLS), used when SASL gave none.
+fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::sasl::SaslState, tls_principal: Option<&str>) -> Option<String> {
     if !sec.kafka_mirror_admin {
         return Some("mirror management over the Kafka port is disabled (security.kafka_mirror_admin = false); use the admin REST API".to_owned());
     }
     if sasl.in_progress() {
         return Some("not authorized: SASL authentication has not completed on this connection".to_owned());
     }
-    if let Some(p) = &sasl.principal
+    if let Some(p) = sasl.principal.as_deref().or(tls_principal)
         && sec.mirror_admin_principals.iter().any(|a| a == p)
     {
         return None;
@@ -89,18 +91,18 @@ mod tests {
     fn loopback_networks_and_listed_principals_may_manage_mirrors_and_nobody_mid_authentication() {
         let mut sec = kmp_config::SecurityConfig::default();
         let none = SaslState::default();
-        assert_eq!(decide(&sec, ip("127.0.0.1"), &none), None);
-        assert_eq!(decide(&sec, ip("::1"), &none), None);
-        assert_eq!(decide(&sec, ip("::ffff:127.0.0.1"), &none), None, "IPv4-mapped loopback");
-        assert!(decide(&sec, ip("192.0.2.2"), &none).is_some_and(|m| m.contains("192.0.2.2")));
+        assert_eq!(decide(&sec, ip("127.0.0.1"), &none, None), None);
+        assert_eq!(decide(&sec, ip("::1"), &none, None), None);
+        assert_eq!(decide(&sec, ip("::ffff:127.0.0.1"), &none, None), None, "IPv4-mapped loopback");
+        assert!(decide(&sec, ip("192.0.2.2"), &none, None).is_some_and(|m| m.contains("192.0.2.2")));
         let half = SaslState {
             started: true,
             ..SaslState::default()
         };
-        assert!(decide(&sec, ip("127.0.0.1"), &half).is_some(), "never before authentication completed");
+        assert!(decide(&sec, ip("127.0.0.1"), &half, None).is_some(), "never before authentication completed");
         sec.mirror_admin_networks = vec!["192.0.2.0/24".into()];
-        assert_eq!(decide(&sec, ip("192.0.2.2"), &none), None);
-        assert_eq!(decide(&sec, ip("::ffff:192.0.2.2"), &none), None);
+        assert_eq!(decide(&sec, ip("192.0.2.2"), &none, None), None);
+        assert_eq!(decide(&sec, ip("::ffff:192.0.2.2"), &none, None), None);
         sec.mirror_admin_networks.clear();
         sec.mirror_admin_principals = vec!["ops".into()];
         let ops = SaslState {
@@ -112,9 +114,13 @@ mod tests {
             principal: Some("app".into()),
             ..ops.clone()
         };
-        assert_eq!(decide(&sec, ip("192.0.2.2"), &ops), None);
-        assert!(decide(&sec, ip("192.0.2.2"), &other).is_some());
+        assert_eq!(decide(&sec, ip("192.0.2.2"), &ops, None), None);
+        assert!(decide(&sec, ip("192.0.2.2"), &other, None).is_some());
+        let cn = "CN=mirror-admin,O=kmp-test";
+        sec.mirror_admin_principals.push(cn.into());
+        assert_eq!(decide(&sec, ip("192.0.2.2"), &none, Some(cn)), None, "a listed certificate subject may");
+        assert!(decide(&sec, ip("192.0.2.2"), &none, Some("CN=app,O=kmp-test")).is_some());
         sec.kafka_mirror_admin = false;
-        assert!(decide(&sec, ip("127.0.0.1"), &none).is_some_and(|m| m.contains("kafka_mirror_admin")));
+        assert!(decide(&sec, ip("127.0.0.1"), &none, None).is_some_and(|m| m.contains("kafka_mirror_admin")));
     }
 }

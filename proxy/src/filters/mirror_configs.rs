@@ -2,8 +2,8 @@
 //! and IncrementalAlterConfigs for such resources are answered by the proxy (the other resources
 //! of the same request go to the broker and the answers are merged); AlterConfigs (the
 //! non-incremental, deprecated form) is refused for them. The configs themselves are the
-//! engine's (`Control::mirror_configs` / `alter_mirror`); no mirror config is a secret today
-//! (sources are PLAINTEXT), and none would be returned if it were.
+//! engine's (`Control::mirror_configs` / `alter_mirror`); secrets (`sasl.password`,
+//! `sasl.jaas.config`, `ssl.keystore.key`) are described as sensitive with no value, as Kafka does.
 
 use bytes::Bytes;
 use kmp_mirror_engine::Control;
@@ -143,11 +143,12 @@ fn describe(control: &Control, name: &str, keys: Option<&[StrBytes]>) -> Describ
     };
     r.configs = configs
         .into_iter()
-        .filter(|(k, _)| keys.is_none_or(|ks| ks.is_empty() || ks.iter().any(|w| w.as_str() == *k)))
-        .map(|(k, v)| {
+        .filter(|(k, _, _)| keys.is_none_or(|ks| ks.is_empty() || ks.iter().any(|w| w.as_str() == k.as_str())))
+        .map(|(k, v, sensitive)| {
             let mut c = DescribeConfigsResourceResult::default();
-            c.name = s(k);
-            c.value = Some(s(&v));
+            c.name = s(&k);
+            c.value = v.as_deref().map(s);
+            c.is_sensitive = sensitive;
             c.config_source = 0; // UNKNOWN: mirror configs have no Kafka config source
             c.config_type = 2; // STRING
             c

@@ -33,6 +33,7 @@ pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;
 pub(crate) mod readonly;
 pub(crate) mod sasl;
+pub(crate) mod sasl_terminate;
 pub(crate) mod startup;
 pub(crate) mod state_topic;
 
@@ -45,15 +46,22 @@ pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub(crate) struct Conn {
     pub(crate) shared: Arc<Shared>,
     pub(crate) peer: SocketAddr,
+    /// SASL progress and principal (observed in pass-through, decided in termination).
     pub(crate) sasl: Mutex<sasl::SaslState>,
+    /// Termination mode: where this connection's own authentication stands.
+    pub(crate) auth: Mutex<sasl_terminate::Progress>,
+    /// The subject of the client's TLS certificate (mutual TLS), RFC 4514.
+    pub(crate) tls_principal: Option<String>,
 }
 
 impl Conn {
-    pub(crate) fn new(shared: Arc<Shared>, peer: SocketAddr) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, peer: SocketAddr, tls_principal: Option<String>) -> Self {
         Self {
             shared,
             peer,
             sasl: Mutex::new(sasl::SaslState::default()),
+            auth: Mutex::new(sasl_terminate::Progress::default()),
+            tls_principal,
         }
     }
 }
@@ -153,11 +161,17 @@ impl Chain {
     /// connection before anything is decoded), then what the connection is (SASL), then policies
     /// that refuse, then what the proxy answers itself, then the guards of mirror topics; on the
     /// way back ApiVersions clamping, SASL outcome, filler masking, then address rewriting.
-    pub(crate) fn new() -> Self {
+    /// `terminate`: the proxy authenticates clients itself (`sasl_terminate`) instead of
+    /// watching their exchange with the broker (`sasl`).
+    pub(crate) fn new(terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+        let sasl: Box<dyn Filter> = match terminate {
+            Some(t) => Box::new(t),
+            None => Box::new(sasl::SaslObserver),
+        };
         Self {
             filters: vec![
                 Box::new(api_versions::Versions),
-                Box::new(sasl::SaslObserver),
+                sasl,
                 Box::new(startup::StartupGate),
                 Box::new(authz::MirrorAdminAuthz),
                 Box::new(mirror_rpc::MirrorRpc),

@@ -1,0 +1,275 @@
+//! Authentication termination (`listener.auth.mode = "terminate"`): the proxy answers SaslHandshake
+//! and SaslAuthenticate itself — PLAIN and SCRAM-SHA-256/512 against the salted credentials file —
+//! and the broker connection is already authenticated with the proxy's own credentials. Until a
+//! client authenticated, only ApiVersions and SASL requests are served: anything else closes the
+//! connection, as a Kafka SASL listener does; after a failed authentication too. The principal
+//! (user name) goes where the pass-through observer puts it, for `authz`. With no mechanisms
+//! configured, clients are authenticated by their TLS certificate (checked in the handshake) and
+//! SASL requests are refused. Reading and reloading the credentials file belongs here too
+//! ([`CredentialStore`]); the SCRAM math to `kmp_protocol::security::scram`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use kmp_config::SaslMechanism;
+use kmp_protocol::codec::{decode_request, encode_response};
+use kmp_protocol::kafka_protocol::messages::{ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::security::credentials::Credentials;
+use kmp_protocol::security::scram::{Hash, ScramServer, ServerStep};
+use kmp_protocol::{ProtocolError, Side};
+
+use super::sasl::SaslState;
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use crate::error::ProxyError;
+use crate::tls::Reloadable;
+
+const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+const ILLEGAL_SASL_STATE: i16 = 34;
+const SASL_AUTHENTICATION_FAILED: i16 = 58;
+
+/// The credentials file, reloadable.
+pub(crate) struct CredentialStore {
+    path: PathBuf,
+    current: RwLock<Arc<Credentials>>,
+}
+
+impl CredentialStore {
+    /// Loads `path` now (an unreadable or invalid file stops the proxy at startup).
+    pub(crate) fn load(path: PathBuf) -> Result<Arc<Self>, String> {
+        let c = Credentials::load(&path)?;
+        Ok(Arc::new(Self {
+            path,
+            current: RwLock::new(Arc::new(c)),
+        }))
+    }
+
+    fn get(&self) -> Arc<Credentials> {
+        self.current.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl Reloadable for CredentialStore {
+    fn name(&self) -> &str {
+        "listener.auth.credentials_file"
+    }
+    fn files(&self) -> Vec<PathBuf> {
+        vec![self.path.clone()]
+    }
+    fn reload(&self) -> Result<(), String> {
+        let c = Credentials::load(&self.path)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
+        Ok(())
+    }
+}
+
+/// Where one connection's authentication stands.
+#[derive(Default)]
+pub(crate) enum Progress {
+    #[default]
+    Start,
+    /// SaslHandshake accepted this mechanism; SaslAuthenticate steps follow.
+    Handshaken(SaslMechanism, Option<Box<ScramServer>>),
+    Authenticated,
+    /// Failed: the connection is closed at its next request.
+    Failed,
+}
+
+/// The termination filter.
+pub(crate) struct SaslTerminator {
+    mechanisms: Vec<SaslMechanism>,
+    credentials: Option<Arc<CredentialStore>>,
+}
+
+impl SaslTerminator {
+    pub(crate) fn new(mechanisms: &[String], credentials: Option<Arc<CredentialStore>>) -> Self {
+        Self {
+            mechanisms: mechanisms.iter().filter_map(|m| SaslMechanism::parse(m)).collect(),
+            credentials,
+        }
+    }
+
+    fn names(&self) -> Vec<StrBytes> {
+        self.mechanisms.iter().map(|m| StrBytes::from_static_str(m.name())).collect()
+    }
+}
+
+fn refuse(detail: &str) -> ProxyError {
+    ProxyError::Protocol(ProtocolError::Malformed {
+        what: "request",
+        detail: detail.to_owned(),
+        side: Side::Client,
+    })
+}
+
+fn lock(conn: &Conn) -> std::sync::MutexGuard<'_, Progress> {
+    conn.auth.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Filter for SaslTerminator {
+    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+        let sasl_api = x.api_key == ApiKey::SaslHandshake as i16 || x.api_key == ApiKey::SaslAuthenticate as i16;
+        // The common case, an authenticated connection's ordinary request, costs one lock.
+        sasl_api || !matches!(*lock(conn), Progress::Authenticated) && !self.mechanisms.is_empty()
+    }
+
+    fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
+        Box::pin(async move {
+            if matches!(*lock(conn), Progress::Failed) {
+                return Err(refuse("request after a failed SASL authentication"));
+            }
+            if x.api_key == ApiKey::SaslHandshake as i16 {
+                return self.handshake(x, conn).map(|f| Flow::Answer(Some(f)));
+            }
+            if x.api_key == ApiKey::SaslAuthenticate as i16 {
+                let (frame, version, id) = (x.frame.clone(), x.api_version, x.correlation_id);
+                return self.authenticate(frame, version, id, conn).await.map(|f| Flow::Answer(Some(f)));
+            }
+            if x.api_key == ApiKey::ApiVersions as i16 {
+                return Ok(Flow::Continue);
+            }
+            conn.shared.metrics.connection_closed("unauthenticated_request");
+            Err(refuse(&format!(
+                "api key {} before SASL authentication (listener.auth.mode = terminate)",
+                x.api_key
+            )))
+        })
+    }
+}
+
+impl SaslTerminator {
+    fn handshake(&self, x: &Exchange, conn: &Conn) -> Result<Bytes, ProxyError> {
+        let (_, req) = decode_request::<SaslHandshakeRequest>(&x.frame, ApiKey::SaslHandshake, x.api_version)?;
+        let mut resp = SaslHandshakeResponse::default();
+        resp.mechanisms = self.names();
+        let mut progress = lock(conn);
+        match (&*progress, SaslMechanism::parse(req.mechanism.as_str()).filter(|m| self.mechanisms.contains(m))) {
+            (Progress::Start, Some(m)) => {
+                *progress = Progress::Handshaken(m, Hash::of(m).map(|h| Box::new(ScramServer::new(h))));
+                let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
+                *s = SaslState {
+                    started: true,
+                    mechanism: m.name().to_owned(),
+                    ..SaslState::default()
+                };
+            }
+            (Progress::Start, None) => resp.error_code = UNSUPPORTED_SASL_MECHANISM,
+            _ => resp.error_code = ILLEGAL_SASL_STATE,
+        }
+        Ok(encode_response(x.correlation_id, ApiKey::SaslHandshake, x.api_version, &resp)?)
+    }
+
+    async fn authenticate(&self, frame: Bytes, version: i16, correlation_id: i32, conn: &Conn) -> Result<Bytes, ProxyError> {
+        let (_, req) = decode_request::<SaslAuthenticateRequest>(&frame, ApiKey::SaslAuthenticate, version)?;
+        let x = (correlation_id, version);
+        let credentials = self.credentials.as_ref().map(|c| c.get()).unwrap_or_default();
+        let step = match self.scram_step(conn, &req.auth_bytes, &credentials) {
+            Ok(step) => step,
+            Err(()) => return self.answer(x, ILLEGAL_SASL_STATE, "SaslAuthenticate without a successful SaslHandshake", Bytes::new()),
+        };
+        let outcome: Result<(Option<String>, Bytes), String> = match step {
+            Some(Ok(ServerStep::Continue(msg))) => Ok((None, Bytes::from(msg))),
+            Some(Ok(ServerStep::Done { user, message })) => Ok((Some(user), Bytes::from(message))),
+            Some(Err(e)) => Err(e.0),
+            None => {
+                let bytes = req.auth_bytes.clone();
+                tokio::task::spawn_blocking(move || check_plain(&credentials, &bytes))
+                    .await
+                    .unwrap_or_else(|_| Err("internal error".into()))
+                    .map(|user| (Some(user), Bytes::new()))
+            }
+        };
+        match outcome {
+            Ok((None, msg)) => self.answer(x, 0, "", msg),
+            Ok((Some(user), msg)) => {
+                *lock(conn) = Progress::Authenticated;
+                let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
+                s.principal = Some(user.clone());
+                s.accepted_steps = 1;
+                tracing::debug!(principal = %user, "client authenticated");
+                drop(s);
+                self.answer(x, 0, "", msg)
+            }
+            Err(why) => {
+                *lock(conn) = Progress::Failed;
+                conn.shared.metrics.refused("sasl_authentication_failed", 1);
+                tracing::info!(peer = %conn.peer, "client SASL authentication failed");
+                let msg = if why.starts_with("Authentication failed") {
+                    why
+                } else {
+                    format!("Authentication failed: {why}")
+                };
+                self.answer(x, SASL_AUTHENTICATION_FAILED, &msg, Bytes::new())
+            }
+        }
+    }
+
+    /// The SCRAM step for `auth` (`None`: PLAIN, checked by the caller); `Err` when no handshake
+    /// preceded (the connection is then failed). Synchronous: no lock is held across an await.
+    #[allow(clippy::type_complexity)]
+    fn scram_step(
+        &self,
+        conn: &Conn,
+        auth: &[u8],
+        credentials: &Credentials,
+    ) -> Result<Option<Result<ServerStep, kmp_protocol::security::scram::ScramError>>, ()> {
+        let mechanism = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).mechanism.clone();
+        let hash = SaslMechanism::parse(&mechanism).and_then(Hash::of);
+        let mut progress = lock(conn);
+        match &mut *progress {
+            Progress::Handshaken(SaslMechanism::Plain, _) => Ok(None),
+            Progress::Handshaken(_, Some(scram)) => Ok(Some(scram.step(auth, &|user| hash.and_then(|h| credentials.scram(user, h))))),
+            _ => {
+                *progress = Progress::Failed;
+                Err(())
+            }
+        }
+    }
+
+    fn answer(&self, (correlation_id, version): (i32, i16), code: i16, message: &str, auth: Bytes) -> Result<Bytes, ProxyError> {
+        let mut resp = SaslAuthenticateResponse::default();
+        resp.error_code = code;
+        resp.error_message = (code != 0).then(|| StrBytes::from_string(message.to_owned()));
+        resp.auth_bytes = auth;
+        resp.session_lifetime_ms = 0;
+        Ok(encode_response(correlation_id, ApiKey::SaslAuthenticate, version, &resp)?)
+    }
+}
+
+/// PLAIN (`authzid NUL user NUL password`) checked against the salted credentials; the user on
+/// success. The authorization id must be empty or the user itself (Kafka's rule).
+fn check_plain(credentials: &Credentials, msg: &[u8]) -> Result<String, String> {
+    let mut parts = msg.splitn(3, |&b| b == 0);
+    let (authzid, user, password) = match (parts.next(), parts.next(), parts.next()) {
+        (Some(a), Some(u), Some(p)) => (a, u, p),
+        _ => return Err("Authentication failed: invalid PLAIN message".into()),
+    };
+    let (Ok(user), Ok(password)) = (std::str::from_utf8(user), std::str::from_utf8(password)) else {
+        return Err("Authentication failed: invalid PLAIN message".into());
+    };
+    if !authzid.is_empty() && authzid != user.as_bytes() {
+        return Err("Authentication failed: Client requested an authorization id that is different from username".into());
+    }
+    if user.is_empty() || !credentials.check_plain(user, password) {
+        return Err("Authentication failed: Invalid username or password".into());
+    }
+    Ok(user.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmp_protocol::security::credentials::entry;
+
+    #[test]
+    fn plain_logins_are_checked_against_salted_credentials() {
+        let c = Credentials::parse(&entry("alice", SaslMechanism::ScramSha256, "pw", 4096).unwrap()).unwrap();
+        assert_eq!(check_plain(&c, b"\0alice\0pw"), Ok("alice".to_owned()));
+        assert_eq!(check_plain(&c, b"alice\0alice\0pw"), Ok("alice".to_owned()));
+        assert!(check_plain(&c, b"\0alice\0nope").is_err());
+        assert!(check_plain(&c, b"bob\0alice\0pw").is_err(), "another authorization id");
+        assert!(check_plain(&c, b"\0alice").is_err());
+        assert!(check_plain(&c, b"\0\0pw").is_err());
+    }
+}
