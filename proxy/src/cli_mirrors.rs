@@ -11,6 +11,7 @@ use kmp_protocol::client::Connection;
 use kmp_protocol::mirror_api::{
     self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, ListResponse, SimpleResponse, TopicsRequest, TopicsResponse, errors,
 };
+use kmp_protocol::security::ClientSecurity;
 use serde_json::json;
 
 /// Flags of `mirrors` (one action).
@@ -61,6 +62,11 @@ pub struct MirrorsArgs {
     /// `table` (default) or `json`.
     #[arg(long, default_value = "table")]
     output: String,
+    /// Properties file of the connection to the proxy, Kafka client names (`security.protocol`,
+    /// `ssl.truststore.location`, `ssl.keystore.location`, `sasl.mechanism`, `sasl.jaas.config` or
+    /// `sasl.username`/`sasl.password`; secrets also as `file:`/`env:` references).
+    #[arg(long)]
+    command_config: Option<std::path::PathBuf>,
 }
 
 struct Client {
@@ -108,7 +114,18 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         "table" => false,
         other => bail!("--output must be table or json, not {other}"),
     };
-    let conn = Connection::connect(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli").await?;
+    let security = match &a.command_config {
+        None => ClientSecurity::plaintext(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read --command-config {}", path.display()))?;
+            let props = kmp_config::ClientProperties(properties(&text).into_iter().map(|(k, v)| (k, v.unwrap_or_default())).collect());
+            let parsed = props
+                .parse(kmp_config::PropsOrigin::ConfigFile)
+                .map_err(|e| anyhow::anyhow!("--command-config: {}", e.join("; ")))?;
+            ClientSecurity::build(&parsed).map_err(|e| anyhow::anyhow!("--command-config: {e}"))?
+        }
+    };
+    let conn = Connection::connect_with(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli", &security).await?;
     let mut c = Client { conn, next: 0 };
     if a.list {
         let l = c.list().await?;

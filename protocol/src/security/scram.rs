@@ -139,6 +139,30 @@ fn nonce() -> String {
     B64.encode(b)
 }
 
+/// The last salted password a client computed, keyed by salt and iteration count.
+#[derive(Default)]
+pub struct SaltedCache(std::sync::Mutex<Option<(Vec<u8>, u32, Vec<u8>)>>);
+
+impl std::fmt::Debug for SaltedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SaltedCache")
+    }
+}
+
+impl SaltedCache {
+    fn get_or_compute(&self, salt: &[u8], iterations: u32, compute: impl FnOnce() -> Vec<u8>) -> Vec<u8> {
+        let hit = {
+            let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            g.as_ref().filter(|(s, i, _)| s == salt && *i == iterations).map(|(_, _, v)| v.clone())
+        };
+        hit.unwrap_or_else(|| {
+            let v = compute();
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((salt.to_vec(), iterations, v.clone()));
+            v
+        })
+    }
+}
+
 /// The client side of one SCRAM exchange.
 pub struct ScramClient {
     hash: Hash,
@@ -168,6 +192,12 @@ impl ScramClient {
 
     /// client-final-message for the server's first message.
     pub fn respond(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramError> {
+        self.respond_cached(server_first, &SaltedCache::default())
+    }
+
+    /// Like [`Self::respond`], reusing the salted password of an earlier exchange with the same
+    /// salt and iteration count (PBKDF2 is the expensive part; a broker keeps a user's salt).
+    pub fn respond_cached(&mut self, server_first: &[u8], cache: &SaltedCache) -> Result<Vec<u8>, ScramError> {
         let sf = std::str::from_utf8(server_first).map_err(|_| err("server-first-message is not UTF-8"))?;
         if let Some(e) = attr(sf, 'e') {
             return Err(err(format!("server refused: {e}")));
@@ -186,7 +216,7 @@ impl ScramClient {
             return Err(err(format!("server asks for {iterations} iterations (at most {MAX_ITERATIONS} accepted)")));
         }
         let h = self.hash;
-        let salted = h.salted_password(self.password.as_bytes(), &salt, iterations);
+        let salted = cache.get_or_compute(&salt, iterations, || h.salted_password(self.password.as_bytes(), &salt, iterations));
         let client_key = h.hmac(&salted, b"Client Key");
         let stored_key = h.digest(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
@@ -355,6 +385,22 @@ mod tests {
             }
             assert!(cred.matches_password(hash, "s3cret") && !cred.matches_password(hash, "s3cre"));
         }
+    }
+
+    #[test]
+    fn the_salted_password_is_computed_once_per_salt_and_iteration_count() {
+        let cache = SaltedCache::default();
+        let calls = std::cell::Cell::new(0);
+        let compute = || {
+            calls.set(calls.get() + 1);
+            vec![1, 2, 3]
+        };
+        assert_eq!(cache.get_or_compute(b"s", 4096, compute), vec![1, 2, 3]);
+        assert_eq!(cache.get_or_compute(b"s", 4096, compute), vec![1, 2, 3]);
+        assert_eq!(calls.get(), 1, "same salt: cached");
+        cache.get_or_compute(b"t", 4096, compute);
+        cache.get_or_compute(b"t", 8192, compute);
+        assert_eq!(calls.get(), 3, "another salt or count: computed");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::scram::{Hash, ScramClient};
+use super::scram::{Hash, SaltedCache, ScramClient};
 use super::tls::{TlsError, client_config, server_name};
 use crate::codec::{decode_response, encode_request};
 use crate::error::ProtocolError;
@@ -33,6 +33,8 @@ pub struct SaslLogin {
     pub mechanism: SaslMechanism,
     pub username: String,
     password: String,
+    /// SCRAM: the salted password of the last exchange (same salt: no PBKDF2 per connection).
+    salted: std::sync::Arc<SaltedCache>,
 }
 
 impl std::fmt::Debug for SaslLogin {
@@ -96,6 +98,7 @@ impl ClientSecurity {
                     mechanism: s.mechanism,
                     username,
                     password,
+                    salted: Default::default(),
                 })
             }
         };
@@ -195,7 +198,7 @@ async fn authenticate(stream: &mut BrokerStream, login: &SaslLogin, client_id: &
         Some(hash) => {
             let mut scram = ScramClient::new(hash, &login.username, &login.password);
             let server_first = step(stream, scram.first(), 2).await?;
-            let fin = scram.respond(&server_first).map_err(|e| auth_err(e.to_string()))?;
+            let fin = scram.respond_cached(&server_first, &login.salted).map_err(|e| auth_err(e.to_string()))?;
             let server_final = step(stream, fin, 3).await?;
             scram.verify_final(&server_final).map_err(|e| auth_err(e.to_string()))?;
         }
