@@ -141,7 +141,10 @@ fn nonce() -> String {
 
 /// The last salted password a client computed, keyed by salt and iteration count.
 #[derive(Default)]
-pub struct SaltedCache(std::sync::Mutex<Option<(Vec<u8>, u32, Vec<u8>)>>);
+pub struct SaltedCache(std::sync::Mutex<Option<Salted>>);
+
+/// `(salt, iterations, salted password)`.
+type Salted = (Vec<u8>, u32, Vec<u8>);
 
 impl std::fmt::Debug for SaltedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
