@@ -106,6 +106,23 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     if let Some(t) = env.var("KMP_ADMIN_TOKEN") {
         config.admin.token = Some(t);
     }
+    // `file:`/`env:` references (like every secret): resolved once, here.
+    if let Some(t) = config.admin.token.clone() {
+        let r = crate::SecretRef::parse(&t);
+        if !r.is_inline() {
+            match r.resolve() {
+                Ok(v) if !v.is_empty() => config.admin.token = Some(v),
+                Ok(_) => errors.push(ConfigError {
+                    key: "admin.token".into(),
+                    message: "the referenced secret is empty".into(),
+                }),
+                Err(e) => errors.push(ConfigError {
+                    key: "admin.token".into(),
+                    message: e,
+                }),
+            }
+        }
+    }
     if let Some(list) = env.var("KMP_MIRROR_SOURCE_ALLOW") {
         config.security.mirror_source_allow = list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
     }
@@ -130,12 +147,16 @@ pub fn parse_toml(text: &str) -> Result<Config, String> {
 /// message only, and the message is withheld when the error touches a line that mentions a token
 /// or quotes a value from such a line.
 fn describe_parse_error(text: &str, e: &toml::de::Error) -> String {
-    const WITHHELD: &str = "invalid value (details withheld: the line holds a token)";
+    const WITHHELD: &str = "invalid value (details withheld: the line holds a secret)";
     let message = e.message().trim();
-    let secret_lines: Vec<(usize, &str)> = text.lines().enumerate().filter(|(_, l)| l.to_ascii_lowercase().contains("token")).collect();
+    const SECRET_KEYS: [&str; 4] = ["token", "password", "jaas", "keystore.key"];
+    let secret_at = |l: &str| {
+        let lower = l.to_ascii_lowercase();
+        SECRET_KEYS.iter().find_map(|k| lower.find(k))
+    };
+    let secret_lines: Vec<(usize, &str)> = text.lines().enumerate().filter(|(_, l)| secret_at(l).is_some()).collect();
     let quotes_a_secret = secret_lines.iter().any(|(_, line)| {
-        let lower = line.to_ascii_lowercase();
-        let after_key = lower.find("token").map_or(*line, |at| &line[at..]);
+        let after_key = secret_at(line).map_or(*line, |at| &line[at..]);
         let value = after_key.split_once('=').map_or("", |(_, v)| v);
         let value = value
             .trim()
@@ -286,6 +307,31 @@ mod mirror_rules {
 
 #[cfg(test)]
 mod secrets {
+    #[test]
+    fn the_admin_token_may_be_a_file_reference_and_a_missing_file_is_reported_by_key() {
+        let path = std::env::temp_dir().join(format!("kmp-token-{}", std::process::id()));
+        std::fs::write(&path, "t0ken-from-file\n").unwrap();
+        let dir = std::env::temp_dir().join(format!("kmp-token-cfg-{}", std::process::id()));
+        std::fs::write(
+            &dir,
+            format!("[upstream]\nbootstrap_servers = [\"d:1\"]\n[admin]\ntoken = \"file:{}\"\n", path.display()),
+        )
+        .unwrap();
+        let no_env = std::collections::HashMap::<String, String>::new();
+        let c = super::load(Some(&dir), &no_env, &super::Overrides::default()).unwrap();
+        assert_eq!(c.admin.token.as_deref(), Some("t0ken-from-file"));
+        std::fs::remove_file(&path).unwrap();
+        let e = super::load(Some(&dir), &no_env, &super::Overrides::default()).unwrap_err().to_string();
+        assert!(e.contains("admin.token") && e.contains("cannot read secret file"), "{e}");
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_parse_error_never_shows_a_password_line() {
+        let e = super::parse_toml("[upstream.properties]\n\"sasl.password\" = 12345678\n\"x\" = [\n").unwrap_err();
+        assert!(!e.contains("12345678"), "{e}");
+    }
+
     #[test]
     fn a_parse_error_never_shows_the_token_or_the_source_lines() {
         let cases = [
