@@ -171,7 +171,8 @@ class ProxyProcess:
 @contextmanager
 def running_cluster(name: str, brokers: int, workdir: Path, **kwargs):
     """A dedicated cluster for one test module (ports picked free), stopped afterwards."""
-    cluster = KafkaCluster(name, brokers, free_port_block(151 if kwargs.get("sasl_users") else 100 + brokers), workdir, **kwargs)
+    size = KafkaCluster.port_block_size(brokers, kwargs.get("sasl_users"), kwargs.get("secure"))
+    cluster = KafkaCluster(name, brokers, free_port_block(size), workdir, **kwargs)
     cluster.start()
     try:
         yield cluster

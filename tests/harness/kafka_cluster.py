@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -97,21 +98,92 @@ def new_cluster_id() -> str:
             return cid
 
 
+# Listeners of a cluster started with ``secure=SecureListeners(...)`` and their port offsets: broker
+# ``i`` listens on ``base_port + offset + i - 1`` (the controller quorum stays at offset 100).
+SECURE_LISTENERS = {"SSL": 0, "INTERNAL": 50, "SASL_PLAINTEXT": 150, "SASL_SSL": 200}
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass
+class SecureListeners:
+    """What makes every broker of a cluster listen on four listeners instead of one:
+
+    - ``INTERNAL``: PLAINTEXT; inter-broker traffic and the readiness probe (and test setup that
+      must not depend on security, e.g. inspecting topics);
+    - ``SSL``: TLS with a required client certificate signed by the test CA;
+    - ``SASL_PLAINTEXT``: SASL with SCRAM-SHA-512 and PLAIN;
+    - ``SASL_SSL``: TLS (no client certificate) + SASL with PLAIN, SCRAM-SHA-256, SCRAM-SHA-512.
+
+    ``certs``: a ``certs.TestCerts`` (the broker's key + chain as a PEM keystore, the CA as PEM
+    truststore). ``scram_users``: user -> {mechanism: password}, created by Kafka's StorageTool at
+    format time (``--add-scram``). ``plain_users``: user -> password, in the listeners' PLAIN JAAS
+    config (``user_<name>="<password>"``)."""
+    certs: object
+    scram_users: dict[str, dict[str, str]] = field(default_factory=dict)
+    plain_users: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def keystore(self) -> Path:
+        return Path(self.certs.broker.combined)
+
+    @property
+    def truststore(self) -> Path:
+        return Path(self.certs.ca.cert)
+
+    def scram_args(self) -> list[str]:
+        """``kafka.tools.StorageTool format`` arguments creating the SCRAM credentials."""
+        args = []
+        for user, mechs in self.scram_users.items():
+            for mech, password in mechs.items():
+                assert mech in SCRAM_MECHANISMS, f"unknown SCRAM mechanism {mech} for {user}"
+                assert not set(user + password) & set(',=[]"'), f"SCRAM user/password of {user} needs quoting"
+                args += ["--add-scram", f"{mech}=[name={user},password={password}]"]
+        return args
+
+    def broker_config(self) -> dict:
+        plain = " ".join(f'user_{u}="{pw}"' for u, pw in self.plain_users.items())
+        plain_jaas = f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain};"
+        scram_jaas = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(self.keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.truststore),
+            "listener.name.ssl.ssl.client.auth": "required",
+            "listener.name.sasl_ssl.ssl.client.auth": "none",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512,PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas,
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram_jaas,
+            "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+            "listener.name.sasl_ssl.plain.sasl.jaas.config": plain_jaas,
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": scram_jaas,
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": scram_jaas,
+        }
+
+
 class KafkaCluster:
     """A KRaft cluster of ``brokers`` combined-mode nodes with node ids 1..n.
 
     Broker ``i`` listens for clients on ``base_port + i - 1`` and for the controller quorum on
-    ``base_port + 100 + i - 1``.
+    ``base_port + 100 + i - 1``. With ``secure``, see :data:`SECURE_LISTENERS` for the ports.
     """
 
     def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None,
-                 version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None):
+                 version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None,
+                 secure: SecureListeners | None = None):
         """``sasl_users`` makes the client listener SASL_PLAINTEXT with PLAIN for those users; the
         brokers then talk to each other (and the readiness probe to them) on a plaintext listener
-        at ``base_port + 50 + i - 1``."""
+        at ``base_port + 50 + i - 1``.
+
+        ``secure`` gives every broker the INTERNAL, SSL, SASL_PLAINTEXT and SASL_SSL listeners of
+        :class:`SecureListeners` (address them with :meth:`addr_for` / :meth:`bootstrap_for`; there
+        is no single client listener, so :meth:`addr` and :attr:`bootstrap` refuse)."""
+        assert not (sasl_users and secure), "sasl_users and secure are alternatives"
         self.name = name
         self.version = version
         self.sasl_users = sasl_users
+        self.secure = secure
         self.n = brokers
         self.base_port = base_port
         self.dir = Path(workdir) / name
@@ -122,11 +194,34 @@ class KafkaCluster:
     def port(self, node_id: int) -> int:
         return self.base_port + node_id - 1
 
+    @staticmethod
+    def port_block_size(brokers: int, sasl_users=None, secure=None) -> int:
+        """How many consecutive ports from ``base_port`` a cluster of this shape uses."""
+        if secure:
+            return max(SECURE_LISTENERS.values()) + brokers
+        return 151 if sasl_users else 100 + brokers
+
     def addr(self, node_id: int) -> str:
+        if self.secure:
+            raise ValueError(f"{self.name} has secure listeners only: use addr_for(listener, node_id) "
+                             f"with one of {', '.join(SECURE_LISTENERS)}")
         return f"127.0.0.1:{self.port(node_id)}"
 
+    def addr_for(self, listener: str, node_id: int) -> str:
+        """Address of ``listener`` (INTERNAL, SSL, SASL_PLAINTEXT or SASL_SSL) on broker ``node_id``
+        of a secure cluster."""
+        assert self.secure, f"{self.name} has no secure listeners"
+        assert listener in SECURE_LISTENERS, f"unknown listener {listener}; have {', '.join(SECURE_LISTENERS)}"
+        return f"127.0.0.1:{self.base_port + SECURE_LISTENERS[listener] + node_id - 1}"
+
+    def bootstrap_for(self, listener: str) -> str:
+        """Bootstrap servers (every broker) of ``listener`` of a secure cluster."""
+        return ",".join(self.addr_for(listener, i) for i in range(1, self.n + 1))
+
     def probe_addr(self, node_id: int) -> str:
-        """Plaintext address for readiness checks (the internal listener of a SASL cluster)."""
+        """Plaintext address for readiness checks (the internal listener of a SASL or secure cluster)."""
+        if self.secure:
+            return self.addr_for("INTERNAL", node_id)
         return f"127.0.0.1:{self.base_port + 50 + node_id - 1}" if self.sasl_users else self.addr(node_id)
 
     @property
@@ -136,12 +231,12 @@ class KafkaCluster:
     def _props(self, node_id: int, broker_only: bool = False) -> Path:
         voters = ",".join(f"{i}@127.0.0.1:{self.base_port + 100 + i - 1}" for i in range(1, self.n + 1))
         rf = min(3, self.n)
+        controller = "" if broker_only else f",CONTROLLER://127.0.0.1:{self.base_port + 100 + node_id - 1}"
         conf = {
             "process.roles": "broker" if broker_only else "broker,controller",
             "node.id": node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}" + (
-                "" if broker_only else f",CONTROLLER://127.0.0.1:{self.base_port + 100 + node_id - 1}"),
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}" + controller,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port(node_id)}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -170,6 +265,14 @@ class KafkaCluster:
             users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
             conf["listener.name.sasl_plaintext.plain.sasl.jaas.config"] = (
                 f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};")
+        if self.secure:
+            advertised = ",".join(f"{name}://{self.addr_for(name, node_id)}" for name in SECURE_LISTENERS)
+            conf["listeners"] = advertised + controller
+            conf["advertised.listeners"] = advertised
+            conf["inter.broker.listener.name"] = "INTERNAL"
+            conf["listener.security.protocol.map"] = (
+                "INTERNAL:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT")
+            conf.update(self.secure.broker_config())
         conf.update(self.extra)
         path = self.dir / f"server-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
@@ -179,24 +282,31 @@ class KafkaCluster:
         return ["java", "-Xms256m", "-Xmx768m", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}", "-cp", classpath(self.version), *args]
 
-    def start(self) -> "KafkaCluster":
+    def _format(self, props: Path) -> None:
+        extra = self.secure.scram_args() if self.secure else []
+        out = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props), *extra),
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{self.name}: formatting {props} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+
+    def start(self, wait: bool = True) -> "KafkaCluster":
+        """Formats (first time only) and starts every node; with ``wait=False`` returns once the
+        JVMs are launched (call :meth:`wait_ready` later: lets two clusters boot side by side)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "log4j2.properties").write_text(LOG4J2)
         for i in range(1, self.n + 1):
             props = self._props(i)
             if not (self.dir / f"data-{i}" / "meta.properties").exists():
-                subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
-                               check=True, capture_output=True, text=True)
+                self._format(props)
         for i in range(1, self.n + 1):
             self.start_broker(i, wait=False)
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
         return self
 
     def add_broker(self, node_id: int) -> None:
         """Adds a broker-only node (no controller role) to the running cluster and waits for it."""
-        props = self._props(node_id, broker_only=True)
-        subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", self.cluster_id, "-c", str(props)),
-                       check=True, capture_output=True, text=True)
+        self._format(self._props(node_id, broker_only=True))
         self.start_broker(node_id)
 
     def start_broker(self, node_id: int, wait: bool = True) -> None:
