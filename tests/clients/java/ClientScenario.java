@@ -2,6 +2,10 @@
 // tests/integration/test_java_client.py. Runs with Kafka's own jars on the classpath:
 //   java -cp "<kafka libs>/*" ClientScenario.java <bootstrap> <prefix> <compression> <classic|consumer> [txn]
 // Prints "OK" and a summary on success; any failed check throws and exits non-zero.
+// Environment (both optional; tests/tls): KMP_CLIENT_PROPS names a .properties file merged into
+// every client's properties (security.protocol, ssl.*, sasl.*); KMP_REPLICATION_FACTOR (default
+// 3) is the replication factor of the topics it creates (1 for single-broker clusters).
+import java.io.FileInputStream;
 import java.time.Duration;
 import java.util.*;
 import java.util.concurrent.Future;
@@ -15,6 +19,7 @@ import org.apache.kafka.common.serialization.*;
 public class ClientScenario {
     static final int RECORDS = 300;
     static final int PARTITIONS = 3;
+    static final short REPLICATION = Short.parseShort(System.getenv().getOrDefault("KMP_REPLICATION_FACTOR", "3"));
 
     static void check(boolean ok, String what) {
         if (!ok) throw new AssertionError(what);
@@ -26,10 +31,18 @@ public class ClientScenario {
         String topic = prefix + "-topic", group = prefix + "-group";
         Properties common = new Properties();
         common.put("bootstrap.servers", bootstrap);
+        String extraProps = System.getenv("KMP_CLIENT_PROPS");
+        if (extraProps != null && !extraProps.isEmpty()) {
+            Properties extra = new Properties();
+            try (FileInputStream in = new FileInputStream(extraProps)) {
+                extra.load(in);
+            }
+            common.putAll(extra);
+        }
         long t0 = System.currentTimeMillis();
 
         try (Admin admin = Admin.create(common)) {
-            admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, (short) 3))).all().get();
+            admin.createTopics(List.of(new NewTopic(topic, PARTITIONS, REPLICATION))).all().get();
             ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
             Config cfg = null;
             for (long until = System.currentTimeMillis() + 15_000; cfg == null; ) {
@@ -130,7 +143,7 @@ public class ClientScenario {
 
     static String transactions(Admin admin, Properties common, String prefix) throws Exception {
         String topic = prefix + "-txn";
-        admin.createTopics(List.of(new NewTopic(topic, 2, (short) 3))).all().get();
+        admin.createTopics(List.of(new NewTopic(topic, 2, REPLICATION))).all().get();
         Properties pp = (Properties) common.clone();
         pp.put("transactional.id", prefix + "-tx");
         try (Producer<String, String> p = new KafkaProducer<>(pp, new StringSerializer(), new StringSerializer())) {
