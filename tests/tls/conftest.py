@@ -116,3 +116,20 @@ def client_props_dir(workdir):
 @pytest.fixture(scope="session")
 def franz_client() -> str:
     return build_franz_client()
+
+
+@pytest.fixture(scope="session")
+def leak_corpus(workdir):
+    """A directory every TLS test writes what the proxy showed it into (REST answers, /metrics
+    scrapes, DescribeConfigs / ListClusterMirrors answers, CLI output), one file each; the proxies'
+    logs stay in workdir as proxy-*.log. test_secrets_never_leak.py — run last (see
+    pytest_collection_modifyitems) — greps all of it for every secret of the session."""
+    d = workdir / "tls-leak-corpus"
+    d.mkdir(exist_ok=True)
+    return d
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The secrets grep runs after every other test of the session, so it sees everything."""
+    last = [i for i in items if "test_secrets_never_leak" in i.nodeid]
+    items[:] = [i for i in items if i not in last] + last
