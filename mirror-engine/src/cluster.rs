@@ -43,11 +43,21 @@ pub struct ClusterClient {
 }
 
 /// Failed authentications to one cluster: after one, connections fail fast with the same error
-/// until a back-off (1 s doubling to 60 s) has passed, and the failure is logged once, not per
-/// partition and attempt.
+/// until a back-off (1 s doubling to 60 s) has passed; then one connection tries (the others keep
+/// failing fast until it is done), so a cluster refusing the credentials sees one attempt per
+/// back-off, not one per partition. The failure is logged once (again only if it changes).
 #[derive(Debug, Default)]
 struct AuthGate {
-    state: Mutex<Option<(Instant, Duration, String)>>,
+    state: Mutex<Option<Refused>>,
+}
+
+#[derive(Debug)]
+struct Refused {
+    until: Instant,
+    backoff: Duration,
+    why: String,
+    /// A connection is trying after the back-off.
+    probing: bool,
 }
 
 const AUTH_BACKOFF: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
@@ -63,26 +73,42 @@ fn gate_for(side: &str, bootstrap: &[String]) -> Arc<AuthGate> {
 }
 
 impl AuthGate {
+    /// Why a connection must not be tried now, or `None` (it may: it is the probe, if any).
     fn closed(&self) -> Option<String> {
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.as_ref().filter(|(until, _, _)| Instant::now() < *until).map(|(_, _, why)| why.clone())
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let r = s.as_mut()?;
+        if Instant::now() < r.until || r.probing {
+            return Some(r.why.clone());
+        }
+        r.probing = true;
+        None
     }
 
     fn record(&self, side: &str, result: &Result<Connection, ProtocolError>) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Err(ProtocolError::Authentication { detail, .. }) => {
-                let backoff = s.as_ref().map_or(AUTH_BACKOFF.0, |(_, b, _)| (*b * 2).min(AUTH_BACKOFF.1));
-                if s.as_ref().is_none_or(|(_, _, why)| why != detail) {
+                let backoff = s.as_ref().map_or(AUTH_BACKOFF.0, |r| (r.backoff * 2).min(AUTH_BACKOFF.1));
+                if s.as_ref().is_none_or(|r| r.why != *detail) {
                     tracing::error!(side, error = %detail, "authentication to the {side} cluster failed; retrying with back-off (check the credentials)");
                 }
-                *s = Some((Instant::now() + backoff, backoff, detail.clone()));
+                *s = Some(Refused {
+                    until: Instant::now() + backoff,
+                    backoff,
+                    why: detail.clone(),
+                    probing: false,
+                });
             }
             Ok(_) if s.is_some() => {
                 tracing::info!(side, "authentication to the {side} cluster succeeds again");
                 *s = None;
             }
-            _ => {}
+            // Unreachable rather than refused: the next connection may probe again.
+            _ => {
+                if let Some(r) = s.as_mut() {
+                    r.probing = false;
+                }
+            }
         }
     }
 }
@@ -321,5 +347,49 @@ pub async fn leader_log_end(side: &'static str, conn: &mut Connection, topic: &s
             code: p.error_code,
         }),
         None => Err(MirrorError::Broker { side, what: what(), code: 3 }),
+    }
+}
+
+#[cfg(test)]
+mod gate_tests {
+    use super::*;
+
+    fn refused() -> Result<Connection, ProtocolError> {
+        Err(ProtocolError::Authentication {
+            addr: "b:1".into(),
+            detail: "authentication failed (error 58)".into(),
+        })
+    }
+
+    #[test]
+    fn after_a_refused_login_one_probe_per_back_off_reaches_the_cluster() {
+        let gate = AuthGate::default();
+        assert_eq!(gate.closed(), None, "nothing refused yet");
+        gate.record("source", &refused());
+        assert!(gate.closed().is_some_and(|w| w.contains("error 58")), "fails fast during the back-off");
+        gate.state.lock().unwrap().as_mut().unwrap().until = Instant::now();
+        assert_eq!(gate.closed(), None, "after the back-off one connection probes");
+        assert!(gate.closed().is_some(), "the others wait for the probe");
+        gate.record("source", &refused());
+        let r = gate.state.lock().unwrap();
+        let r = r.as_ref().unwrap();
+        assert_eq!(r.backoff, AUTH_BACKOFF.0 * 2, "a second refusal doubles the back-off");
+        assert!(!r.probing);
+    }
+
+    #[test]
+    fn an_unreachable_probe_lets_the_next_connection_probe() {
+        let gate = AuthGate::default();
+        gate.record("source", &refused());
+        gate.state.lock().unwrap().as_mut().unwrap().until = Instant::now();
+        assert_eq!(gate.closed(), None);
+        gate.record(
+            "source",
+            &Err(ProtocolError::Connect {
+                addr: "b:1".into(),
+                detail: "refused".into(),
+            }),
+        );
+        assert_eq!(gate.closed(), None, "the probe did not reach the broker: another may");
     }
 }
