@@ -74,17 +74,32 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
     }
     let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
+    // While the topic cannot be prepared (source or destination unreachable, credentials refused)
+    // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
+    let topic_key = (m.name.clone(), topic.to_owned(), -1);
+    let mut last_error = String::new();
     let (prepared, source_id) = loop {
         match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
-                warn!(error = %e, "cannot prepare the destination topic yet; retrying");
+                let why = e.to_string();
+                if why != last_error {
+                    warn!(error = %why, "cannot prepare the destination topic yet; retrying");
+                }
+                ctx.shared.status.update(&topic_key, |s| {
+                    s.state = PartitionState::Retrying;
+                    s.last_error = Some(why.clone());
+                });
+                last_error = why;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => return Err(e),
         }
     };
+    if !last_error.is_empty() {
+        ctx.shared.status.remove(&topic_key);
+    }
     register_topic_id(ctx, topic).await;
     let how = match prepared {
         Prepared::Owned(n) => return Ok((n, owner.as_ref().and_then(|o| id_from_hex(&o.source_topic_id)).or(Some(source_id)))),

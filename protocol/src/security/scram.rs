@@ -143,8 +143,8 @@ fn nonce() -> String {
 #[derive(Default)]
 pub struct SaltedCache(std::sync::Mutex<Option<Salted>>);
 
-/// `(salt, iterations, salted password)`.
-type Salted = (Vec<u8>, u32, Vec<u8>);
+/// `(digest of the password, salt, iterations, salted password)`: a changed password misses.
+type Salted = (Vec<u8>, Vec<u8>, u32, Vec<u8>);
 
 impl std::fmt::Debug for SaltedCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -153,14 +153,17 @@ impl std::fmt::Debug for SaltedCache {
 }
 
 impl SaltedCache {
-    fn get_or_compute(&self, salt: &[u8], iterations: u32, compute: impl FnOnce() -> Vec<u8>) -> Vec<u8> {
+    fn get_or_compute(&self, password: &[u8], salt: &[u8], iterations: u32, compute: impl FnOnce() -> Vec<u8>) -> Vec<u8> {
+        let who = Sha256::digest(password).to_vec();
         let hit = {
             let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            g.as_ref().filter(|(s, i, _)| s == salt && *i == iterations).map(|(_, _, v)| v.clone())
+            g.as_ref()
+                .filter(|(p, s, i, _)| *p == who && s == salt && *i == iterations)
+                .map(|(_, _, _, v)| v.clone())
         };
         hit.unwrap_or_else(|| {
             let v = compute();
-            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((salt.to_vec(), iterations, v.clone()));
+            *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((who, salt.to_vec(), iterations, v.clone()));
             v
         })
     }
@@ -219,7 +222,9 @@ impl ScramClient {
             return Err(err(format!("server asks for {iterations} iterations (at most {MAX_ITERATIONS} accepted)")));
         }
         let h = self.hash;
-        let salted = cache.get_or_compute(&salt, iterations, || h.salted_password(self.password.as_bytes(), &salt, iterations));
+        let salted = cache.get_or_compute(self.password.as_bytes(), &salt, iterations, || {
+            h.salted_password(self.password.as_bytes(), &salt, iterations)
+        });
         let client_key = h.hmac(&salted, b"Client Key");
         let stored_key = h.digest(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
@@ -391,19 +396,20 @@ mod tests {
     }
 
     #[test]
-    fn the_salted_password_is_computed_once_per_salt_and_iteration_count() {
+    fn the_salted_password_is_computed_once_per_password_salt_and_iteration_count() {
         let cache = SaltedCache::default();
         let calls = std::cell::Cell::new(0);
         let compute = || {
             calls.set(calls.get() + 1);
             vec![1, 2, 3]
         };
-        assert_eq!(cache.get_or_compute(b"s", 4096, compute), vec![1, 2, 3]);
-        assert_eq!(cache.get_or_compute(b"s", 4096, compute), vec![1, 2, 3]);
+        assert_eq!(cache.get_or_compute(b"pw", b"s", 4096, compute), vec![1, 2, 3]);
+        assert_eq!(cache.get_or_compute(b"pw", b"s", 4096, compute), vec![1, 2, 3]);
         assert_eq!(calls.get(), 1, "same salt: cached");
-        cache.get_or_compute(b"t", 4096, compute);
-        cache.get_or_compute(b"t", 8192, compute);
-        assert_eq!(calls.get(), 3, "another salt or count: computed");
+        cache.get_or_compute(b"pw", b"t", 4096, compute);
+        cache.get_or_compute(b"pw", b"t", 8192, compute);
+        cache.get_or_compute(b"rotated", b"t", 8192, compute);
+        assert_eq!(calls.get(), 4, "another salt, count or password: computed");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
 use kafka_protocol::protocol::{Request, StrBytes};
-use kmp_config::{ClientSecurityProps, SaslMechanism, parse_jaas};
+use kmp_config::{ClientSecurityProps, SaslMechanism, SecretRef, parse_jaas};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -31,10 +31,26 @@ const MAX_SASL_RESPONSE: usize = 64 * 1024;
 #[derive(Clone)]
 pub struct SaslLogin {
     pub mechanism: SaslMechanism,
+    /// Empty when the user name comes from a referenced `sasl.jaas.config`.
     pub username: String,
-    password: String,
+    /// Resolved at every connect, so a rotated secret file or variable takes effect without a
+    /// restart (the password, or for an empty `username` the whole JAAS line).
+    secret: SecretRef,
     /// SCRAM: the salted password of the last exchange (same salt: no PBKDF2 per connection).
     salted: std::sync::Arc<SaltedCache>,
+}
+
+impl SaslLogin {
+    /// `(user, password)` as the secret reference says right now.
+    fn credentials(&self) -> Result<(String, String), String> {
+        let secret = self.secret.resolve()?;
+        if self.username.is_empty() {
+            // A referenced sasl.jaas.config: the whole line was the secret.
+            parse_jaas(&secret)
+        } else {
+            Ok((self.username.clone(), secret))
+        }
+    }
 }
 
 impl std::fmt::Debug for SaslLogin {
@@ -87,19 +103,15 @@ impl ClientSecurity {
         let sasl = match &props.sasl {
             None => None,
             Some(s) => {
-                let secret = s.password.resolve().map_err(SecurityError::Secret)?;
-                let (username, password) = if s.username.is_empty() {
-                    // A referenced sasl.jaas.config: the whole line was the secret.
-                    parse_jaas(&secret).map_err(SecurityError::Secret)?
-                } else {
-                    (s.username.clone(), secret)
-                };
-                Some(SaslLogin {
+                let login = SaslLogin {
                     mechanism: s.mechanism,
-                    username,
-                    password,
+                    username: s.username.clone(),
+                    secret: s.password.clone(),
                     salted: Default::default(),
-                })
+                };
+                // Checked now, so a missing file or variable stops the start with its name.
+                login.credentials().map_err(SecurityError::Secret)?;
+                Some(login)
             }
         };
         Ok(Self { tls, sasl })
@@ -186,17 +198,18 @@ async fn authenticate(stream: &mut BrokerStream, login: &SaslLogin, client_id: &
         }
         Ok(resp.auth_bytes)
     };
+    let (username, password) = login.credentials().map_err(|e| auth_err(format!("credentials: {e}")))?;
     match Hash::of(login.mechanism) {
         None => {
-            let mut msg = Vec::with_capacity(login.username.len() + login.password.len() + 2);
+            let mut msg = Vec::with_capacity(username.len() + password.len() + 2);
             msg.push(0);
-            msg.extend_from_slice(login.username.as_bytes());
+            msg.extend_from_slice(username.as_bytes());
             msg.push(0);
-            msg.extend_from_slice(login.password.as_bytes());
+            msg.extend_from_slice(password.as_bytes());
             step(stream, msg, 2).await?;
         }
         Some(hash) => {
-            let mut scram = ScramClient::new(hash, &login.username, &login.password);
+            let mut scram = ScramClient::new(hash, &username, &password);
             let server_first = step(stream, scram.first(), 2).await?;
             let fin = scram.respond_cached(&server_first, &login.salted).map_err(|e| auth_err(e.to_string()))?;
             let server_final = step(stream, fin, 3).await?;
