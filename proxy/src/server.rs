@@ -49,6 +49,8 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         })?;
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
     let security = Security::load(&config)?;
+    // Before anything is served: a SIGHUP at any time reloads, never terminates.
+    let hangup = crate::tls::hangup_handler();
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mirrors = if !config.engine.enabled {
@@ -84,7 +86,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
     let chain = Arc::new(Chain::new(security.terminator(&shared.config)));
-    tokio::spawn(crate::tls::watch(security.reloadable(), security.reload_interval, stop_rx.clone()));
+    tokio::spawn(crate::tls::watch(security.reloadable(), security.reload_interval, hangup, stop_rx.clone()));
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
     if let Some(admin) = listeners.admin {

@@ -211,9 +211,11 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         } else {
             m.api(p.api_key).requests.inc();
         }
-        up_w.write_all(&frame)
-            .await
-            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        // TLS: a write may leave encrypted bytes buffered when the socket was full; flush sends
+        // them now instead of with the next request (which may never come). Plain TCP: a no-op.
+        let io = |source| ProtocolError::Io { source, side: Side::Broker };
+        up_w.write_all(&frame).await.map_err(io)?;
+        up_w.flush().await.map_err(io)?;
     }
 }
 
@@ -274,6 +276,9 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
             }
         };
         client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
+        // See the request side: without it the tail of a large response could wait in the TLS
+        // buffer until the client's next request (a consumer waits for this one: a stall).
+        client_w.flush().await.map_err(ProxyError::ClientIo)?;
         m.bytes_to_clients.inc_by(frame.len() as u64);
         let api = m.api(api_key);
         api.requests.inc();

@@ -102,15 +102,34 @@ fn reload_one(r: &dyn Reloadable, why: &str) {
     }
 }
 
-/// Reloads every item when its files change (checked every `interval`; zero: never) and all of
-/// them on SIGHUP, until `stop`.
-pub(crate) async fn watch(items: Vec<Arc<dyn Reloadable>>, interval: Duration, mut stop: tokio::sync::watch::Receiver<bool>) {
-    if items.is_empty() {
-        return;
-    }
-    let mut seen: Vec<Vec<Option<SystemTime>>> = items.iter().map(|r| stamps(&r.files())).collect();
+/// The SIGHUP handler, installed by the server before it serves anything: a SIGHUP must never
+/// take the default action (terminate), also when there is nothing to reload.
+#[cfg(unix)]
+pub(crate) type Hangup = Option<tokio::signal::unix::Signal>;
+#[cfg(not(unix))]
+pub(crate) type Hangup = Option<()>;
+
+/// Installs the SIGHUP handler (call from the runtime, before accepting connections).
+pub(crate) fn hangup_handler() -> Hangup {
     #[cfg(unix)]
-    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(error = %e, "cannot install the SIGHUP handler; reloads happen by file change only");
+                None
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    None
+}
+
+/// Reloads every item when its files change (checked every `interval`; zero: never) and all of
+/// them on SIGHUP (`hup`), until `stop`.
+#[cfg_attr(not(unix), allow(unused_mut))]
+pub(crate) async fn watch(items: Vec<Arc<dyn Reloadable>>, interval: Duration, mut hup: Hangup, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut seen: Vec<Vec<Option<SystemTime>>> = items.iter().map(|r| stamps(&r.files())).collect();
     let poll = if interval.is_zero() { Duration::from_secs(3600 * 24 * 365) } else { interval };
     loop {
         #[cfg(unix)]
@@ -123,10 +142,13 @@ pub(crate) async fn watch(items: Vec<Arc<dyn Reloadable>>, interval: Duration, m
             }
         };
         #[cfg(not(unix))]
-        let hangup = std::future::pending::<()>();
+        let hangup = {
+            let _ = &mut hup;
+            std::future::pending::<()>()
+        };
         tokio::select! {
             _ = tokio::time::sleep(poll) => {
-                if interval.is_zero() {
+                if interval.is_zero() || items.is_empty() {
                     continue;
                 }
                 for (r, old) in items.iter().zip(seen.iter_mut()) {
@@ -138,6 +160,9 @@ pub(crate) async fn watch(items: Vec<Arc<dyn Reloadable>>, interval: Duration, m
                 }
             }
             _ = hangup => {
+                if items.is_empty() {
+                    info!("SIGHUP: nothing to reload (no TLS files or credentials file configured)");
+                }
                 for (r, old) in items.iter().zip(seen.iter_mut()) {
                     *old = stamps(&r.files());
                     reload_one(r.as_ref(), "SIGHUP");

@@ -195,11 +195,8 @@ impl SaslTerminator {
                 *lock(conn) = Progress::Failed;
                 conn.shared.metrics.refused("sasl_authentication_failed", 1);
                 tracing::info!(peer = %conn.peer, "client SASL authentication failed");
-                let msg = if why.starts_with("Authentication failed") {
-                    why
-                } else {
-                    format!("Authentication failed: {why}")
-                };
+                let mechanism = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).mechanism.clone();
+                let msg = broker_message(&mechanism, why);
                 self.answer(x, SASL_AUTHENTICATION_FAILED, &msg, Bytes::new())
             }
         }
@@ -237,6 +234,19 @@ impl SaslTerminator {
     }
 }
 
+/// The text a Kafka broker sends for a failed login, so clients show the same through the proxy:
+/// SCRAM's wrong password or unknown user as Kafka's ScramSaslServer words it, PLAIN's as-is.
+fn broker_message(mechanism: &str, why: String) -> String {
+    if mechanism.starts_with("SCRAM-") && why.contains("Invalid user credentials") {
+        return format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}");
+    }
+    if why.starts_with("Authentication failed") {
+        why
+    } else {
+        format!("Authentication failed: {why}")
+    }
+}
+
 /// PLAIN (`authzid NUL user NUL password`) checked against the salted credentials; the user on
 /// success. The authorization id must be empty or the user itself (Kafka's rule).
 fn check_plain(credentials: &Credentials, msg: &[u8]) -> Result<String, String> {
@@ -261,6 +271,22 @@ fn check_plain(credentials: &Credentials, msg: &[u8]) -> Result<String, String> 
 mod tests {
     use super::*;
     use kmp_protocol::security::credentials::entry;
+
+    #[test]
+    fn failed_logins_are_worded_as_a_broker_words_them() {
+        assert_eq!(
+            broker_message("SCRAM-SHA-512", "Authentication failed: Invalid user credentials".into()),
+            "Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512"
+        );
+        assert_eq!(
+            broker_message("PLAIN", "Authentication failed: Invalid username or password".into()),
+            "Authentication failed: Invalid username or password"
+        );
+        assert_eq!(
+            broker_message("SCRAM-SHA-256", "nonce mismatch".into()),
+            "Authentication failed: nonce mismatch"
+        );
+    }
 
     #[test]
     fn plain_logins_are_checked_against_salted_credentials() {
