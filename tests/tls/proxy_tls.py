@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import ssl
 import struct
 import subprocess
@@ -278,27 +279,12 @@ def sighup(proxy: ProxyProcess) -> None:
 
 
 def non_loopback_ipv4() -> str:
-    """The machine's first non-loopback IPv4 address (as tests/security/sec_support.py finds it);
+    """The machine's first non-loopback IPv4 address (tests/security/sec_support.py's lookup);
     fails the test without one."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing address
-        ip = s.getsockname()[0]
-        if not ip.startswith("127."):
-            return ip
-    except OSError:
-        pass
-    finally:
-        s.close()
-    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
-    for ip in out:
-        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", ip) and not ip.startswith("127."):
-            return ip
-    raise AssertionError("this test needs a non-loopback IPv4 address: a caller from it is what the admin "
-                         "endpoint treats as remote (token required)")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+    from sec_support import non_loopback_ipv4 as lookup
+    return lookup()
 
-
-# ---- clients of the proxy ---------------------------------------------------------------------
 
 def client(env: SuiteEnv, tls: str, user: str | None = None, mechanism: str | None = None, password: str | None = None,
            cert: str = "app_client", ca: Path | None = None) -> ClientAuth:
