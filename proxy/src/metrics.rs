@@ -200,7 +200,8 @@ impl Metrics {
         self.connections_refused.get_or_create(&ReasonLabel { reason }).inc();
     }
 
-    /// Counts a connection the proxy closed for `reason` (idle, partial frame).
+    /// Counts a connection the proxy closed for `reason` (idle, partial frame, TLS handshake,
+    /// request before authentication).
     pub(crate) fn connection_closed(&self, reason: &'static str) {
         self.connections_closed.get_or_create(&ReasonLabel { reason }).inc();
     }
