@@ -254,7 +254,10 @@ def test_cluster_mirror_configs_are_described_and_altered_as_config_resources_of
         _, configs = parse_describe_configs_v1(roundtrip(proxy, describe_configs_v1([(64, "cfg")])))[(64, "cfg")]
         assert configs["mirror.topics.include"] == f"{prefix}-.*"
 
-        err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "cfg", [("sasl.jaas.config", 0, "x")])))
+        # Source security properties are alterable, but secrets only by reference (never stored in clear).
+        err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "cfg", [("sasl.jaas.config", 0, "inline-s3cret")])))
+        assert err == 40 and "by reference" in msg and "inline-s3cret" not in msg, (err, msg)
+        err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "cfg", [("mirror.source.cluster.id", 0, "x")])))
         assert err == 40 and "cannot be changed" in msg, (err, msg)
         err, msg = alter_error(roundtrip(proxy, incremental_alter_v0(64, "declared", [("mirror.topics.include", 0, "x")])))
         assert err == 42 and "config file" in msg, (err, msg)

@@ -204,8 +204,9 @@ def test_rest_creates_starts_fails_over_and_deletes_a_mirror(clusters, workdir):
         assert status == 201 and r["error_code"] == 0, r
         status, r = call(proxy, "POST", "/v1/mirrors", {"name": "restmirror", "configs": {"bootstrap.servers": source.bootstrap}})
         assert status == 409 and r["error_code"] == 136, r
-        status, r = call(proxy, "POST", "/v1/mirrors", {"name": "bad", "configs": {"sasl.mechanism": "PLAIN"}})
-        assert status == 400 and r["error_code"] == 40, f"INVALID_CONFIG names what is unsupported: {r}"
+        status, r = call(proxy, "POST", "/v1/mirrors", {"name": "bad", "configs": {"bootstrap.servers": source.bootstrap,
+                                                                                 "sasl.kerberos.service.name": "kafka"}})
+        assert status == 400 and r["error_code"] == 40 and "sasl.kerberos.service.name" in r["message"], f"INVALID_CONFIG names what is unsupported: {r}"
         status, r = call(proxy, "POST", "/v1/mirrors/restmirror/start", {"topics": [topic]})
         assert status == 200 and r["results"][0]["error_code"] == 0, r
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})

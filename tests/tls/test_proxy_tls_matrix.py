@@ -231,11 +231,13 @@ def test_plaintext_client_on_the_tls_port_is_refused_as_by_a_broker(suite_env, s
 def test_client_that_does_not_trust_the_proxy_ca_refuses_it(suite_env, secure_destination, tls_auth, module_proxies):
     direct = connection_errors(tls_auth("SASL_SSL", "alice", "PLAIN", ca=suite_env.certs.rogue_ca.cert)
                                .librdkafka(secure_destination.bootstrap_for("SASL_SSL")))
-    assert any(e.name() == "_SSL" and "certificate verify failed" in e.str() for e in direct), f"direct: {error_names(direct)}"
+    # librdkafka names it _SSL or, depending on timing (seen under load), _TRANSPORT: the text is what counts.
+    distrusted = lambda errs: any(e.name() in ("_SSL", "_TRANSPORT") and "certificate verify failed" in e.str() for e in errs)  # noqa: E731
+    assert distrusted(direct), f"direct: {error_names(direct)}"
     proxy = module_proxies("tls-passthrough")
     auth = client(suite_env, "tls", "alice", "PLAIN", ca=suite_env.certs.rogue_ca.cert)
     proxied = connection_errors(auth.librdkafka(proxy.bootstrap))
-    assert any(e.name() == "_SSL" and "certificate verify failed" in e.str() for e in proxied), (
+    assert distrusted(proxied), (
         f"librdkafka refuses the proxy's certificate when it does not trust its CA (as directly: {error_names(direct)}); "
         f"it reported {error_names(proxied)}")
     still_serves(suite_env, module_proxies, "tls-passthrough", "a client that distrusts the proxy's CA")
