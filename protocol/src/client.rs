@@ -75,6 +75,35 @@ pub struct Sent {
     version: i16,
 }
 
+/// The frame of `req` (header with `correlation_id` and `client_id`) and what reading its response
+/// needs.
+pub(crate) fn request_frame<R: Request>(req: &R, version: i16, correlation_id: i32, client_id: &StrBytes) -> Result<(Bytes, Sent), ProtocolError> {
+    let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
+        what: "request",
+        detail: format!("unknown api key {}", R::KEY),
+        side: Side::Internal,
+    })?;
+    let mut header = RequestHeader::default();
+    header.request_api_key = R::KEY;
+    header.request_api_version = version;
+    header.correlation_id = correlation_id;
+    header.client_id = Some(client_id.clone());
+    let frame = encode_request(&header, key, req)?;
+    Ok((frame, Sent { correlation_id, key, version }))
+}
+
+/// Checks that `resp` answers `sent` (correlation id) and decodes it.
+pub(crate) fn decode_sent<R: Request>(resp: &Bytes, sent: Sent) -> Result<R::Response, ProtocolError> {
+    let got = peek::response_correlation_id(resp)?;
+    if got != sent.correlation_id {
+        return Err(ProtocolError::CorrelationMismatch {
+            expected: sent.correlation_id,
+            got,
+        });
+    }
+    Ok(decode_response::<R::Response>(resp, sent.key, sent.version)?.1)
+}
+
 /// One connection to one broker.
 pub struct Connection {
     reader: ResponseReader<BrokerRead>,
@@ -117,37 +146,20 @@ impl Connection {
     /// Writes `req` without waiting for its response (pipelining). Responses arrive in request
     /// order; each must be collected with [`Connection::receive`] in that order.
     pub async fn send_request<R: Request>(&mut self, req: &R, version: i16) -> Result<Sent, ProtocolError> {
-        let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
-            what: "request",
-            detail: format!("unknown api key {}", R::KEY),
-            side: Side::Internal,
-        })?;
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
-        let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
-        header.request_api_version = version;
-        header.correlation_id = correlation_id;
-        header.client_id = Some(self.client_id.clone());
-        let frame = encode_request(&header, key, req)?;
+        let (frame, sent) = request_frame(req, version, correlation_id, &self.client_id)?;
         self.writer
             .write_all(&frame)
             .await
             .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
-        Ok(Sent { correlation_id, key, version })
+        Ok(sent)
     }
 
     /// Reads the response to the oldest request sent with [`Connection::send_request`].
     pub async fn receive<R: Request>(&mut self, sent: Sent) -> Result<R::Response, ProtocolError> {
         let resp = self.read_frame().await?;
-        let got = peek::response_correlation_id(&resp)?;
-        if got != sent.correlation_id {
-            return Err(ProtocolError::CorrelationMismatch {
-                expected: sent.correlation_id,
-                got,
-            });
-        }
-        Ok(decode_response::<R::Response>(&resp, sent.key, sent.version)?.1)
+        decode_sent::<R>(&resp, sent)
     }
 
     /// Sends an already-encoded request frame and returns the raw response frame.

@@ -10,7 +10,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
 use kafka_protocol::protocol::{Request, StrBytes};
 use kmp_config::{ClientSecurityProps, SaslMechanism, SecretRef, parse_jaas};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
@@ -21,7 +21,7 @@ use tokio_rustls::client::TlsStream;
 
 use super::scram::{Hash, SaltedCache, ScramClient};
 use super::tls::{TlsError, client_config, server_name};
-use crate::codec::{decode_response, encode_request};
+use crate::client::{decode_sent, request_frame};
 use crate::error::ProtocolError;
 
 /// Largest SASL response accepted while authenticating (bytes).
@@ -219,19 +219,10 @@ async fn authenticate(stream: &mut BrokerStream, login: &SaslLogin, client_id: &
     Ok(())
 }
 
-/// Sends one request and reads its response (bounded), before the stream is handed on.
+/// Sends one request and reads its response, before the stream is handed on: exactly one frame is
+/// read (nothing past it, the stream goes on to its user), at most [`MAX_SASL_RESPONSE`] bytes.
 async fn exchange<R: Request>(stream: &mut BrokerStream, req: &R, version: i16, correlation_id: i32, client_id: &str) -> Result<R::Response, ProtocolError> {
-    let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
-        what: "request",
-        detail: format!("unknown api key {}", R::KEY),
-        side: crate::Side::Internal,
-    })?;
-    let mut header = RequestHeader::default();
-    header.request_api_key = R::KEY;
-    header.request_api_version = version;
-    header.correlation_id = correlation_id;
-    header.client_id = Some(StrBytes::from_string(client_id.to_owned()));
-    let frame = encode_request(&header, key, req)?;
+    let (frame, sent) = request_frame(req, version, correlation_id, &StrBytes::from_string(client_id.to_owned()))?;
     let io = |source| ProtocolError::Io {
         source,
         side: crate::Side::Broker,
@@ -250,14 +241,7 @@ async fn exchange<R: Request>(stream: &mut BrokerStream, req: &R, version: i16, 
     let mut buf = BytesMut::zeroed(4 + size as usize);
     buf[..4].copy_from_slice(&len);
     stream.read_exact(&mut buf[4..]).await.map_err(io)?;
-    let frame = buf.freeze();
-    if crate::peek::response_correlation_id(&frame)? != correlation_id {
-        return Err(ProtocolError::CorrelationMismatch {
-            expected: correlation_id,
-            got: crate::peek::response_correlation_id(&frame)?,
-        });
-    }
-    Ok(decode_response::<R::Response>(&frame, key, version)?.1)
+    decode_sent::<R>(&buf.freeze(), sent)
 }
 
 /// A connection to a broker, plain or TLS.
