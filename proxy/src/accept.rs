@@ -77,6 +77,12 @@ pub(crate) async fn run(
     }
 }
 
+/// A client connection after the handshake: plain TCP, or TLS with the certificate subject.
+enum Accepted {
+    Plain(tokio::net::TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>, Option<String>),
+}
+
 /// One accepted connection: TLS handshake (if configured), upstream connection, session.
 async fn serve(
     client: tokio::net::TcpStream,
@@ -87,12 +93,12 @@ async fn serve(
     stop: watch::Receiver<bool>,
 ) -> Result<(), crate::error::ProxyError> {
     let client = match &shared.tls {
-        None => Ok(client),
+        None => Accepted::Plain(client),
         Some(identity) => {
             // A handshake is a few round trips: bounded by the frame timeout, at most 10 s.
             let timeout = Duration::from_millis(shared.config.limits.frame_read_timeout_ms.min(10_000));
             match crate::tls::accept(identity, client, timeout).await {
-                Ok(tls) => Err(tls),
+                Ok((tls, principal)) => Accepted::Tls(Box::new(tls), principal),
                 Err(why) => {
                     shared.metrics.connection_closed("tls_handshake");
                     tracing::info!(%why, "client TLS handshake failed");
@@ -110,12 +116,12 @@ async fn serve(
     };
     tracing::debug!(upstream = %addr, "connected");
     match client {
-        Ok(tcp) => session::run(tcp, upstream, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
-        Err((tls, principal)) => {
+        Accepted::Plain(tcp) => session::run(tcp, upstream, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
+        Accepted::Tls(tls, principal) => {
             if let Some(p) = &principal {
                 tracing::debug!(principal = %p, "client certificate accepted");
             }
-            session::run(tls, upstream, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
+            session::run(*tls, upstream, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
         }
     }
 }

@@ -211,12 +211,13 @@ impl SaslTerminator {
         auth: &[u8],
         credentials: &Credentials,
     ) -> Result<Option<Result<ServerStep, kmp_protocol::security::scram::ScramError>>, ()> {
-        let mechanism = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).mechanism.clone();
-        let hash = SaslMechanism::parse(&mechanism).and_then(Hash::of);
         let mut progress = lock(conn);
         match &mut *progress {
             Progress::Handshaken(SaslMechanism::Plain, _) => Ok(None),
-            Progress::Handshaken(_, Some(scram)) => Ok(Some(scram.step(auth, &|user| hash.and_then(|h| credentials.scram(user, h))))),
+            Progress::Handshaken(mechanism, Some(scram)) => {
+                let hash = Hash::of(*mechanism);
+                Ok(Some(scram.step(auth, &|user| hash.and_then(|h| credentials.scram(user, h)))))
+            }
             _ => {
                 *progress = Progress::Failed;
                 Err(())
