@@ -26,7 +26,7 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Response frames (prefix included) from a broker, each at most [`MAX_RESPONSE`] bytes. Bytes
 /// read past a frame stay buffered for the next one.
-struct ResponseReader<R> {
+pub(crate) struct ResponseReader<R> {
     inner: R,
     buf: BytesMut,
 }
@@ -40,7 +40,7 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
     }
 
     /// The next whole frame, or `None` on a clean end of stream between frames.
-    async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
         loop {
             let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
                 Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
@@ -130,6 +130,12 @@ impl Connection {
             client_id: StrBytes::from_string(client_id.to_owned()),
             addr: addr.to_owned(),
         })
+    }
+
+    /// Hands the connection to [`crate::shared_client::SharedConnection`]: its response reader,
+    /// its writer, the next correlation id and the client id.
+    pub(crate) fn into_parts(self) -> (ResponseReader<BrokerRead>, BrokerWrite, i32, StrBytes, String) {
+        (self.reader, self.writer, self.next_correlation_id, self.client_id, self.addr)
     }
 
     /// The address this connection was opened to.

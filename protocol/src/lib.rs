@@ -20,6 +20,7 @@ pub mod reencode;
 pub mod rewrite;
 pub mod scan;
 pub mod security;
+pub mod shared_client;
 pub mod versions;
 
 pub use error::{ProtocolError, Side};

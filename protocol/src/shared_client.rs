@@ -1,0 +1,307 @@
+//! One broker connection shared by many tasks: each caller sends a typed request and awaits its
+//! own response, while one writer task puts frames on the wire in order and one reader task hands
+//! each response to the caller waiting for it (Kafka answers a connection's requests in order).
+//! The mirror engine multiplexes thousands of partitions over a few of these per broker.
+//!
+//! A caller that gives up (its future is dropped) never corrupts the stream: frames are written
+//! whole by the writer task, and an unclaimed response is read and dropped. Any I/O or framing
+//! error closes the connection for every caller; reconnecting belongs to the owner of the pool.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::client::{Connection, Sent, decode_sent, request_frame};
+use crate::error::{ProtocolError, Side};
+
+/// Frames queued for the writer before callers wait (backpressure, not a limit on in-flight).
+const WRITE_QUEUE: usize = 256;
+
+type Reply = oneshot::Sender<Result<Bytes, ProtocolError>>;
+
+/// A cheap-to-clone handle on one connection.
+#[derive(Clone)]
+pub struct SharedConnection {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    addr: String,
+    client_id: StrBytes,
+    next_correlation_id: AtomicI32,
+    closed: Arc<AtomicBool>,
+    writes: mpsc::Sender<(Bytes, Reply)>,
+}
+
+impl std::fmt::Debug for SharedConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedConnection")
+            .field("addr", &self.inner.addr)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+fn closed_error(detail: &str) -> ProtocolError {
+    ProtocolError::Io {
+        source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail.to_owned()),
+        side: Side::Broker,
+    }
+}
+
+impl SharedConnection {
+    /// Takes over an established (authenticated) connection; spawns its writer and reader tasks,
+    /// which end when the connection fails or every handle is dropped.
+    pub fn new(conn: Connection) -> Self {
+        let (mut reader, mut writer, next_id, client_id, addr) = conn.into_parts();
+        let (writes, mut queue) = mpsc::channel::<(Bytes, Reply)>(WRITE_QUEUE);
+        let closed = Arc::new(AtomicBool::new(false));
+        // Replies in wire order: the writer pushes before writing, the reader pops per response.
+        let pending: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
+        let (dead_tx, mut dead_rx) = oneshot::channel::<()>();
+        {
+            let pending = pending.clone();
+            let closed = closed.clone();
+            tokio::spawn(async move {
+                let failed = loop {
+                    let next = tokio::select! {
+                        n = queue.recv() => n,
+                        _ = &mut dead_rx => break Some(closed_error("the connection failed")),
+                    };
+                    let Some((frame, reply)) = next else { break None };
+                    if let Ok(mut p) = pending.lock() {
+                        p.push_back(reply);
+                    }
+                    let written = async {
+                        writer.write_all(&frame).await?;
+                        writer.flush().await
+                    };
+                    if let Err(source) = written.await {
+                        break Some(ProtocolError::Io { source, side: Side::Broker });
+                    }
+                };
+                closed.store(true, Ordering::Release);
+                let _ = writer.shutdown().await;
+                fail_all(&pending, failed.unwrap_or_else(|| closed_error("connection dropped")));
+                queue.close();
+                while let Some((_, reply)) = queue.recv().await {
+                    let _ = reply.send(Err(closed_error("connection closed")));
+                }
+            });
+        }
+        {
+            let pending = pending.clone();
+            let closed = closed.clone();
+            tokio::spawn(async move {
+                let error = loop {
+                    match reader.next().await {
+                        Ok(Some(frame)) => {
+                            let reply = pending.lock().ok().and_then(|mut p| p.pop_front());
+                            match reply {
+                                Some(r) => {
+                                    let _ = r.send(Ok(frame));
+                                }
+                                None => {
+                                    break ProtocolError::Malformed {
+                                        what: "response",
+                                        detail: "a response nobody asked for".into(),
+                                        side: Side::Broker,
+                                    };
+                                }
+                            }
+                        }
+                        Ok(None) => break closed_error("broker closed the connection"),
+                        Err(e) => break e,
+                    }
+                };
+                closed.store(true, Ordering::Release);
+                let _ = dead_tx.send(());
+                fail_all(&pending, error);
+            });
+        }
+        Self {
+            inner: Arc::new(Inner {
+                addr,
+                client_id,
+                next_correlation_id: AtomicI32::new(next_id),
+                closed,
+                writes,
+            }),
+        }
+    }
+
+    /// The broker address.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// Whether `other` is a handle on the same connection.
+    pub fn same(&self, other: &SharedConnection) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// Whether the connection has failed (every call now fails; open a new one).
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::Acquire)
+    }
+
+    /// Sends `req` at `version` and waits for its response. Requests of concurrent callers are
+    /// pipelined in the order their frames were queued.
+    pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        let frame = self.frame(req, version)?;
+        let resp = self.call_frame(frame.0).await?;
+        decode_sent::<R>(&resp, frame.1)
+    }
+
+    /// Queues `req` for writing and returns once it is queued: requests submitted one after the
+    /// other by one task reach the broker in that order. The response is awaited with
+    /// [`Pending::response`] (dropping it discards the response).
+    pub async fn submit<R: Request>(&self, req: &R, version: i16) -> Result<Pending<R>, ProtocolError> {
+        let (frame, sent) = self.frame(req, version)?;
+        if self.is_closed() {
+            return Err(closed_error("connection closed"));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner.writes.send((frame, tx)).await.map_err(|_| closed_error("connection closed"))?;
+        Ok(Pending {
+            rx,
+            sent,
+            _r: std::marker::PhantomData,
+        })
+    }
+
+    /// Encodes `req` with this connection's next correlation id.
+    fn frame<R: Request>(&self, req: &R, version: i16) -> Result<(Bytes, Sent), ProtocolError> {
+        let id = self.inner.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        request_frame(req, version, id, &self.inner.client_id)
+    }
+
+    async fn call_frame(&self, frame: Bytes) -> Result<Bytes, ProtocolError> {
+        if self.is_closed() {
+            return Err(closed_error("connection closed"));
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner.writes.send((frame, tx)).await.map_err(|_| closed_error("connection closed"))?;
+        rx.await.map_err(|_| closed_error("connection closed"))?
+    }
+}
+
+/// A request queued by [`SharedConnection::submit`].
+pub struct Pending<R> {
+    rx: oneshot::Receiver<Result<Bytes, ProtocolError>>,
+    sent: Sent,
+    _r: std::marker::PhantomData<fn() -> R>,
+}
+
+impl<R: Request> Pending<R> {
+    /// Waits for the response.
+    pub async fn response(self) -> Result<R::Response, ProtocolError> {
+        let resp = self.rx.await.map_err(|_| closed_error("connection closed"))??;
+        decode_sent::<R>(&resp, self.sent)
+    }
+}
+
+fn fail_all(pending: &Mutex<VecDeque<Reply>>, error: ProtocolError) {
+    let drained: Vec<Reply> = pending.lock().map(|mut p| p.drain(..).collect()).unwrap_or_default();
+    let text = error.to_string();
+    for r in drained {
+        let _ = r.send(Err(closed_error(&text)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use kafka_protocol::messages::ApiVersionsRequest;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    /// A fake broker answering every request with an ApiVersions v0 response (error code = the
+    /// request's sequence number on the connection), each after `delay`; closes after `limit`.
+    async fn fake_broker(delay: Duration, limit: usize) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            for seq in 0..limit {
+                let mut len = [0u8; 4];
+                if s.read_exact(&mut len).await.is_err() {
+                    return;
+                }
+                let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+                s.read_exact(&mut body).await.unwrap();
+                tokio::time::sleep(delay).await;
+                // correlation id, error code, empty api_keys array
+                let mut resp = body[4..8].to_vec();
+                resp.extend_from_slice(&(seq as i16).to_be_bytes());
+                resp.extend_from_slice(&0i32.to_be_bytes());
+                let mut frame = (resp.len() as u32).to_be_bytes().to_vec();
+                frame.extend_from_slice(&resp);
+                s.write_all(&frame).await.unwrap();
+            }
+        });
+        addr
+    }
+
+    async fn open(addr: &str) -> SharedConnection {
+        SharedConnection::new(Connection::connect(addr, Duration::from_secs(5), "t").await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn concurrent_callers_each_get_their_own_response_in_wire_order() {
+        let conn = open(&fake_broker(Duration::ZERO, 1000).await).await;
+        let calls = (0..64).map(|_| {
+            let c = conn.clone();
+            tokio::spawn(async move { c.call(&ApiVersionsRequest::default(), 0).await.map(|r| r.error_code) })
+        });
+        let mut seen: Vec<i16> = Vec::new();
+        for c in calls {
+            seen.push(c.await.unwrap().expect("every caller is answered"));
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..64).collect::<Vec<i16>>(), "64 distinct responses, none lost or duplicated");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_gives_up_does_not_shift_the_responses_of_the_others() {
+        let conn = open(&fake_broker(Duration::from_millis(30), 1000).await).await;
+        let impatient = tokio::time::timeout(Duration::from_millis(5), conn.call(&ApiVersionsRequest::default(), 0)).await;
+        assert!(impatient.is_err(), "the first caller gave up before its answer");
+        let next = conn.call(&ApiVersionsRequest::default(), 0).await.expect("answered");
+        assert_eq!(next.error_code, 1, "the second caller gets the second response, not the abandoned first");
+        let pending = conn.submit(&ApiVersionsRequest::default(), 0).await.unwrap();
+        drop(pending);
+        assert_eq!(conn.call(&ApiVersionsRequest::default(), 0).await.unwrap().error_code, 3);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_fails_every_waiting_caller_and_every_later_one() {
+        let conn = open(&fake_broker(Duration::from_millis(20), 1).await).await;
+        let a = tokio::spawn({
+            let c = conn.clone();
+            async move { c.call(&ApiVersionsRequest::default(), 0).await.map(|r| r.error_code) }
+        });
+        let b = tokio::spawn({
+            let c = conn.clone();
+            async move { c.call(&ApiVersionsRequest::default(), 0).await.map(|r| r.error_code) }
+        });
+        let (a, b) = (a.await.unwrap(), b.await.unwrap());
+        assert!(a.is_ok() != b.is_ok(), "one answered, the other failed: {a:?} {b:?}");
+        tokio::time::timeout(Duration::from_secs(5), async {
+            while !conn.is_closed() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the connection reports closed");
+        assert!(conn.call(&ApiVersionsRequest::default(), 0).await.is_err());
+    }
+}
