@@ -49,6 +49,23 @@ impl Reservation {
     }
 }
 
+impl Reservation {
+    /// Bytes held.
+    pub fn bytes(&self) -> u64 {
+        self.permit.as_ref().map_or(0, |p| p.num_permits() as u64)
+    }
+
+    /// Moves up to `bytes` of this reservation into a new one (less if this one holds less).
+    pub fn split(&mut self, bytes: u64) -> Reservation {
+        let n = usize::try_from(bytes.min(self.bytes())).unwrap_or(0);
+        let permit = if n == 0 { None } else { self.permit.as_mut().and_then(|p| p.split(n)) };
+        Reservation {
+            permit,
+            budget: self.budget.clone(),
+        }
+    }
+}
+
 impl Budget {
     /// A budget of `limit` bytes (at most `u32::MAX` per reservation; see [`Budget::reserve`]).
     pub fn new(limit: u64) -> Self {

@@ -15,8 +15,10 @@ use kmp_protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{Of
 use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
+use kmp_protocol::shared_client::SharedConnection;
 
 use crate::error::MirrorError;
+use crate::links::{Lane, Links};
 
 /// Partitions of one topic as a cluster reports them.
 #[derive(Debug, Clone)]
@@ -40,6 +42,8 @@ pub struct ClusterClient {
     /// How to connect (TLS, SASL), or why the cluster's security settings are unusable.
     security: Result<Arc<ClientSecurity>, String>,
     gate: Arc<AuthGate>,
+    /// Connections shared by every user of this client (clones share them too).
+    links: Arc<Links>,
 }
 
 /// Failed authentications to one cluster: after one, connections fail fast with the same error
@@ -129,6 +133,7 @@ impl ClusterClient {
             timeout,
             security,
             gate,
+            links: Arc::default(),
         }
     }
 
@@ -201,13 +206,13 @@ impl ClusterClient {
 
     /// Partitions, leaders and brokers of `topic` (no auto-creation).
     pub async fn layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
-        let mut conn = self.connect_any().await?;
+        let conn = self.link_any().await?;
         let mut t = MetadataRequestTopic::default();
         t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
         let mut req = MetadataRequest::default();
         req.topics = Some(vec![t]);
         req.allow_auto_topic_creation = false;
-        let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
+        let resp = self.call(&conn, Lane::Control, &req, 12).await?;
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
             return Ok(TopicLayout {
@@ -234,11 +239,11 @@ impl ClusterClient {
 
     /// Every topic on the cluster with its topic id, from one Metadata request.
     pub async fn topic_ids(&self) -> Result<HashMap<String, [u8; 16]>, MirrorError> {
-        let mut conn = self.connect_any().await?;
+        let conn = self.link_any().await?;
         let mut req = MetadataRequest::default();
         req.topics = None; // all topics
         req.allow_auto_topic_creation = false;
-        let resp = conn.send(&req, 12).await.map_err(|e| self.wrap(e))?;
+        let resp = self.call(&conn, Lane::Control, &req, 12).await?;
         Ok(resp
             .topics
             .iter()
@@ -247,15 +252,70 @@ impl ClusterClient {
             .collect())
     }
 
-    /// A connection to the current leader of `topic`-`partition`, and that leader's epoch (sent
-    /// with fetches so a deposed leader answers FENCED_LEADER_EPOCH instead of stale data).
-    pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
-        let layout = self.layout(topic).await?;
-        self.connect_in(&layout, topic, partition).await
+    /// The shared connection to broker `addr` for `lane` (opened if there is none).
+    pub async fn link(&self, addr: &str, lane: Lane) -> Result<SharedConnection, MirrorError> {
+        self.links
+            .get(addr, lane, || async {
+                Ok(SharedConnection::new(self.connect_to(addr, "kafka-mirror-proxy-engine").await?))
+            })
+            .await
     }
 
-    /// Like [`Self::connect_leader`], with a layout the caller already read.
-    pub async fn connect_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
+    /// The shared control connection to the first reachable bootstrap broker.
+    pub async fn link_any(&self) -> Result<SharedConnection, MirrorError> {
+        let mut last = None;
+        for addr in &self.bootstrap {
+            match self.link(addr, Lane::Control).await {
+                Ok(c) => return Ok(c),
+                Err(e @ (MirrorError::Source(ProtocolError::Authentication { .. }) | MirrorError::Destination(ProtocolError::Authentication { .. }))) => {
+                    return Err(e);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            self.wrap(ProtocolError::Connect {
+                addr: "(none)".into(),
+                detail: "no bootstrap servers".into(),
+            })
+        }))
+    }
+
+    /// Sends `req` on `conn`; a connection that failed is forgotten so the next call reconnects.
+    pub async fn call<R: kmp_protocol::kafka_protocol::protocol::Request>(
+        &self,
+        conn: &SharedConnection,
+        lane: Lane,
+        req: &R,
+        version: i16,
+    ) -> Result<R::Response, MirrorError> {
+        conn.call(req, version).await.map_err(|e| {
+            if conn.is_closed() {
+                self.links.discard(conn, lane);
+            }
+            self.wrap(e)
+        })
+    }
+
+    /// Shared connections open now.
+    pub fn open_links(&self) -> usize {
+        self.links.open()
+    }
+
+    /// The shared control connection to the leader of `topic`-`partition`, and its epoch.
+    pub async fn leader_link(&self, topic: &str, partition: i32) -> Result<(SharedConnection, i32), MirrorError> {
+        let layout = self.layout(topic).await?;
+        self.leader_link_in(&layout, topic, partition).await
+    }
+
+    /// Like [`Self::leader_link`], with a layout the caller already read.
+    pub async fn leader_link_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(SharedConnection, i32), MirrorError> {
+        let (addr, epoch) = self.leader_in(layout, topic, partition)?;
+        Ok((self.link(&addr, Lane::Control).await?, epoch))
+    }
+
+    /// The address of the leader of `topic`-`partition` in `layout`, and its epoch.
+    pub fn leader_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(String, i32), MirrorError> {
         if layout.error_code != 0 {
             return Err(MirrorError::Broker {
                 side: self.side,
@@ -274,7 +334,20 @@ impl ClusterClient {
             what: format!("leader of {topic}-{partition}"),
             code: 5, // LEADER_NOT_AVAILABLE
         })?;
-        let conn = self.connect_to(addr, "kafka-mirror-proxy-engine").await?;
+        Ok((addr.clone(), epoch))
+    }
+
+    /// A connection to the current leader of `topic`-`partition`, and that leader's epoch (sent
+    /// with fetches so a deposed leader answers FENCED_LEADER_EPOCH instead of stale data).
+    pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
+        let layout = self.layout(topic).await?;
+        self.connect_in(&layout, topic, partition).await
+    }
+
+    /// Like [`Self::connect_leader`], with a layout the caller already read.
+    pub async fn connect_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
+        let (addr, epoch) = self.leader_in(layout, topic, partition)?;
+        let conn = self.connect_to(&addr, "kafka-mirror-proxy-engine").await?;
         Ok((conn, epoch))
     }
 }
@@ -291,7 +364,7 @@ fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError
 }
 
 /// `(log start, high watermark)` of a partition, read on a connection to its leader.
-pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
+pub async fn offsets(side: &'static str, conn: &SharedConnection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
     let mut out = [0i64; 2];
     for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
         let mut p = ListOffsetsPartition::default();
@@ -305,7 +378,7 @@ pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, par
         req.replica_id = BrokerId(-1);
         req.topics = vec![t];
         let what = || format!("ListOffsets {topic}-{partition}");
-        let resp = conn.send(&req, 7).await.map_err(|e| side_error(side, e))?;
+        let resp = conn.call(&req, 7).await.map_err(|e| side_error(side, e))?;
         match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
             Some(p) if p.error_code == 0 => out[i] = p.offset,
             Some(p) => {
@@ -324,7 +397,7 @@ pub async fn offsets(side: &'static str, conn: &mut Connection, topic: &str, par
 /// The leader's log end offset for its current `leader_epoch` (OffsetForLeaderEpoch): unlike the
 /// high watermark, it includes appended writes that the in-sync replicas have not confirmed yet
 /// (e.g. while a follower is down but still in the ISR).
-pub async fn leader_log_end(side: &'static str, conn: &mut Connection, topic: &str, partition: i32, leader_epoch: i32) -> Result<i64, MirrorError> {
+pub async fn leader_log_end(side: &'static str, conn: &SharedConnection, topic: &str, partition: i32, leader_epoch: i32) -> Result<i64, MirrorError> {
     let mut p = OffsetForLeaderPartition::default();
     p.partition = partition;
     p.current_leader_epoch = leader_epoch;
@@ -336,7 +409,7 @@ pub async fn leader_log_end(side: &'static str, conn: &mut Connection, topic: &s
     req.replica_id = BrokerId(-1);
     req.topics = vec![t];
     let what = || format!("OffsetForLeaderEpoch {topic}-{partition} epoch {leader_epoch}");
-    let resp = conn.send(&req, 4).await.map_err(|e| side_error(side, e))?;
+    let resp = conn.call(&req, 4).await.map_err(|e| side_error(side, e))?;
     match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition == partition) {
         Some(p) if p.error_code == 0 && p.leader_epoch == leader_epoch && p.end_offset >= 0 => Ok(p.end_offset),
         // The epoch moved on between the metadata and this request: look the leader up again.

@@ -14,11 +14,15 @@ mod budget;
 mod cluster;
 mod control;
 mod error;
+mod fetch_session;
+mod io_stats;
 mod lifecycle;
+mod links;
 mod mirror_settings;
 mod mirrors;
 mod partition;
 mod plan;
+mod produce_mux;
 mod registry;
 mod select;
 mod sink;
@@ -40,6 +44,7 @@ pub use budget::Budget;
 pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
+pub use io_stats::{IoCounters, io_counters};
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
@@ -112,12 +117,14 @@ pub fn start(
     handle.control.set_source_allow(source_allow);
     let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
     let shared = Shared {
-        destination,
+        destination: destination.clone(),
         status: handle.status.clone(),
         budget: handle.budget.clone(),
         topics: handle.topics.clone(),
         control: handle.control.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
+        producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default()),
+        sessions: fetch_session::SessionSettings::default(),
         stop,
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
@@ -134,6 +141,10 @@ pub(crate) struct Shared {
     pub(crate) topics: MirrorTopics,
     pub(crate) control: Control,
     pub(crate) max_in_flight: usize,
+    /// The destination's produce lanes, one per broker, shared by every mirror.
+    pub(crate) producers: produce_mux::Producers,
+    /// How source fetch sessions poll.
+    pub(crate) sessions: fetch_session::SessionSettings,
     pub(crate) stop: watch::Receiver<bool>,
 }
 
@@ -297,6 +308,7 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
 pub(crate) struct TopicContext {
     pub(crate) mirror: MirrorConfig,
     pub(crate) source: ClusterClient,
+    pub(crate) fetchers: fetch_session::FetchSessions,
     pub(crate) shared: Shared,
     pub(crate) store: Arc<StateStore>,
 }

@@ -231,7 +231,8 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         max_filler_batch_records: m.max_filler_batch_records,
         max_fill_offsets: m.max_fill_offsets,
         max_in_flight: ctx.shared.max_in_flight,
-        budget: ctx.shared.budget.clone(),
+        fetchers: ctx.fetchers.clone(),
+        producers: ctx.shared.producers.clone(),
         status: ctx.shared.status.clone(),
     };
     tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));

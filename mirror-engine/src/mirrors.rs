@@ -12,6 +12,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
+use crate::fetch_session::FetchSessions;
 use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
@@ -37,17 +38,26 @@ pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig
 async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
     let wake = shared.control.notifier(&name);
     let mut stop = shared.stop.clone();
+    // One source client (with its shared connections and fetch sessions) per source setting.
+    let mut reach: Option<(String, ClusterClient, FetchSessions)> = None;
     loop {
         let Some(def) = shared.control.definition(&name) else {
             info!("mirror deleted; topic discovery ends");
             return;
         };
-        let source = ClusterClient::source_of(&def, shared.destination.timeout());
+        let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
+        if reach.as_ref().is_none_or(|(k, _, _)| *k != key) {
+            let source = ClusterClient::source_of(&def, shared.destination.timeout());
+            let fetchers = FetchSessions::new(source.clone(), shared.budget.clone(), shared.sessions);
+            reach = Some((key, source, fetchers));
+        }
+        let Some((_, source, fetchers)) = reach.clone() else { continue };
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
                 let ctx = TopicContext {
                     mirror: def.clone(),
                     source: source.clone(),
+                    fetchers: fetchers.clone(),
                     shared: shared.clone(),
                     store: store.clone(),
                 };

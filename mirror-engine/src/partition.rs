@@ -11,13 +11,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::budget::{Budget, Reservation};
+use crate::budget::Reservation;
 use crate::cluster::{ClusterClient, leader_log_end, offsets};
 use crate::control::Desired;
 use crate::error::MirrorError;
+use crate::fetch_session::{FetchSessions, Wanted};
+use crate::links::Lane;
 use crate::plan::{AbortTracker, Action, plan};
+use crate::produce_mux::Producers;
 use crate::sink::{PartitionSink, Written};
-use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
 /// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set
@@ -35,8 +37,10 @@ pub struct PartitionTask {
     pub max_fill_offsets: i64,
     /// Produce requests pipelined to the destination leader.
     pub max_in_flight: usize,
-    /// Engine-wide room for fetched data.
-    pub budget: Budget,
+    /// The source fetch sessions of this mirror (they hold the engine-wide memory budget).
+    pub fetchers: FetchSessions,
+    /// The destination's produce lanes.
+    pub producers: Producers,
     pub status: StatusBoard,
 }
 
@@ -119,8 +123,8 @@ impl PartitionTask {
         let mut end = None;
         for _ in 0..8 {
             let settled = async {
-                let (mut conn, epoch) = self.destination.connect_leader(topic, *partition).await?;
-                settled_offsets(&mut conn, topic, *partition, epoch).await
+                let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
+                settled_offsets(&conn, topic, *partition, epoch).await
             };
             match settled.await {
                 Ok((_, e)) => {
@@ -150,10 +154,10 @@ impl PartitionTask {
     async fn copy(&self, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
-        let (mut dest_conn, epoch) = self.destination.connect_leader(topic, partition).await?;
-        let (dest_log_start, next) = settled_offsets(&mut dest_conn, topic, partition, epoch).await?;
+        let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
+        let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
         self.account_landed(std::mem::take(uncertain), next);
-        let mut sink = PartitionSink::open(dest_conn, topic, partition, self.max_in_flight).await?;
+        let mut sink = PartitionSink::open(dest_conn, self.producers.clone(), topic, partition, self.max_in_flight).await?;
         let result = self.stream(&mut sink, dest_log_start, next).await;
         if result.is_err() {
             let (acknowledged, in_flight) = sink.abandon();
@@ -172,7 +176,7 @@ impl PartitionTask {
         if known.is_some_and(|id| replaced(&layout, id)) {
             return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
         }
-        let (mut src, leader_epoch) = self.source.connect_in(&layout, topic, partition).await?;
+        let (leader, leader_epoch) = self.source.leader_in(&layout, topic, partition)?;
         let topic_id = *self.source_topic_id.get_or_init(|| layout.topic_id);
         let mut aborts = AbortTracker::default();
         info!(next, leader_epoch, "mirroring from the destination's high watermark");
@@ -189,29 +193,22 @@ impl PartitionTask {
         loop {
             // The next Fetch overlaps the acknowledgements of what the previous one produced.
             let previous = held.take();
-            let at = FetchAt {
-                topic,
+            let want_now = Wanted {
+                topic: topic.to_owned(),
                 topic_id,
                 partition,
                 offset: next,
                 leader_epoch,
                 max_bytes: want,
-                max_wait_ms: 500,
             };
-            let (fetched, flushed) = tokio::join!(
-                async {
-                    let room = self.budget.reserve(u64::try_from(want).unwrap_or(0)).await;
-                    (room, fetch(&mut src, at).await)
-                },
-                async {
-                    let r = sink.flush().await;
-                    self.account(sink.take_acknowledged());
-                    drop(previous);
-                    r
-                }
-            );
-            flushed?;
-            let (room, fetched) = fetched;
+            // An idle partition's fetch waits until data arrives: a failed flush must not wait
+            // for it (try_join returns on the flush error and withdraws the fetch).
+            let (fetched, ()) = tokio::try_join!(async { Ok(self.fetchers.fetch(&leader, want_now).await) }, async {
+                let r = sink.flush().await;
+                self.account(sink.take_acknowledged());
+                drop(previous);
+                r
+            })?;
             let fetched = match fetched {
                 Err(MirrorError::Broker {
                     code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID,
@@ -222,7 +219,8 @@ impl PartitionTask {
                     return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
                 }
                 Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
-                    let (start, end) = offsets("source", &mut src, topic, partition).await?;
+                    let src = self.source.link(&leader, Lane::Control).await?;
+                    let (start, end) = offsets("source", &src, topic, partition).await?;
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = self.fill(sink, next, start - next, 0).await?;
@@ -234,11 +232,9 @@ impl PartitionTask {
                 }
                 other => other?,
             };
-            // A first batch larger than asked for still comes back whole (KIP-74): account it if
-            // there is room; it is at most one batch over.
+            // The data's share of the engine budget, held until the destination acknowledged it.
+            let (fetched, room): (_, Reservation) = fetched;
             let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
-            let mut room = room;
-            room.grow_to(got as u64);
             held = Some(room);
             want = if got.saturating_mul(2) >= usize::try_from(want).unwrap_or(0) {
                 self.fetch_max_bytes
@@ -349,7 +345,7 @@ impl PartitionTask {
 /// for up to `replica.lag.time.max.ms` when an in-sync follower is down. Writing before it
 /// settles would place the next batch after that one and break the identical-offset invariant,
 /// so the engine waits (bounded by `UNSETTLED_LIMIT`, then retries with backoff).
-async fn settled_offsets(conn: &mut kmp_protocol::client::Connection, topic: &str, partition: i32, epoch: i32) -> Result<(i64, i64), MirrorError> {
+async fn settled_offsets(conn: &kmp_protocol::shared_client::SharedConnection, topic: &str, partition: i32, epoch: i32) -> Result<(i64, i64), MirrorError> {
     let deadline = tokio::time::Instant::now() + UNSETTLED_LIMIT;
     let mut last = offsets("destination", conn, topic, partition).await?;
     loop {

@@ -1,24 +1,24 @@
 //! Writing to a destination partition with the engine's own idempotent producer: a producer id
-//! from the destination (InitProducerId), one batch per Produce request, acks=all, up to
-//! `max_in_flight` requests pipelined on the leader connection, and a check that every batch
-//! lands at the offset the plan expects. Deciding what to write is `plan`'s; accounting what was
-//! acknowledged is `partition`'s.
+//! from the destination (InitProducerId), batches handed to the destination broker's produce lane
+//! (`produce_mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
+//! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
+//! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
-use kmp_protocol::client::{Connection, Sent};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
 use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::shared_client::SharedConnection;
+use tokio::sync::oneshot;
 
 use crate::error::MirrorError;
+use crate::produce_mux::{Producers, Reply};
 
-pub(crate) const PRODUCE_VERSION: i16 = 9;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
-
 /// An acks=all Produce of one batch blob to one partition (the engine's only kind).
 pub(crate) fn produce_request(topic: TopicName, partition: i32, records: Bytes) -> ProduceRequest {
     let mut pd = PartitionProduceData::default();
@@ -49,27 +49,29 @@ pub struct Written {
 
 /// An idempotent producer bound to one destination partition leader.
 pub struct PartitionSink {
-    conn: Connection,
+    /// Control connection to the leader (InitProducerId, DeleteRecords).
+    conn: SharedConnection,
+    producers: Producers,
     topic: TopicName,
     partition: i32,
     producer_id: i64,
     producer_epoch: i16,
     next_sequence: i32,
     max_in_flight: usize,
-    in_flight: VecDeque<(Sent, Written)>,
+    in_flight: VecDeque<(oneshot::Receiver<Reply>, Written)>,
     acknowledged: Vec<Written>,
 }
 
 impl PartitionSink {
     /// Initialises a producer id on the destination and binds it to the partition's leader.
-    pub async fn open(mut conn: Connection, topic: &str, partition: i32, max_in_flight: usize) -> Result<Self, MirrorError> {
+    pub async fn open(conn: SharedConnection, producers: Producers, topic: &str, partition: i32, max_in_flight: usize) -> Result<Self, MirrorError> {
         let mut req = InitProducerIdRequest::default();
         // kafka-protocol defaults this to Some(""), which brokers reject as INVALID_REQUEST.
         req.transactional_id = None;
         req.transaction_timeout_ms = i32::MAX; // no transaction: what the Java idempotent producer sends
         req.producer_id = ProducerId(-1);
         req.producer_epoch = -1;
-        let resp = conn.send(&req, 4).await.map_err(MirrorError::Destination)?;
+        let resp = conn.call(&req, 4).await.map_err(MirrorError::Destination)?;
         if resp.error_code != 0 {
             return Err(MirrorError::Broker {
                 side: "destination",
@@ -79,6 +81,7 @@ impl PartitionSink {
         }
         Ok(Self {
             conn,
+            producers,
             topic: TopicName(StrBytes::from_string(topic.to_owned())),
             partition,
             producer_id: resp.producer_id.0,
@@ -129,10 +132,9 @@ impl PartitionSink {
         while self.in_flight.len() >= self.max_in_flight {
             self.ack_oldest().await?;
         }
-        let req = produce_request(self.topic.clone(), self.partition, records_blob);
-        let sent = self.conn.send_request(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+        let reply = self.producers.submit(self.conn.addr(), self.topic.clone(), self.partition, records_blob);
         self.next_sequence = self.next_sequence.wrapping_add(w.records);
-        self.in_flight.push_back((sent, w));
+        self.in_flight.push_back((reply, w));
         Ok(())
     }
 
@@ -157,24 +159,23 @@ impl PartitionSink {
 
     async fn ack_oldest(&mut self) -> Result<(), MirrorError> {
         // Popped only once acknowledged: on error it stays for `abandon` to report.
-        let Some(&(sent, w)) = self.in_flight.front() else { return Ok(()) };
-        let resp = self.conn.receive::<ProduceRequest>(sent).await.map_err(MirrorError::Destination)?;
-        let p = resp
-            .responses
-            .iter()
-            .flat_map(|t| t.partition_responses.iter())
-            .find(|p| p.index == self.partition)
-            .ok_or_else(|| MirrorError::Broker {
-                side: "destination",
-                what: "produce".into(),
-                code: 3,
-            })?;
+        let Some((reply, w)) = self.in_flight.front_mut() else { return Ok(()) };
+        let w = *w;
+        let p = match reply.await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(MirrorError::Destination(kmp_protocol::ProtocolError::Io {
+                    source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "produce lane closed"),
+                    side: kmp_protocol::Side::Broker,
+                }));
+            }
+        };
         if p.error_code != 0 {
             let what = format!(
                 "produce to {}-{}: {}",
                 self.topic.0.as_str(),
                 self.partition,
-                p.error_message.as_ref().map_or("", |m| m.as_str())
+                p.error_message.as_deref().unwrap_or("")
             );
             return Err(MirrorError::Broker {
                 side: "destination",
@@ -207,7 +208,7 @@ impl PartitionSink {
         let mut req = DeleteRecordsRequest::default();
         req.topics = vec![t];
         req.timeout_ms = PRODUCE_TIMEOUT_MS;
-        let resp = self.conn.send(&req, 2).await.map_err(MirrorError::Destination)?;
+        let resp = self.conn.call(&req, 2).await.map_err(MirrorError::Destination)?;
         match resp
             .topics
             .iter()

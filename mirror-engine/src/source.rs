@@ -5,6 +5,7 @@ use bytes::Bytes;
 use kmp_protocol::batch::{self, BatchHeader};
 use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kmp_protocol::kafka_protocol::messages::fetch_response::PartitionData;
 use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
 use uuid::Uuid;
 
@@ -13,8 +14,8 @@ use crate::error::MirrorError;
 /// Fetch version used against the source: topics by id (v13+, every Kafka 4.x broker), so a
 /// source topic deleted and recreated under the same name answers UNKNOWN_TOPIC_ID instead of
 /// handing out another topic's records at the same offsets.
-const FETCH_VERSION: i16 = 13;
-const READ_COMMITTED: i8 = 1;
+pub(crate) const FETCH_VERSION: i16 = 13;
+pub(crate) const READ_COMMITTED: i8 = 1;
 
 /// What one Fetch returned for one partition.
 #[derive(Debug)]
@@ -81,6 +82,12 @@ pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, Mi
             what: format!("fetch {topic}-{partition}"),
             code: 3,
         })?;
+    parse(topic, offset, part)
+}
+
+/// What one partition of a Fetch response holds, or its error.
+pub(crate) fn parse(topic: &str, offset: i64, part: PartitionData) -> Result<Fetched, MirrorError> {
+    let partition = part.partition_index;
     if part.error_code != 0 {
         return Err(MirrorError::Broker {
             side: "source",

@@ -29,7 +29,8 @@ use tracing::warn;
 
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
-use crate::sink::{PRODUCE_VERSION, produce_request};
+use crate::produce_mux::PRODUCE_VERSION;
+use crate::sink::produce_request;
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
 use crate::topics::{TopicSpec, create_topic};
@@ -170,7 +171,8 @@ impl StateStore {
     async fn load(&self) -> Result<(), MirrorError> {
         let layout = self.destination.layout(&self.topic).await?;
         let (mut conn, epoch) = self.destination.connect_in(&layout, &self.topic, 0).await?;
-        let (start, end) = offsets("destination", &mut conn, &self.topic, 0).await?;
+        let (link, _) = self.destination.leader_link_in(&layout, &self.topic, 0).await?;
+        let (start, end) = offsets("destination", &link, &self.topic, 0).await?;
         let mut next = start;
         let mut entries = HashMap::new();
         while next < end {

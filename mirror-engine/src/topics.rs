@@ -153,8 +153,8 @@ pub async fn ensure_destination_topic(
                 return Ok((Prepared::Owned(partitions), src.topic_id));
             }
             for p in 0..partitions as i32 {
-                let (mut conn, _) = destination.connect_leader(topic, p).await?;
-                let (_, end) = crate::cluster::offsets("destination", &mut conn, topic, p).await?;
+                let (conn, _) = destination.leader_link(topic, p).await?;
+                let (_, end) = crate::cluster::offsets("destination", &conn, topic, p).await?;
                 if end > 0 {
                     return Err(MirrorError::DestinationConflict {
                         topic: topic.to_owned(),

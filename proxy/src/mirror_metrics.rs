@@ -29,6 +29,31 @@ pub(crate) fn render(engine: &Engine) -> String {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
     }
+    let io = kmp_mirror_engine::io_counters();
+    for (name, help, value) in [
+        (
+            "kmp_mirror_fetch_requests",
+            "Fetch requests sent to source brokers (each carries every waiting partition of one broker)",
+            io.fetch_requests,
+        ),
+        (
+            "kmp_mirror_fetch_session_resets",
+            "Fetch sessions a source broker dropped (evicted or expired) and the engine started again with a full fetch",
+            io.fetch_session_resets,
+        ),
+        (
+            "kmp_mirror_produce_requests",
+            "Produce requests sent to destination brokers",
+            io.produce_requests,
+        ),
+        (
+            "kmp_mirror_produce_batches",
+            "Record batches carried by those Produce requests",
+            io.produce_batches,
+        ),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}_total {value}");
+    }
     let gauges: [(&str, &str, Gauge); 11] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
             s.lag_records()

@@ -1,0 +1,422 @@
+//! Fetching for many partitions over one connection per source broker: each partition task asks
+//! for its next offset, and one task per broker sends a single Fetch request for every partition
+//! waiting on that broker, as an incremental fetch session (KIP-227) so that a request only
+//! carries what changed and an idle partition costs nothing per poll. Results go back to each
+//! partition; a partition error reaches only that partition.
+//!
+//! Memory: the request's `max_bytes` is reserved from the engine budget before it is sent, and
+//! what each partition received is handed over with its share of that reservation.
+//!
+//! Planning, writing and per-partition retries belong to `partition`; what one partition's answer
+//! means belongs to `source::parse`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tracing::{Instrument, debug, info_span};
+use uuid::Uuid;
+
+use crate::budget::{Budget, Reservation};
+use crate::cluster::ClusterClient;
+use crate::error::MirrorError;
+use crate::io_stats;
+use crate::links::Lane;
+use crate::source::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
+
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+/// How long a partition that just received data counts as "coming back soon" (it keeps polls
+/// short so it does not wait behind a long poll for idle partitions).
+const BUSY_FOR: Duration = Duration::from_secs(1);
+/// Pause after a failed connection before the next request to that broker.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+
+/// How fetch sessions poll.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionSettings {
+    /// Long-poll wait while every partition is idle (ms).
+    pub max_wait_ms: i32,
+    /// Poll wait while a partition that just received data is still writing it (ms).
+    pub busy_wait_ms: i32,
+    /// Longest wait for partitions that received data to ask again before the next request.
+    pub regather: Duration,
+    /// Upper bound of one Fetch response (bytes), reserved from the budget per request.
+    pub request_max_bytes: i32,
+}
+
+impl Default for SessionSettings {
+    fn default() -> Self {
+        Self {
+            max_wait_ms: 500,
+            busy_wait_ms: 5,
+            regather: Duration::from_millis(2),
+            request_max_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a partition asks for.
+#[derive(Debug, Clone)]
+pub struct Wanted {
+    pub topic: String,
+    pub topic_id: [u8; 16],
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub max_bytes: i32,
+}
+
+type Answer = Result<(Fetched, Reservation), MirrorError>;
+
+struct Interest {
+    want: Wanted,
+    reply: oneshot::Sender<Answer>,
+}
+
+type Key = ([u8; 16], i32);
+
+/// The fetch sessions of one source cluster client, one per broker address; cheap to clone.
+#[derive(Clone)]
+pub struct FetchSessions {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: ClusterClient,
+    budget: Budget,
+    settings: SessionSettings,
+    brokers: Mutex<HashMap<String, mpsc::UnboundedSender<Interest>>>,
+}
+
+impl FetchSessions {
+    pub fn new(client: ClusterClient, budget: Budget, settings: SessionSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                budget,
+                settings,
+                brokers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The next data (or error) for `want` from broker `addr`, with its share of the budget.
+    /// Waits while the partition has nothing new; dropping the future withdraws the request.
+    pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
+        let (tx, rx) = oneshot::channel();
+        let mut interest = Interest { want, reply: tx };
+        for _ in 0..2 {
+            let sender = self.sender(addr);
+            match sender.send(interest) {
+                Ok(()) => {
+                    return rx.await.unwrap_or_else(|_| Err(closed("fetch session ended")));
+                }
+                // The broker's task ended (its connection failed long ago); start another.
+                Err(mpsc::error::SendError(back)) => {
+                    interest = back;
+                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                }
+            }
+        }
+        Err(closed("fetch session unavailable"))
+    }
+
+    fn sender(&self, addr: &str) -> mpsc::UnboundedSender<Interest> {
+        let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = brokers.get(addr)
+            && !s.is_closed()
+        {
+            return s.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let session = BrokerSession {
+            addr: addr.to_owned(),
+            client: self.inner.client.clone(),
+            budget: self.inner.budget.clone(),
+            settings: self.inner.settings,
+            id: 0,
+            epoch: 0,
+            known: HashMap::new(),
+            interests: HashMap::new(),
+            busy: HashMap::new(),
+        };
+        let span = info_span!("fetch_session", broker = %addr);
+        tokio::spawn(session.run(rx).instrument(span));
+        brokers.insert(addr.to_owned(), tx.clone());
+        tx
+    }
+}
+
+fn closed(detail: &str) -> MirrorError {
+    MirrorError::Source(ProtocolError::Io {
+        source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail.to_owned()),
+        side: kmp_protocol::Side::Broker,
+    })
+}
+
+/// A copy of a request-wide error for each partition of the request.
+fn each(e: &MirrorError) -> MirrorError {
+    match e {
+        MirrorError::Broker { side, what, code } => MirrorError::Broker {
+            side,
+            what: what.clone(),
+            code: *code,
+        },
+        MirrorError::Source(ProtocolError::Authentication { addr, detail }) => MirrorError::Source(ProtocolError::Authentication {
+            addr: addr.clone(),
+            detail: detail.clone(),
+        }),
+        MirrorError::Source(ProtocolError::Connect { addr, detail }) => MirrorError::Source(ProtocolError::Connect {
+            addr: addr.clone(),
+            detail: detail.clone(),
+        }),
+        MirrorError::Source(ProtocolError::Io { source, side }) => MirrorError::Source(ProtocolError::Io {
+            source: std::io::Error::new(source.kind(), source.to_string()),
+            side: *side,
+        }),
+        other => closed(&other.detail()),
+    }
+}
+
+/// Fetch position of a partition as the broker's session holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Position {
+    offset: i64,
+    leader_epoch: i32,
+    max_bytes: i32,
+}
+
+/// The session with one broker, run by one task.
+struct BrokerSession {
+    addr: String,
+    client: ClusterClient,
+    budget: Budget,
+    settings: SessionSettings,
+    /// Session id (0: none yet, the next request is a full one).
+    id: i32,
+    epoch: i32,
+    /// Partitions in the broker's session and their positions there.
+    known: HashMap<Key, Position>,
+    interests: HashMap<Key, Interest>,
+    /// Partitions that received data and have not asked again yet, since when.
+    busy: HashMap<Key, Instant>,
+}
+
+fn key_of(w: &Wanted) -> Key {
+    (w.topic_id, w.partition)
+}
+
+fn position_of(w: &Wanted) -> Position {
+    Position {
+        offset: w.offset,
+        leader_epoch: w.leader_epoch,
+        max_bytes: w.max_bytes,
+    }
+}
+
+impl BrokerSession {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Interest>) {
+        loop {
+            self.interests.retain(|_, i| !i.reply.is_closed());
+            if self.interests.is_empty() {
+                match rx.recv().await {
+                    Some(i) => self.add(i),
+                    None => return,
+                }
+            }
+            // Partitions that just got data usually ask again within microseconds: include them.
+            let deadline = Instant::now() + self.settings.regather;
+            while self.busy.keys().any(|k| !self.interests.contains_key(k)) {
+                tokio::select! {
+                    i = rx.recv() => match i {
+                        Some(i) => self.add(i),
+                        None => return,
+                    },
+                    _ = tokio::time::sleep_until(deadline) => break,
+                }
+            }
+            while let Ok(i) = rx.try_recv() {
+                self.add(i);
+            }
+            self.interests.retain(|_, i| !i.reply.is_closed());
+            let now = Instant::now();
+            self.busy.retain(|_, since| now.duration_since(*since) < BUSY_FOR);
+            if self.interests.is_empty() {
+                continue;
+            }
+            self.round().await;
+        }
+    }
+
+    fn add(&mut self, i: Interest) {
+        let k = key_of(&i.want);
+        self.busy.remove(&k);
+        self.interests.insert(k, i);
+    }
+
+    /// One Fetch request and the delivery of its answers.
+    async fn round(&mut self) {
+        let (req, sent) = self.request();
+        let room = self.budget.reserve(u64::try_from(req.max_bytes).unwrap_or(0)).await;
+        io_stats::add(&io_stats::FETCH_REQUESTS, 1);
+        let result = async {
+            let conn = self.client.link(&self.addr, Lane::Fetch).await?;
+            self.client.call(&conn, Lane::Fetch, &req, FETCH_VERSION).await
+        }
+        .await;
+        let resp = match result {
+            Ok(r) => r,
+            Err(e) => {
+                debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
+                self.reset();
+                for (_, i) in self.interests.drain() {
+                    let _ = i.reply.send(Err(each(&e)));
+                }
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+                return;
+            }
+        };
+        if matches!(resp.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
+            debug!(code = resp.error_code, "the broker dropped the fetch session; starting a new one (full fetch)");
+            io_stats::add(&io_stats::FETCH_SESSION_RESETS, 1);
+            self.reset();
+            return;
+        }
+        if resp.error_code != 0 {
+            let e = MirrorError::Broker {
+                side: "source",
+                what: format!("fetch session on {}", self.addr),
+                code: resp.error_code,
+            };
+            self.reset();
+            for (_, i) in self.interests.drain() {
+                let _ = i.reply.send(Err(each(&e)));
+            }
+            tokio::time::sleep(RECONNECT_PAUSE).await;
+            return;
+        }
+        // The session now holds what was sent.
+        if self.id == 0 || resp.session_id != self.id {
+            self.id = resp.session_id;
+            self.epoch = if self.id == 0 { 0 } else { 1 };
+        } else {
+            self.epoch = if self.epoch == i32::MAX { 1 } else { self.epoch + 1 };
+        }
+        if self.id == 0 {
+            // No session (the broker's cache is full): every request is a full one.
+            self.known.clear();
+        }
+        let mut room = room;
+        let now = Instant::now();
+        for t in resp.responses {
+            let topic_id = *t.topic_id.as_bytes();
+            for p in t.partitions {
+                let k = (topic_id, p.partition_index);
+                // Only an answer for the position this request asked at is delivered: a
+                // partition that withdrew and asked again elsewhere gets its own answer later.
+                let Some(at) = sent.get(&k) else { continue };
+                let Some(i) = self.interests.get(&k) else { continue };
+                if position_of(&i.want) != *at {
+                    continue;
+                }
+                let Some(i) = self.interests.remove(&k) else { continue };
+                let answer = parse(&i.want.topic, at.offset, p).map(|f| {
+                    let got: u64 = f.batches.iter().map(|(_, b)| b.len() as u64).sum();
+                    let mut share = room.split(got);
+                    share.grow_to(got);
+                    (f, share)
+                });
+                if matches!(&answer, Ok((f, _)) if !f.batches.is_empty()) {
+                    self.busy.insert(k, now);
+                }
+                let _ = i.reply.send(answer);
+            }
+        }
+    }
+
+    /// The next request (full without a session, incremental with one) and the position each
+    /// partition is fetched at by it.
+    fn request(&mut self) -> (FetchRequest, HashMap<Key, Position>) {
+        let full = self.id == 0;
+        if full {
+            self.known.clear();
+        }
+        let mut topics: HashMap<[u8; 16], Vec<FetchPartition>> = HashMap::new();
+        let mut sent = HashMap::new();
+        let mut total: i64 = 0;
+        for (k, i) in &self.interests {
+            let pos = position_of(&i.want);
+            total += i64::from(pos.max_bytes);
+            sent.insert(*k, pos);
+            if self.known.get(k) == Some(&pos) {
+                continue;
+            }
+            let mut p = FetchPartition::default();
+            p.partition = k.1;
+            p.fetch_offset = pos.offset;
+            p.current_leader_epoch = pos.leader_epoch;
+            p.last_fetched_epoch = -1;
+            p.log_start_offset = -1;
+            p.partition_max_bytes = pos.max_bytes;
+            topics.entry(k.0).or_default().push(p);
+            self.known.insert(*k, pos);
+        }
+        let mut forgotten: HashMap<[u8; 16], Vec<i32>> = HashMap::new();
+        let gone: Vec<Key> = self.known.keys().filter(|k| !self.interests.contains_key(*k)).copied().collect();
+        for k in gone {
+            self.known.remove(&k);
+            if !full {
+                forgotten.entry(k.0).or_default().push(k.1);
+            }
+        }
+        let busy_elsewhere = self.busy.keys().any(|k| !self.interests.contains_key(k));
+        let mut req = FetchRequest::default();
+        req.replica_id = BrokerId(-1);
+        req.max_wait_ms = if busy_elsewhere {
+            self.settings.busy_wait_ms
+        } else {
+            self.settings.max_wait_ms
+        };
+        req.min_bytes = 1;
+        req.max_bytes = i32::try_from(total.clamp(1, i64::from(self.settings.request_max_bytes))).unwrap_or(i32::MAX);
+        req.isolation_level = READ_COMMITTED;
+        req.session_id = self.id;
+        req.session_epoch = self.epoch;
+        req.topics = topics
+            .into_iter()
+            .map(|(id, partitions)| {
+                let mut t = FetchTopic::default();
+                t.topic_id = Uuid::from_bytes(id);
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        req.forgotten_topics_data = forgotten
+            .into_iter()
+            .map(|(id, partitions)| {
+                let mut t = ForgottenTopic::default();
+                t.topic_id = Uuid::from_bytes(id);
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        (req, sent)
+    }
+
+    /// Forgets the session: the next request is a full one that creates a new session.
+    fn reset(&mut self) {
+        self.id = 0;
+        self.epoch = 0;
+        self.known.clear();
+    }
+}
+
+#[cfg(test)]
+#[path = "fetch_session_tests.rs"]
+mod tests;

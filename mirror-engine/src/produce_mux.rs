@@ -1,0 +1,348 @@
+//! Writing for many partitions over one connection per destination broker: partition sinks hand
+//! over their next batch, and one task per broker packs the waiting batches (at most one per
+//! partition, in each partition's order) into multi-partition acks=all Produce requests, several
+//! in flight. Each partition gets its own outcome back; what it means (offset checks, retries)
+//! belongs to `sink` and `partition`.
+//!
+//! Order: a partition's batches go out in the order they were handed over, one per request, and
+//! requests reach the broker in the order they were built, so a partition's sequence numbers
+//! arrive in order. A batch whose partition withdrew (its sink gave up) is never sent.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tracing::{Instrument, debug, info_span};
+
+use crate::cluster::ClusterClient;
+use crate::error::MirrorError;
+use crate::io_stats;
+use crate::links::Lane;
+
+pub(crate) const PRODUCE_VERSION: i16 = 9;
+const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+
+/// How batches are packed.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceSettings {
+    /// Produce requests in flight per destination broker.
+    pub max_in_flight_requests: usize,
+    /// Bytes of batches packed into one request (a single larger batch still goes alone).
+    pub request_max_bytes: usize,
+}
+
+impl Default for ProduceSettings {
+    fn default() -> Self {
+        Self {
+            max_in_flight_requests: 5,
+            request_max_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// What the broker answered for one partition's batch.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub error_code: i16,
+    pub base_offset: i64,
+    pub error_message: Option<String>,
+}
+
+pub type Reply = Result<Outcome, MirrorError>;
+
+struct Item {
+    topic: TopicName,
+    partition: i32,
+    records: Bytes,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// The produce lanes of the destination, one per broker address; cheap to clone.
+#[derive(Clone)]
+pub struct Producers {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: ClusterClient,
+    settings: ProduceSettings,
+    brokers: Mutex<HashMap<String, mpsc::UnboundedSender<Item>>>,
+}
+
+impl Producers {
+    pub fn new(client: ClusterClient, settings: ProduceSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                client,
+                settings,
+                brokers: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
+    /// broker's answer (dropping it withdraws the batch if it was not sent yet).
+    pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {
+        let (tx, rx) = oneshot::channel();
+        let mut item = Item {
+            topic,
+            partition,
+            records,
+            reply: tx,
+        };
+        for _ in 0..2 {
+            match self.sender(addr).send(item) {
+                Ok(()) => return rx,
+                Err(mpsc::error::SendError(back)) => {
+                    item = back;
+                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                }
+            }
+        }
+        rx // the item was dropped: the receiver reports a closed lane
+    }
+
+    fn sender(&self, addr: &str) -> mpsc::UnboundedSender<Item> {
+        let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(s) = brokers.get(addr)
+            && !s.is_closed()
+        {
+            return s.clone();
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let lane = BrokerLane {
+            addr: addr.to_owned(),
+            client: self.inner.client.clone(),
+            settings: self.inner.settings,
+        };
+        tokio::spawn(lane.run(rx).instrument(info_span!("produce_lane", broker = %addr)));
+        brokers.insert(addr.to_owned(), tx.clone());
+        tx
+    }
+}
+
+struct BrokerLane {
+    addr: String,
+    client: ClusterClient,
+    settings: ProduceSettings,
+}
+
+fn failed(detail: String) -> MirrorError {
+    MirrorError::Destination(ProtocolError::Io {
+        source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail),
+        side: kmp_protocol::Side::Broker,
+    })
+}
+
+impl BrokerLane {
+    async fn run(self, mut rx: mpsc::UnboundedReceiver<Item>) {
+        let slots = Arc::new(Semaphore::new(self.settings.max_in_flight_requests.max(1)));
+        let mut queue: VecDeque<Item> = VecDeque::new();
+        loop {
+            if queue.is_empty() {
+                match rx.recv().await {
+                    Some(i) => queue.push_back(i),
+                    None => return,
+                }
+            }
+            // Wait for a free request slot, collecting what arrives meanwhile.
+            let permit = loop {
+                tokio::select! {
+                    p = slots.clone().acquire_owned() => match p {
+                        Ok(p) => break p,
+                        Err(_) => return,
+                    },
+                    i = rx.recv() => match i {
+                        Some(i) => queue.push_back(i),
+                        None if queue.is_empty() => return,
+                        None => {}
+                    },
+                }
+            };
+            while let Ok(i) = rx.try_recv() {
+                queue.push_back(i);
+            }
+            queue.retain(|i| !i.reply.is_closed());
+            let batch = self.take_batch(&mut queue);
+            if batch.is_empty() {
+                continue;
+            }
+            let req = request(&batch);
+            io_stats::add(&io_stats::PRODUCE_REQUESTS, 1);
+            io_stats::add(&io_stats::PRODUCE_BATCHES, batch.len() as u64);
+            let submitted = async {
+                let conn = self.client.link(&self.addr, Lane::Produce).await?;
+                conn.submit(&req, PRODUCE_VERSION).await.map_err(|e| self.client.wrap(e))
+            }
+            .await;
+            match submitted {
+                Ok(pending) => {
+                    let client = self.client.clone();
+                    tokio::spawn(async move {
+                        let resp = pending.response().await.map_err(|e| client.wrap(e));
+                        dispatch(batch, resp);
+                        drop(permit);
+                    });
+                }
+                Err(e) => {
+                    debug!(error = %e, "cannot send a produce request");
+                    let text = e.to_string();
+                    for i in batch {
+                        let _ = i.reply.send(Err(failed(text.clone())));
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next request's batches: the oldest waiting batch of each partition, up to the byte
+    /// limit (at least one batch).
+    fn take_batch(&self, queue: &mut VecDeque<Item>) -> Vec<Item> {
+        let mut seen: HashSet<(TopicName, i32)> = HashSet::new();
+        let mut taken = Vec::new();
+        let mut rest = VecDeque::with_capacity(queue.len());
+        let mut bytes = 0usize;
+        for i in queue.drain(..) {
+            let k = (i.topic.clone(), i.partition);
+            let fits = taken.is_empty() || bytes + i.records.len() <= self.settings.request_max_bytes;
+            if fits && !seen.contains(&k) {
+                bytes += i.records.len();
+                seen.insert(k);
+                taken.push(i);
+            } else {
+                // A partition's later batches must not overtake its earlier ones.
+                seen.insert(k);
+                rest.push_back(i);
+            }
+        }
+        *queue = rest;
+        taken
+    }
+}
+
+fn request(batch: &[Item]) -> ProduceRequest {
+    let mut topics: Vec<TopicProduceData> = Vec::new();
+    for i in batch {
+        let mut pd = PartitionProduceData::default();
+        pd.index = i.partition;
+        pd.records = Some(i.records.clone());
+        match topics.iter_mut().find(|t| t.name == i.topic) {
+            Some(t) => t.partition_data.push(pd),
+            None => {
+                let mut td = TopicProduceData::default();
+                td.name = i.topic.clone();
+                td.partition_data = vec![pd];
+                topics.push(td);
+            }
+        }
+    }
+    let mut req = ProduceRequest::default();
+    req.acks = -1;
+    req.timeout_ms = PRODUCE_TIMEOUT_MS;
+    req.topic_data = topics;
+    req
+}
+
+fn dispatch(batch: Vec<Item>, resp: Result<kmp_protocol::kafka_protocol::messages::ProduceResponse, MirrorError>) {
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            let text = e.to_string();
+            for i in batch {
+                let _ = i.reply.send(Err(failed(text.clone())));
+            }
+            return;
+        }
+    };
+    let mut answers: HashMap<(TopicName, i32), Outcome> = HashMap::new();
+    for t in resp.responses {
+        for p in t.partition_responses {
+            answers.insert(
+                (t.name.clone(), p.index),
+                Outcome {
+                    error_code: p.error_code,
+                    base_offset: p.base_offset,
+                    error_message: p.error_message.map(|m| m.as_str().to_owned()),
+                },
+            );
+        }
+    }
+    for i in batch {
+        let answer = answers.remove(&(i.topic.clone(), i.partition)).ok_or_else(|| MirrorError::Broker {
+            side: "destination",
+            what: format!("produce to {}-{}: no answer for the partition", i.topic.0.as_str(), i.partition),
+            code: 3,
+        });
+        let _ = i.reply.send(answer);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+
+    fn item(topic: &str, partition: i32, bytes: usize) -> (Item, oneshot::Receiver<Reply>) {
+        let (tx, rx) = oneshot::channel();
+        let i = Item {
+            topic: TopicName(StrBytes::from_string(topic.to_owned())),
+            partition,
+            records: Bytes::from(vec![0u8; bytes]),
+            reply: tx,
+        };
+        (i, rx)
+    }
+
+    fn lane(limit: usize) -> BrokerLane {
+        BrokerLane {
+            addr: "b:1".into(),
+            client: ClusterClient::new("destination", vec![], std::time::Duration::from_secs(1)),
+            settings: ProduceSettings {
+                max_in_flight_requests: 5,
+                request_max_bytes: limit,
+            },
+        }
+    }
+
+    fn keys(items: &[Item]) -> Vec<(String, i32, usize)> {
+        items.iter().map(|i| (i.topic.0.to_string(), i.partition, i.records.len())).collect()
+    }
+
+    #[test]
+    fn a_request_takes_one_batch_per_partition_and_never_lets_a_later_batch_overtake() {
+        let mut queue = VecDeque::new();
+        let mut keep = Vec::new();
+        for (t, p, n) in [("a", 0, 1), ("a", 0, 2), ("a", 1, 3), ("b", 0, 4), ("a", 1, 5)] {
+            let (i, rx) = item(t, p, n);
+            queue.push_back(i);
+            keep.push(rx);
+        }
+        let l = lane(1 << 20);
+        assert_eq!(
+            keys(&l.take_batch(&mut queue)),
+            vec![("a".into(), 0, 1), ("a".into(), 1, 3), ("b".into(), 0, 4)]
+        );
+        assert_eq!(keys(&l.take_batch(&mut queue)), vec![("a".into(), 0, 2), ("a".into(), 1, 5)]);
+        assert!(queue.is_empty());
+    }
+
+    #[test]
+    fn the_byte_limit_defers_batches_but_a_single_large_batch_still_goes() {
+        let mut queue = VecDeque::new();
+        let mut keep = Vec::new();
+        for (t, p, n) in [("a", 0, 100), ("a", 1, 50), ("a", 2, 10), ("a", 1, 1)] {
+            let (i, rx) = item(t, p, n);
+            queue.push_back(i);
+            keep.push(rx);
+        }
+        let l = lane(60);
+        assert_eq!(keys(&l.take_batch(&mut queue)), vec![("a".into(), 0, 100)], "larger than the limit, alone");
+        assert_eq!(keys(&l.take_batch(&mut queue)), vec![("a".into(), 1, 50), ("a".into(), 2, 10)]);
+        assert_eq!(keys(&l.take_batch(&mut queue)), vec![("a".into(), 1, 1)]);
+    }
+}
