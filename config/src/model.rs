@@ -43,6 +43,11 @@ pub struct ListenerConfig {
     /// a larger frame closes that client's connection. Default 104857600 (100 MiB, Kafka's
     /// `socket.request.max.bytes`).
     pub max_request_frame_bytes: u32,
+    /// Listen backlog (connections) of the bootstrap and every node listener: how many connection
+    /// attempts the kernel queues before the proxy accepts them. A fleet reconnecting at once
+    /// (after a restart) overflows a small queue and waits for SYN retries (1 s, 3 s, ...).
+    /// Linux caps it at `net.core.somaxconn`. Default 4096.
+    pub listen_backlog: u32,
     /// Time (milliseconds) that a SIGTERM/Ctrl-C waits for in-flight requests to get their
     /// responses before connections are closed. Default 30000.
     pub drain_timeout_ms: u64,
@@ -59,6 +64,7 @@ impl Default for ListenerConfig {
             advertised_host: None,
             node_port_base: None,
             max_request_frame_bytes: 100 * 1024 * 1024,
+            listen_backlog: 4096,
             drain_timeout_ms: 30_000,
             tls: None,
             auth: crate::ClientAuthConfig::default(),

@@ -35,6 +35,9 @@ impl Config {
         if self.listener.effective_node_port_base().is_none() {
             err("listener.node_port_base", "cannot be derived from listener.listen; set it".to_owned());
         }
+        if self.listener.listen_backlog == 0 || self.listener.listen_backlog > 65535 {
+            err("listener.listen_backlog", "must be between 1 and 65535".to_owned());
+        }
         if self.listener.max_request_frame_bytes < 64 {
             err("listener.max_request_frame_bytes", "must be at least 64".to_owned());
         }

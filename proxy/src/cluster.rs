@@ -26,17 +26,26 @@ pub(crate) struct ClusterView {
     listeners: DashMap<i32, u16>,
     advertised_host: StrBytes,
     bind_host: String,
+    /// Listen backlog of node listeners.
+    backlog: u32,
     node_port_base: u16,
     new_listeners: mpsc::UnboundedSender<NewListener>,
 }
 
 impl ClusterView {
-    pub(crate) fn new(advertised_host: String, bind_host: String, node_port_base: u16, new_listeners: mpsc::UnboundedSender<NewListener>) -> Self {
+    pub(crate) fn new(
+        advertised_host: String,
+        bind_host: String,
+        backlog: u32,
+        node_port_base: u16,
+        new_listeners: mpsc::UnboundedSender<NewListener>,
+    ) -> Self {
         Self {
             nodes: DashMap::new(),
             listeners: DashMap::new(),
             advertised_host: StrBytes::from_string(advertised_host),
             bind_host,
+            backlog,
             node_port_base,
             new_listeners,
         }
@@ -69,7 +78,7 @@ impl ClusterView {
             dashmap::Entry::Occupied(e) => Some(*e.get()),
             dashmap::Entry::Vacant(e) => {
                 let addr = format!("{}:{port}", self.bind_host);
-                let listener = match StdTcpListener::bind(&addr).and_then(|l| l.set_nonblocking(true).map(|()| l)) {
+                let listener = match crate::listen::bind_std(&addr, self.backlog) {
                     Ok(l) => l,
                     Err(err) => {
                         error!(node_id, %addr, %err, "cannot bind the listener for broker; it is hidden from clients");

@@ -13,6 +13,7 @@ mod cluster;
 mod error;
 mod filters;
 mod limits;
+pub mod listen;
 mod metrics;
 mod mirror_metrics;
 mod refresh;

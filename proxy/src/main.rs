@@ -123,8 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if config.limits.raise_fd_limit {
                 log_fd_limit(raise_fd_limit());
             }
-            let bootstrap = TcpListener::bind(&config.listener.listen)
-                .await
+            let bootstrap = kafka_mirror_proxy::listen::bind(&config.listener.listen, config.listener.listen_backlog)
                 .with_context(|| format!("cannot bind the bootstrap listener {}", config.listener.listen))?;
             let admin = match &config.admin.listen {
                 Some(a) => Some(TcpListener::bind(a).await.with_context(|| format!("cannot bind the admin listener {a}"))?),

@@ -67,7 +67,13 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         )
     };
     let shared = Arc::new(Shared {
-        cluster: ClusterView::new(config.listener.effective_advertised_host(), bind_host, node_port_base, new_tx),
+        cluster: ClusterView::new(
+            config.listener.effective_advertised_host(),
+            bind_host,
+            config.listener.listen_backlog,
+            node_port_base,
+            new_tx,
+        ),
         metrics: Metrics::new(),
         connector: Connector::new(
             config.upstream.bootstrap_servers.clone(),
