@@ -44,7 +44,14 @@ pub struct ClusterClient {
     gate: Arc<AuthGate>,
     /// Connections shared by every user of this client (clones share them too).
     links: Arc<Links>,
+    /// Recently read topic layouts (see [`ClusterClient::layout`]).
+    layouts: Arc<Mutex<HashMap<String, LayoutSlot>>>,
 }
+
+type LayoutSlot = Arc<tokio::sync::Mutex<Option<(Instant, Arc<TopicLayout>)>>>;
+
+/// How long a topic layout read from the cluster is reused.
+const LAYOUT_TTL: Duration = Duration::from_millis(500);
 
 /// Failed authentications to one cluster: after one, connections fail fast with the same error
 /// until a back-off (1 s doubling to 60 s) has passed; then one connection tries (the others keep
@@ -134,6 +141,7 @@ impl ClusterClient {
             security,
             gate,
             links: Arc::default(),
+            layouts: Arc::default(),
         }
     }
 
@@ -204,8 +212,30 @@ impl ClusterClient {
         }))
     }
 
-    /// Partitions, leaders and brokers of `topic` (no auto-creation).
-    pub async fn layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
+    /// Partitions, leaders and brokers of `topic` (no auto-creation), at most [`LAYOUT_TTL`]
+    /// old: the partition tasks of a topic starting (or retrying) together share one Metadata
+    /// request instead of sending one each (10,000 partitions would otherwise ask 10,000 times
+    /// for a 10,000-partition answer).
+    pub async fn layout(&self, topic: &str) -> Result<Arc<TopicLayout>, MirrorError> {
+        let slot = {
+            let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
+            if layouts.len() > 10_000 {
+                layouts.retain(|_, s| Arc::strong_count(s) > 1);
+            }
+            layouts.entry(topic.to_owned()).or_default().clone()
+        };
+        let mut held = slot.lock().await;
+        if let Some((at, l)) = held.as_ref()
+            && at.elapsed() < LAYOUT_TTL
+        {
+            return Ok(l.clone());
+        }
+        let fresh = Arc::new(self.read_layout(topic).await?);
+        *held = Some((Instant::now(), fresh.clone()));
+        Ok(fresh)
+    }
+
+    async fn read_layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
         let conn = self.link_any().await?;
         let mut t = MetadataRequestTopic::default();
         t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));

@@ -213,7 +213,7 @@ impl PartitionTask {
                 Err(MirrorError::Broker {
                     code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID,
                     ..
-                }) if replaced(&self.source.layout(topic).await?, topic_id) => {
+                }) if replaced(&*self.source.layout(topic).await?, topic_id) => {
                     // The topic existed when this task started: it was deleted on the source, or
                     // deleted and recreated (another topic under the same name).
                     return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));

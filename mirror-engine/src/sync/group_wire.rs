@@ -202,7 +202,7 @@ pub async fn watermarks(cluster: &ClusterClient, topics: &[String]) -> Result<Ha
     let mut by_leader: BTreeMap<String, Vec<(String, i32)>> = BTreeMap::new();
     for t in topics {
         let layout = cluster.layout(t).await?;
-        for (p, leader, _) in layout.partitions {
+        for &(p, leader, _) in &layout.partitions {
             if let Some(addr) = layout.brokers.get(&leader) {
                 by_leader.entry(addr.clone()).or_default().push((t.clone(), p));
             }
