@@ -64,7 +64,9 @@ def main() -> int:
 
     from kmp_common import free_port, free_port_block  # noqa: E402
     work = Path(tempfile.mkdtemp(prefix="kmp-burst-"))
-    broker = KafkaCluster("burst", 1, free_port_block(101), work).start()
+    # The broker queues the same burst too (its default backlog of 50 would measure SYN retries of
+    # the proxy's upstream connections, not the proxy).
+    broker = KafkaCluster("burst", 1, free_port_block(101), work, extra_config={"socket.listen.backlog.size": 4096}).start()
     procs, targets = [], {"direct": broker.bootstrap}
     try:
         for name, binary in binaries.items():
