@@ -163,6 +163,7 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=float, default=20)
     ap.add_argument("--binary", action="append", default=[], help="name=path of a kafka-mirror-proxy build (repeatable)")
     ap.add_argument("--max-partitions", action="append", default=[], help="name=N: run that build only up to N partitions")
+    ap.add_argument("--append", action="store_true", help="append this run's table to --out")
     ap.add_argument("--out", default=str(REPO / "docs" / "partition-scale-benchmark.md"))
     args = ap.parse_args()
     limits = {k: int(v) for k, v in (m.split("=", 1) for m in args.max_partitions)}
@@ -188,8 +189,12 @@ def main() -> int:
                 # The mirror writes into a destination topic named like the source topic: one
                 # topic per build, so each build starts from an empty destination.
                 btopic = f"scale-{n}-{name}"
+                # KRaft refuses more than 10,000 records in one operation: create, then grow.
                 java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", src.bootstrap, "--create", "--topic", btopic,
-                     "--partitions", str(n), "--replication-factor", "1")
+                     "--partitions", str(min(n, 5000)), "--replication-factor", "1")
+                if n > 5000:
+                    java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", src.bootstrap, "--alter", "--topic", btopic,
+                         "--partitions", str(n))
                 fill(src.bootstrap, btopic, n, args.records_per_partition)
                 want = watermarks(src.bootstrap, btopic, n)
                 if group_pct is None:
@@ -235,6 +240,9 @@ def main() -> int:
     report = "\n".join(lines)
     print(report)
     out = Path(args.out)
+    if args.append and out.exists():
+        out.write_text(out.read_text() + "\nCommand: `python3 bench/partition_scale_bench.py " + " ".join(sys.argv[1:]) + "`\n\n" + report + "\n")
+        return 0
     out.write_text("# Partition-scale benchmark\n\nCommand: `python3 bench/partition_scale_bench.py " + " ".join(sys.argv[1:]) +
                    "`\n\n" + report + "\n")
     return 0
