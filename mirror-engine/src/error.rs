@@ -58,6 +58,8 @@ const RETRIABLE: &[i16] = &[
     45, // OUT_OF_ORDER_SEQUENCE_NUMBER (producer is re-initialised)
     51, // CONCURRENT_TRANSACTIONS
     56, // KAFKA_STORAGE_ERROR
+    70, // FETCH_SESSION_ID_NOT_FOUND
+    71, // INVALID_FETCH_SESSION_EPOCH
     74, // FENCED_LEADER_EPOCH
     75, // UNKNOWN_LEADER_EPOCH
     78, // OFFSET_NOT_AVAILABLE (a new leader's high watermark not caught up yet)

@@ -282,7 +282,10 @@ impl BrokerSession {
                 return;
             }
         };
-        if matches!(resp.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
+        // A session error answering a request that had no session cannot be cured by starting
+        // one: it is handled like any other error (with a pause), so a broker that keeps
+        // answering it cannot make this task spin.
+        if req.session_id != 0 && matches!(resp.error_code, FETCH_SESSION_ID_NOT_FOUND | INVALID_FETCH_SESSION_EPOCH) {
             debug!(code = resp.error_code, "the broker dropped the fetch session; starting a new one (full fetch)");
             io_stats::add(&io_stats::FETCH_SESSION_RESETS, 1);
             self.reset();

@@ -115,8 +115,13 @@ fn polls_stay_short_while_a_partition_that_just_received_data_is_writing_it() {
 
 /// A fake source broker for the session life cycle: answers the first Fetch (full) with session
 /// 77, the second (incremental) with FETCH_SESSION_ID_NOT_FOUND, every later one with no session
-/// and a high watermark of 5. Reports `(session_id, epoch, partitions sent)` of each request.
+/// and a high watermark of 5 (or, `hostile`, every one with FETCH_SESSION_ID_NOT_FOUND). Reports
+/// `(session_id, epoch, partitions sent)` of each request.
 async fn evicting_broker() -> (String, mpsc::UnboundedReceiver<(i32, i32, usize)>) {
+    fake_broker(false).await
+}
+
+async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<(i32, i32, usize)>) {
     use kmp_protocol::codec::{decode_request, encode_response};
     use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
     use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchResponse};
@@ -139,7 +144,7 @@ async fn evicting_broker() -> (String, mpsc::UnboundedReceiver<(i32, i32, usize)
             let sent = req.topics.iter().map(|t| t.partitions.len()).sum();
             let _ = seen_tx.send((req.session_id, req.session_epoch, sent));
             let mut resp = FetchResponse::default();
-            if n == 1 {
+            if n == 1 || hostile {
                 resp.error_code = FETCH_SESSION_ID_NOT_FOUND;
             } else {
                 resp.session_id = if n == 0 { 77 } else { 0 };
@@ -191,4 +196,26 @@ async fn a_session_the_broker_dropped_is_started_again_with_a_full_fetch_and_the
         "full (create), incremental (nothing changed), full again after FETCH_SESSION_ID_NOT_FOUND"
     );
     assert!(io_stats::io_counters().fetch_session_resets > resets, "the reset is counted");
+}
+
+#[tokio::test]
+async fn a_broker_answering_every_full_fetch_with_a_session_error_fails_the_partition_retriably_without_spinning() {
+    let (addr, mut seen) = fake_broker(true).await;
+    let client = ClusterClient::new("source", vec![addr.clone()], Duration::from_secs(5));
+    let sessions = FetchSessions::new(client, Budget::new(1 << 20), SessionSettings::default());
+    let want = Wanted {
+        topic: "t".into(),
+        topic_id: [7; 16],
+        partition: 0,
+        offset: 0,
+        leader_epoch: 3,
+        max_bytes: 1000,
+    };
+    let started = Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(5), sessions.fetch(&addr, want)).await.expect("answered");
+    let e = answer.expect_err("the partition gets the error");
+    assert!(e.is_retriable(), "retried with the partition's back-off: {e}");
+    tokio::time::sleep(RECONNECT_PAUSE).await;
+    let requests: Vec<_> = std::iter::from_fn(|| seen.try_recv().ok()).collect();
+    assert!(requests.len() <= 2, "no request storm: {} requests in {:?}", requests.len(), started.elapsed());
 }
