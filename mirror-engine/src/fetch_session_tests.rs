@@ -212,7 +212,9 @@ async fn a_broker_answering_every_full_fetch_with_a_session_error_fails_the_part
         max_bytes: 1000,
     };
     let started = Instant::now();
-    let answer = tokio::time::timeout(Duration::from_secs(5), sessions.fetch(&addr, want)).await.expect("answered");
+    let answer = tokio::time::timeout(Duration::from_secs(5), sessions.fetch(&addr, want))
+        .await
+        .expect("answered");
     let e = answer.expect_err("the partition gets the error");
     assert!(e.is_retriable(), "retried with the partition's back-off: {e}");
     tokio::time::sleep(RECONNECT_PAUSE).await;
