@@ -53,26 +53,9 @@ def fds(pid: int) -> int:
 
 
 def connections(pid: int, ports: dict[str, set[int]]) -> dict[str, int]:
-    """Established TCP connections of ``pid`` whose remote port is in each named set."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    counts = {name: 0 for name in ports}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] != "01" or f[9] not in inodes:  # 01 = ESTABLISHED
-                continue
-            remote_port = int(f[2].rsplit(":", 1)[1], 16)
-            for name, ps in ports.items():
-                if remote_port in ps:
-                    counts[name] += 1
-    return counts
+    """Established TCP connections of ``pid`` to each named set of ports."""
+    from kmp_common import established
+    return {name: established(pid, ps) for name, ps in ports.items()}
 
 
 def watermarks(bootstrap: str, topic: str, partitions: int) -> list[int] | None:

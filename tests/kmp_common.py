@@ -35,6 +35,25 @@ PROXY_READY_TIMEOUT_S = 30
 DEFAULT_TEST_ENV = {"KMP_MIRROR_SOURCE_ALLOW": "127.0.0.1:*,localhost:*"}
 
 
+def established(pid: int, ports: set[int]) -> int:
+    """Established TCP connections of process ``pid`` to any of ``ports`` (read from /proc)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "01" and f[9] in inodes and int(f[2].rsplit(":", 1)[1], 16) in ports:  # 01 = ESTABLISHED
+                n += 1
+    return n
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

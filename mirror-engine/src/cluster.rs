@@ -193,9 +193,18 @@ impl ClusterClient {
 
     /// A connection to the first reachable bootstrap broker.
     pub async fn connect_any(&self) -> Result<Connection, MirrorError> {
+        self.first_bootstrap(|addr| self.connect_to(addr, "kafka-mirror-proxy-engine")).await
+    }
+
+    /// The first bootstrap broker `open` succeeds with; the last error if none does.
+    async fn first_bootstrap<'a, T, F, Fut>(&'a self, open: F) -> Result<T, MirrorError>
+    where
+        F: Fn(&'a str) -> Fut,
+        Fut: std::future::Future<Output = Result<T, MirrorError>>,
+    {
         let mut last = None;
         for addr in &self.bootstrap {
-            match self.connect_to(addr, "kafka-mirror-proxy-engine").await {
+            match open(addr).await {
                 Ok(c) => return Ok(c),
                 // Credentials are the cluster's, not the broker's: the next broker would refuse too.
                 Err(e @ (MirrorError::Source(ProtocolError::Authentication { .. }) | MirrorError::Destination(ProtocolError::Authentication { .. }))) => {
@@ -293,22 +302,7 @@ impl ClusterClient {
 
     /// The shared control connection to the first reachable bootstrap broker.
     pub async fn link_any(&self) -> Result<SharedConnection, MirrorError> {
-        let mut last = None;
-        for addr in &self.bootstrap {
-            match self.link(addr, Lane::Control).await {
-                Ok(c) => return Ok(c),
-                Err(e @ (MirrorError::Source(ProtocolError::Authentication { .. }) | MirrorError::Destination(ProtocolError::Authentication { .. }))) => {
-                    return Err(e);
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            self.wrap(ProtocolError::Connect {
-                addr: "(none)".into(),
-                detail: "no bootstrap servers".into(),
-            })
-        }))
+        self.first_bootstrap(|addr| self.link(addr, Lane::Control)).await
     }
 
     /// Sends `req` on `conn`; a connection that failed is forgotten so the next call reconnects.

@@ -164,6 +164,17 @@ async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<(i32, i3
     (addr, seen_rx)
 }
 
+fn wanted_at_zero() -> Wanted {
+    Wanted {
+        topic: "t".into(),
+        topic_id: [7; 16],
+        partition: 0,
+        offset: 0,
+        leader_epoch: 3,
+        max_bytes: 1000,
+    }
+}
+
 #[tokio::test]
 async fn a_session_the_broker_dropped_is_started_again_with_a_full_fetch_and_the_partition_is_answered() {
     let (addr, mut seen) = evicting_broker().await;
@@ -173,14 +184,7 @@ async fn a_session_the_broker_dropped_is_started_again_with_a_full_fetch_and_the
         ..SessionSettings::default()
     };
     let sessions = FetchSessions::new(client, Budget::new(1 << 20), settings);
-    let want = Wanted {
-        topic: "t".into(),
-        topic_id: [7; 16],
-        partition: 0,
-        offset: 0,
-        leader_epoch: 3,
-        max_bytes: 1000,
-    };
+    let want = wanted_at_zero();
     let resets = io_stats::io_counters().fetch_session_resets;
     let (first, _) = sessions.fetch(&addr, want.clone()).await.expect("first answer");
     assert_eq!(first.high_watermark, 3);
@@ -203,14 +207,7 @@ async fn a_broker_answering_every_full_fetch_with_a_session_error_fails_the_part
     let (addr, mut seen) = fake_broker(true).await;
     let client = ClusterClient::new("source", vec![addr.clone()], Duration::from_secs(5));
     let sessions = FetchSessions::new(client, Budget::new(1 << 20), SessionSettings::default());
-    let want = Wanted {
-        topic: "t".into(),
-        topic_id: [7; 16],
-        partition: 0,
-        offset: 0,
-        leader_epoch: 3,
-        max_bytes: 1000,
-    };
+    let want = wanted_at_zero();
     let started = Instant::now();
     let answer = tokio::time::timeout(Duration::from_secs(5), sessions.fetch(&addr, want))
         .await

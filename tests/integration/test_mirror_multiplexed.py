@@ -4,39 +4,19 @@ destination broker over a produce lane and a control connection; a partition who
 log was written behind the mirror's back goes FAILED alone while the partitions sharing its
 Produce requests keep mirroring; killing a destination broker stalls only the partitions it led."""
 
-import os
 import signal
 import threading
 import time
-from pathlib import Path
 
 from confluent_kafka import Producer
 
 from conftest import unique
+from kmp_common import established
 from test_broker_changes import leader_of
 from test_mirror_engine import create, high_watermarks, read_all, strip_fillers, wait_caught_up
 from test_mirror_faults import mirroring_proxy
 
 PARTITIONS = 300
-
-
-def established(pid: int, ports: set[int]) -> int:
-    """Established TCP connections of process ``pid`` to any of ``ports`` (from /proc)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    n = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "01" and f[9] in inodes and int(f[2].rsplit(":", 1)[1], 16) in ports:
-                n += 1
-    return n
 
 
 def ports_of(bootstrap: str) -> list[int]:
