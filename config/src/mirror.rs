@@ -38,11 +38,13 @@ pub struct EngineConfig {
     pub state_topic: String,
     /// Bytes of fetched source data all mirrors together may hold before it is acknowledged by the
     /// destination; a partition waits for room before its next Fetch, so a slow destination slows
-    /// the source reads instead of growing memory. Must be at least every mirror's
+    /// the source reads instead of growing memory. Each source fetch session reserves its next
+    /// response's bound (at most 32 MiB) here before asking. Must be at least every mirror's
     /// `fetch_max_bytes`. Default 268435456 (256 MiB).
     pub max_buffer_bytes: u64,
-    /// Produce requests each mirrored partition keeps in flight to its destination leader
-    /// (pipelined on one connection). Default 5, like Kafka's idempotent producer.
+    /// Batches each mirrored partition keeps in flight to its destination leader (handed to the
+    /// broker's produce lane, which packs many partitions into one request). Default 5, like
+    /// Kafka's idempotent producer.
     pub max_in_flight_per_partition: u16,
     /// Milliseconds between writes of changed per-partition state to the state topic. Default 5000.
     pub state_flush_interval_ms: u64,
