@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from mirror_bench import watermarks  # noqa: E402
 from proxy_bench import cpu_seconds, java  # noqa: E402
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -56,17 +57,6 @@ def connections(pid: int, ports: dict[str, set[int]]) -> dict[str, int]:
     """Established TCP connections of ``pid`` to each named set of ports."""
     from kmp_common import established
     return {name: established(pid, ps) for name, ps in ports.items()}
-
-
-def watermarks(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"wm-{time.time_ns()}"})
-    try:
-        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
-    except KafkaException:
-        return None
-    finally:
-        c.close()
 
 
 def broker_pid(cluster: KafkaCluster) -> int:
