@@ -173,6 +173,8 @@ def main() -> int:
     ap.add_argument("--rate", type=int, default=5_000, help="records/s of the steady load for the lag measurement")
     ap.add_argument("--lag-seconds", type=int, default=30)
     ap.add_argument("--mm2-tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (2 cores here)")
+    ap.add_argument("--also", action="append", default=[],
+                    help="NAME=PATH: also measure another kafka-mirror-proxy build (e.g. an older commit) in the same run")
     ap.add_argument("--out", default=str(REPO / "docs" / "mirror-benchmark.md"))
     args = ap.parse_args()
 
@@ -214,6 +216,17 @@ def main() -> int:
         measure("kafka-mirror-proxy", [str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
                                        "--listen", f"127.0.0.1:{port}", "--node-port-base", str(free_port_block(4) - 1),
                                        "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"], "proxy.log", expected)
+        for extra in args.also:
+            name, binary = extra.split("=", 1)
+            expected = watermarks(src.bootstrap, TOPIC, parts) or []
+            delete_topic(cp, dst.bootstrap, TOPIC, parts)
+            extra_cfg = work / f"proxy-{name}.toml"
+            extra_cfg.write_text(f'[engine]\nstate_topic = "__kmp_state_{name}"\n\n' + cfg.read_text())
+            port, admin = free_port(), free_port()
+            measure(f"kafka-mirror-proxy ({name})", [binary, "run", "--upstream", dst.bootstrap, "--listen", f"127.0.0.1:{port}",
+                                                     "--node-port-base", str(free_port_block(4) - 1), "--admin-listen",
+                                                     f"127.0.0.1:{admin}", "--config", str(extra_cfg), "--log", "warn"],
+                    f"proxy-{name}.log", expected)
         expected = watermarks(src.bootstrap, TOPIC, parts) or []
         delete_topic(cp, dst.bootstrap, TOPIC, parts)
         props = mm2_config(work, src.bootstrap, dst.bootstrap, TOPIC, args.mm2_tasks,
@@ -230,14 +243,15 @@ def main() -> int:
              f" 1-broker destination on loopback, topic `{TOPIC}`: {parts} partitions, {n:,} records of 1 KiB ({mb / 1000:.2f} GB),"
              " lz4, produced by ProducerPerformance (acks=all, linger.ms=10, batch.size=131072).",
              f"Command: `python3 bench/mirror_bench.py --records {n} --partitions {parts} --rate {args.rate} --lag-seconds {args.lag_seconds}"
-             f" --mm2-tasks {args.mm2_tasks}`", "",
+             f" --mm2-tasks {args.mm2_tasks}" + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
              f"Destination produce ceiling (ProducerPerformance straight into the destination, same settings): "
              f"{ceiling['rec_s']:,.0f} records/s, {ceiling['mb_s']:.1f} MB/s.", "",
              "| mirror | startup s | copy s | records/s | MB/s | % of ceiling | CPU s (all / copy) | MB per copy CPU s | offsets identical |"
              f" lag p50 / p99 / max at {args.rate} rec/s |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     per_cpu = {}
-    for name in ("kafka-mirror-proxy", "MirrorMaker 2"):
+    extras = [f"kafka-mirror-proxy ({e.split('=', 1)[0]})" for e in args.also]
+    for name in ("kafka-mirror-proxy", *extras, "MirrorMaker 2"):
         r = results[name]
         rec_s, mb_s = n / r["copy_s"], mb / r["copy_s"]
         per_cpu[name] = mb / max(r["copy_cpu_s"], 0.01)
@@ -245,7 +259,8 @@ def main() -> int:
                      f" {r['cpu_s']:.1f} / {r['copy_cpu_s']:.1f} | {per_cpu[name]:.1f} | {'yes' if r['identical'] else 'no'} |"
                      f" {r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} ms |")
     lines += ["", f"Throughput per CPU second, kafka-mirror-proxy / MirrorMaker 2: "
-              f"**{per_cpu['kafka-mirror-proxy'] / per_cpu['MirrorMaker 2']:.1f}×**.", "",
+              f"**{per_cpu['kafka-mirror-proxy'] / per_cpu['MirrorMaker 2']:.1f}×**"
+              + "".join(f"; {e}: {per_cpu[e] / per_cpu['MirrorMaker 2']:.1f}×" for e in extras) + ".", "",
               "MB = 10^6 bytes of record payload (uncompressed). Copy time runs from the first record on the destination to",
               "the last; startup is process start to the first record. CPU seconds of the mirroring process: from its start",
               "to caught-up (all, JVM start-up included for MM2) and during the copy only (used for MB per CPU s).",

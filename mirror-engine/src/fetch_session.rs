@@ -34,6 +34,10 @@ const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 /// How long a partition that just received data counts as "coming back soon" (it keeps polls
 /// short so it does not wait behind a long poll for idle partitions).
 const BUSY_FOR: Duration = Duration::from_secs(1);
+/// Fetch sessions (and connections) per source broker. A partition always uses the same one
+/// (chosen by topic id and partition); two let the broker serve two requests at once, which a
+/// single connection cannot (it answers a connection's requests one at a time).
+pub const SESSIONS_PER_BROKER: usize = 2;
 /// Pause after a failed connection before the next request to that broker.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
@@ -91,7 +95,7 @@ struct Inner {
     client: ClusterClient,
     budget: Budget,
     settings: SessionSettings,
-    brokers: Mutex<HashMap<String, mpsc::UnboundedSender<Interest>>>,
+    brokers: Mutex<HashMap<(String, u8), mpsc::UnboundedSender<Interest>>>,
 }
 
 impl FetchSessions {
@@ -109,10 +113,11 @@ impl FetchSessions {
     /// The next data (or error) for `want` from broker `addr`, with its share of the budget.
     /// Waits while the partition has nothing new; dropping the future withdraws the request.
     pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
+        let lane = lane_of(&want.topic_id, want.partition, SESSIONS_PER_BROKER);
         let (tx, rx) = oneshot::channel();
         let mut interest = Interest { want, reply: tx };
         for _ in 0..2 {
-            let sender = self.sender(addr);
+            let sender = self.sender(addr, lane);
             match sender.send(interest) {
                 Ok(()) => {
                     return rx.await.unwrap_or_else(|_| Err(closed("fetch session ended")));
@@ -120,16 +125,17 @@ impl FetchSessions {
                 // The broker's task ended (its connection failed long ago); start another.
                 Err(mpsc::error::SendError(back)) => {
                     interest = back;
-                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(&(addr.to_owned(), lane));
                 }
             }
         }
         Err(closed("fetch session unavailable"))
     }
 
-    fn sender(&self, addr: &str) -> mpsc::UnboundedSender<Interest> {
+    fn sender(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Interest> {
+        let key = (addr.to_owned(), lane);
         let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = brokers.get(addr)
+        if let Some(s) = brokers.get(&key)
             && !s.is_closed()
         {
             return s.clone();
@@ -137,6 +143,7 @@ impl FetchSessions {
         let (tx, rx) = mpsc::unbounded_channel();
         let session = BrokerSession {
             addr: addr.to_owned(),
+            lane,
             client: self.inner.client.clone(),
             budget: self.inner.budget.clone(),
             settings: self.inner.settings,
@@ -146,11 +153,20 @@ impl FetchSessions {
             interests: HashMap::new(),
             busy: HashMap::new(),
         };
-        let span = info_span!("fetch_session", broker = %addr);
+        let span = info_span!("fetch_session", broker = %addr, lane);
         tokio::spawn(session.run(rx).instrument(span));
-        brokers.insert(addr.to_owned(), tx.clone());
+        brokers.insert(key, tx.clone());
         tx
     }
+}
+
+/// The session or lane (of `lanes`) a partition always uses.
+pub(crate) fn lane_of(topic: &[u8], partition: i32, lanes: usize) -> u8 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    topic.hash(&mut h);
+    partition.hash(&mut h);
+    u8::try_from(h.finish() % lanes.max(1) as u64).unwrap_or(0)
 }
 
 fn closed(detail: &str) -> MirrorError {
@@ -195,6 +211,8 @@ struct Position {
 /// The session with one broker, run by one task.
 struct BrokerSession {
     addr: String,
+    /// Which of the broker's sessions (and connections) this is.
+    lane: u8,
     client: ClusterClient,
     budget: Budget,
     settings: SessionSettings,
@@ -266,8 +284,8 @@ impl BrokerSession {
         let room = self.budget.reserve(u64::try_from(req.max_bytes).unwrap_or(0)).await;
         io_stats::add(&io_stats::FETCH_REQUESTS, 1);
         let result = async {
-            let conn = self.client.link(&self.addr, Lane::Fetch).await?;
-            self.client.call(&conn, Lane::Fetch, &req, FETCH_VERSION).await
+            let conn = self.client.link(&self.addr, Lane::Fetch(self.lane)).await?;
+            self.client.call(&conn, Lane::Fetch(self.lane), &req, FETCH_VERSION).await
         }
         .await;
         let resp = match result {

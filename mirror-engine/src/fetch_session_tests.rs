@@ -6,6 +6,7 @@ use super::*;
 fn session() -> BrokerSession {
     BrokerSession {
         addr: "b:1".into(),
+        lane: 0,
         client: ClusterClient::new("source", vec![], Duration::from_secs(1)),
         budget: Budget::new(1 << 30),
         settings: SessionSettings::default(),

@@ -16,10 +16,10 @@ use tokio::sync::Mutex as AsyncMutex;
 pub enum Lane {
     /// Metadata, ListOffsets, OffsetForLeaderEpoch, InitProducerId, DeleteRecords.
     Control,
-    /// The source fetch session of one broker (long polls).
-    Fetch,
-    /// Multi-partition Produce requests to one destination broker.
-    Produce,
+    /// One of the source fetch sessions of a broker (long polls).
+    Fetch(u8),
+    /// One of the produce lanes of a destination broker (multi-partition Produce requests).
+    Produce(u8),
 }
 
 type Slot = Arc<AsyncMutex<Option<SharedConnection>>>;

@@ -26,6 +26,11 @@ use crate::links::Lane;
 pub(crate) const PRODUCE_VERSION: i16 = 9;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
+/// Produce lanes (and connections) per destination broker; a partition always uses the same one.
+/// Kafka allows one batch per partition per request and answers a connection's requests one at
+/// a time: two lanes let the broker append two requests at once.
+pub const LANES_PER_BROKER: usize = 2;
+
 /// How batches are packed.
 #[derive(Debug, Clone, Copy)]
 pub struct ProduceSettings {
@@ -70,7 +75,7 @@ pub struct Producers {
 struct Inner {
     client: ClusterClient,
     settings: ProduceSettings,
-    brokers: Mutex<HashMap<String, mpsc::UnboundedSender<Item>>>,
+    brokers: Mutex<HashMap<(String, u8), mpsc::UnboundedSender<Item>>>,
 }
 
 impl Producers {
@@ -87,6 +92,7 @@ impl Producers {
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {
+        let lane = crate::fetch_session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
         let (tx, rx) = oneshot::channel();
         let mut item = Item {
             topic,
@@ -95,38 +101,41 @@ impl Producers {
             reply: tx,
         };
         for _ in 0..2 {
-            match self.sender(addr).send(item) {
+            match self.sender(addr, lane).send(item) {
                 Ok(()) => return rx,
                 Err(mpsc::error::SendError(back)) => {
                     item = back;
-                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(addr);
+                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(&(addr.to_owned(), lane));
                 }
             }
         }
         rx // the item was dropped: the receiver reports a closed lane
     }
 
-    fn sender(&self, addr: &str) -> mpsc::UnboundedSender<Item> {
+    fn sender(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Item> {
+        let key = (addr.to_owned(), lane);
         let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = brokers.get(addr)
+        if let Some(s) = brokers.get(&key)
             && !s.is_closed()
         {
             return s.clone();
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let lane = BrokerLane {
+        let task = BrokerLane {
             addr: addr.to_owned(),
+            lane,
             client: self.inner.client.clone(),
             settings: self.inner.settings,
         };
-        tokio::spawn(lane.run(rx).instrument(info_span!("produce_lane", broker = %addr)));
-        brokers.insert(addr.to_owned(), tx.clone());
+        tokio::spawn(task.run(rx).instrument(info_span!("produce_lane", broker = %addr, lane)));
+        brokers.insert(key, tx.clone());
         tx
     }
 }
 
 struct BrokerLane {
     addr: String,
+    lane: u8,
     client: ClusterClient,
     settings: ProduceSettings,
 }
@@ -175,7 +184,7 @@ impl BrokerLane {
             io_stats::add(&io_stats::PRODUCE_REQUESTS, 1);
             io_stats::add(&io_stats::PRODUCE_BATCHES, batch.len() as u64);
             let submitted = async {
-                let conn = self.client.link(&self.addr, Lane::Produce).await?;
+                let conn = self.client.link(&self.addr, Lane::Produce(self.lane)).await?;
                 conn.submit(&req, PRODUCE_VERSION).await.map_err(|e| self.client.wrap(e))
             }
             .await;
@@ -301,6 +310,7 @@ mod tests {
     fn lane(limit: usize) -> BrokerLane {
         BrokerLane {
             addr: "b:1".into(),
+            lane: 0,
             client: ClusterClient::new("destination", vec![], std::time::Duration::from_secs(1)),
             settings: ProduceSettings {
                 max_in_flight_requests: 5,
