@@ -11,7 +11,7 @@
 //! means belongs to `source::parse`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kmp_protocol::ProtocolError;
@@ -26,7 +26,7 @@ use crate::budget::{Budget, Reservation};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 use crate::io_stats;
-use crate::links::Lane;
+use crate::links::{Lane, Tasks};
 use crate::source::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -95,7 +95,7 @@ struct Inner {
     client: ClusterClient,
     budget: Budget,
     settings: SessionSettings,
-    brokers: Mutex<HashMap<(String, u8), mpsc::UnboundedSender<Interest>>>,
+    brokers: Tasks<Interest>,
 }
 
 impl FetchSessions {
@@ -105,7 +105,7 @@ impl FetchSessions {
                 client,
                 budget,
                 settings,
-                brokers: Mutex::new(HashMap::new()),
+                brokers: Tasks::default(),
             }),
         }
     }
@@ -115,31 +115,15 @@ impl FetchSessions {
     pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
         let lane = lane_of(&want.topic_id, want.partition, SESSIONS_PER_BROKER);
         let (tx, rx) = oneshot::channel();
-        let mut interest = Interest { want, reply: tx };
-        for _ in 0..2 {
-            let sender = self.sender(addr, lane);
-            match sender.send(interest) {
-                Ok(()) => {
-                    return rx.await.unwrap_or_else(|_| Err(closed("fetch session ended")));
-                }
-                // The broker's task ended (its connection failed long ago); start another.
-                Err(mpsc::error::SendError(back)) => {
-                    interest = back;
-                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(&(addr.to_owned(), lane));
-                }
-            }
+        let interest = Interest { want, reply: tx };
+        match self.inner.brokers.send(addr, lane, interest, || self.start(addr, lane)) {
+            Ok(()) => rx.await.unwrap_or_else(|_| Err(closed("fetch session ended"))),
+            Err(_) => Err(closed("fetch session unavailable")),
         }
-        Err(closed("fetch session unavailable"))
     }
 
-    fn sender(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Interest> {
-        let key = (addr.to_owned(), lane);
-        let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = brokers.get(&key)
-            && !s.is_closed()
-        {
-            return s.clone();
-        }
+    /// Spawns the session task of `(addr, lane)`.
+    fn start(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Interest> {
         let (tx, rx) = mpsc::unbounded_channel();
         let session = BrokerSession {
             addr: addr.to_owned(),
@@ -155,7 +139,6 @@ impl FetchSessions {
         };
         let span = info_span!("fetch_session", broker = %addr, lane);
         tokio::spawn(session.run(rx).instrument(span));
-        brokers.insert(key, tx.clone());
         tx
     }
 }

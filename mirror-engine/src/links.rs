@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::Mutex as AsyncMutex;
+use tokio::sync::mpsc;
 
 /// What a connection carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,5 +79,49 @@ impl Links {
             .iter()
             .filter(|s| s.try_lock().map(|h| h.as_ref().is_some_and(|c| !c.is_closed())).unwrap_or(true))
             .count()
+    }
+}
+
+/// The task per `(broker address, index)` that serves a lane (a fetch session, a produce lane),
+/// started on first use and again after it ended.
+pub struct Tasks<T> {
+    senders: Mutex<HashMap<(String, u8), mpsc::UnboundedSender<T>>>,
+}
+
+impl<T> Default for Tasks<T> {
+    fn default() -> Self {
+        Self {
+            senders: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<T> Tasks<T> {
+    /// Hands `item` to the task of `(addr, index)`, starting it with `start` (which spawns the
+    /// task and returns its sender) if there is none or it ended. Gives the item back if even a
+    /// fresh task would not take it.
+    pub fn send(&self, addr: &str, index: u8, mut item: T, start: impl Fn() -> mpsc::UnboundedSender<T>) -> Result<(), T> {
+        let key = (addr.to_owned(), index);
+        for _ in 0..2 {
+            let sender = {
+                let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+                match senders.get(&key) {
+                    Some(s) if !s.is_closed() => s.clone(),
+                    _ => {
+                        let s = start();
+                        senders.insert(key.clone(), s.clone());
+                        s
+                    }
+                }
+            };
+            match sender.send(item) {
+                Ok(()) => return Ok(()),
+                Err(mpsc::error::SendError(back)) => {
+                    item = back;
+                    self.senders.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+                }
+            }
+        }
+        Err(item)
     }
 }

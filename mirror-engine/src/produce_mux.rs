@@ -9,7 +9,7 @@
 //! arrive in order. A batch whose partition withdrew (its sink gave up) is never sent.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -21,7 +21,7 @@ use tracing::{Instrument, debug, info_span};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 use crate::io_stats;
-use crate::links::Lane;
+use crate::links::{Lane, Tasks};
 
 pub(crate) const PRODUCE_VERSION: i16 = 9;
 const PRODUCE_TIMEOUT_MS: i32 = 30_000;
@@ -75,7 +75,7 @@ pub struct Producers {
 struct Inner {
     client: ClusterClient,
     settings: ProduceSettings,
-    brokers: Mutex<HashMap<(String, u8), mpsc::UnboundedSender<Item>>>,
+    brokers: Tasks<Item>,
 }
 
 impl Producers {
@@ -84,7 +84,7 @@ impl Producers {
             inner: Arc::new(Inner {
                 client,
                 settings,
-                brokers: Mutex::new(HashMap::new()),
+                brokers: Tasks::default(),
             }),
         }
     }
@@ -94,32 +94,20 @@ impl Producers {
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {
         let lane = crate::fetch_session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
         let (tx, rx) = oneshot::channel();
-        let mut item = Item {
+        let item = Item {
             topic,
             partition,
             records,
             reply: tx,
         };
-        for _ in 0..2 {
-            match self.sender(addr, lane).send(item) {
-                Ok(()) => return rx,
-                Err(mpsc::error::SendError(back)) => {
-                    item = back;
-                    self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner()).remove(&(addr.to_owned(), lane));
-                }
-            }
-        }
-        rx // the item was dropped: the receiver reports a closed lane
+        // If even a fresh lane would not take the item, it is dropped: the receiver reports a
+        // closed lane.
+        let _ = self.inner.brokers.send(addr, lane, item, || self.start(addr, lane));
+        rx
     }
 
-    fn sender(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Item> {
-        let key = (addr.to_owned(), lane);
-        let mut brokers = self.inner.brokers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = brokers.get(&key)
-            && !s.is_closed()
-        {
-            return s.clone();
-        }
+    /// Spawns the lane task of `(addr, lane)`.
+    fn start(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Item> {
         let (tx, rx) = mpsc::unbounded_channel();
         let task = BrokerLane {
             addr: addr.to_owned(),
@@ -128,7 +116,6 @@ impl Producers {
             settings: self.inner.settings,
         };
         tokio::spawn(task.run(rx).instrument(info_span!("produce_lane", broker = %addr, lane)));
-        brokers.insert(key, tx.clone());
         tx
     }
 }
