@@ -18,7 +18,7 @@ use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
 
 use crate::error::MirrorError;
-use crate::links::{Lane, Links};
+use crate::links::{Lane, Links, Slots};
 
 /// Partitions of one topic as a cluster reports them.
 #[derive(Debug, Clone)]
@@ -45,10 +45,8 @@ pub struct ClusterClient {
     /// Connections shared by every user of this client (clones share them too).
     links: Arc<Links>,
     /// Recently read topic layouts (see [`ClusterClient::layout`]).
-    layouts: Arc<Mutex<HashMap<String, LayoutSlot>>>,
+    layouts: Arc<Slots<String, (Instant, Arc<TopicLayout>)>>,
 }
-
-type LayoutSlot = Arc<tokio::sync::Mutex<Option<(Instant, Arc<TopicLayout>)>>>;
 
 /// How long a topic layout read from the cluster is reused.
 const LAYOUT_TTL: Duration = Duration::from_millis(500);
@@ -226,22 +224,9 @@ impl ClusterClient {
     /// request instead of sending one each (10,000 partitions would otherwise ask 10,000 times
     /// for a 10,000-partition answer).
     pub async fn layout(&self, topic: &str) -> Result<Arc<TopicLayout>, MirrorError> {
-        let slot = {
-            let mut layouts = self.layouts.lock().unwrap_or_else(|e| e.into_inner());
-            if layouts.len() > 10_000 {
-                layouts.retain(|_, s| Arc::strong_count(s) > 1);
-            }
-            layouts.entry(topic.to_owned()).or_default().clone()
-        };
-        let mut held = slot.lock().await;
-        if let Some((at, l)) = held.as_ref()
-            && at.elapsed() < LAYOUT_TTL
-        {
-            return Ok(l.clone());
-        }
-        let fresh = Arc::new(self.read_layout(topic).await?);
-        *held = Some((Instant::now(), fresh.clone()));
-        Ok(fresh)
+        let fresh = |(at, _): &(Instant, Arc<TopicLayout>)| at.elapsed() < LAYOUT_TTL;
+        let read = || async { Ok((Instant::now(), Arc::new(self.read_layout(topic).await?))) };
+        Ok(self.layouts.get(topic.to_owned(), fresh, read).await?.1)
     }
 
     async fn read_layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
@@ -251,7 +236,7 @@ impl ClusterClient {
         let mut req = MetadataRequest::default();
         req.topics = Some(vec![t]);
         req.allow_auto_topic_creation = false;
-        let resp = self.call(&conn, Lane::Control, &req, 12).await?;
+        let resp = self.call(&conn, &req, 12).await?;
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
             return Ok(TopicLayout {
@@ -282,7 +267,7 @@ impl ClusterClient {
         let mut req = MetadataRequest::default();
         req.topics = None; // all topics
         req.allow_auto_topic_creation = false;
-        let resp = self.call(&conn, Lane::Control, &req, 12).await?;
+        let resp = self.call(&conn, &req, 12).await?;
         Ok(resp
             .topics
             .iter()
@@ -293,11 +278,8 @@ impl ClusterClient {
 
     /// The shared connection to broker `addr` for `lane` (opened if there is none).
     pub async fn link(&self, addr: &str, lane: Lane) -> Result<SharedConnection, MirrorError> {
-        self.links
-            .get(addr, lane, || async {
-                Ok(SharedConnection::new(self.connect_to(addr, "kafka-mirror-proxy-engine").await?))
-            })
-            .await
+        let connect = || async { Ok(SharedConnection::new(self.connect_to(addr, "kafka-mirror-proxy-engine").await?)) };
+        self.links.get((addr.to_owned(), lane), |c| !c.is_closed(), connect).await
     }
 
     /// The shared control connection to the first reachable bootstrap broker.
@@ -305,25 +287,14 @@ impl ClusterClient {
         self.first_bootstrap(|addr| self.link(addr, Lane::Control)).await
     }
 
-    /// Sends `req` on `conn`; a connection that failed is forgotten so the next call reconnects.
+    /// Sends `req` on `conn` (a connection that failed is replaced on its next [`Self::link`]).
     pub async fn call<R: kmp_protocol::kafka_protocol::protocol::Request>(
         &self,
         conn: &SharedConnection,
-        lane: Lane,
         req: &R,
         version: i16,
     ) -> Result<R::Response, MirrorError> {
-        conn.call(req, version).await.map_err(|e| {
-            if conn.is_closed() {
-                self.links.discard(conn, lane);
-            }
-            self.wrap(e)
-        })
-    }
-
-    /// Shared connections open now.
-    pub fn open_links(&self) -> usize {
-        self.links.open()
+        conn.call(req, version).await.map_err(|e| self.wrap(e))
     }
 
     /// The shared control connection to the leader of `topic`-`partition`, and its epoch.
@@ -361,16 +332,11 @@ impl ClusterClient {
         Ok((addr.clone(), epoch))
     }
 
-    /// A connection to the current leader of `topic`-`partition`, and that leader's epoch (sent
-    /// with fetches so a deposed leader answers FENCED_LEADER_EPOCH instead of stale data).
+    /// A connection of its own to the current leader of `topic`-`partition`, and that leader's
+    /// epoch (the state store's producer; partitions share [`Self::leader_link`]).
     pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         let layout = self.layout(topic).await?;
-        self.connect_in(&layout, topic, partition).await
-    }
-
-    /// Like [`Self::connect_leader`], with a layout the caller already read.
-    pub async fn connect_in(&self, layout: &TopicLayout, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
-        let (addr, epoch) = self.leader_in(layout, topic, partition)?;
+        let (addr, epoch) = self.leader_in(&layout, topic, partition)?;
         let conn = self.connect_to(&addr, "kafka-mirror-proxy-engine").await?;
         Ok((conn, epoch))
     }

@@ -153,10 +153,7 @@ pub(crate) fn lane_of(topic: &[u8], partition: i32, lanes: usize) -> u8 {
 }
 
 fn closed(detail: &str) -> MirrorError {
-    MirrorError::Source(ProtocolError::Io {
-        source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail.to_owned()),
-        side: kmp_protocol::Side::Broker,
-    })
+    MirrorError::aborted("source", detail)
 }
 
 /// A copy of a request-wide error for each partition of the request.
@@ -268,19 +265,14 @@ impl BrokerSession {
         io_stats::add(&io_stats::FETCH_REQUESTS, 1);
         let result = async {
             let conn = self.client.link(&self.addr, Lane::Fetch(self.lane)).await?;
-            self.client.call(&conn, Lane::Fetch(self.lane), &req, FETCH_VERSION).await
+            self.client.call(&conn, &req, FETCH_VERSION).await
         }
         .await;
         let resp = match result {
             Ok(r) => r,
             Err(e) => {
                 debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
-                self.reset();
-                for (_, i) in self.interests.drain() {
-                    let _ = i.reply.send(Err(each(&e)));
-                }
-                tokio::time::sleep(RECONNECT_PAUSE).await;
-                return;
+                return self.fail_waiting(e).await;
             }
         };
         // A session error answering a request that had no session cannot be cured by starting
@@ -298,12 +290,7 @@ impl BrokerSession {
                 what: format!("fetch session on {}", self.addr),
                 code: resp.error_code,
             };
-            self.reset();
-            for (_, i) in self.interests.drain() {
-                let _ = i.reply.send(Err(each(&e)));
-            }
-            tokio::time::sleep(RECONNECT_PAUSE).await;
-            return;
+            return self.fail_waiting(e).await;
         }
         // The session now holds what was sent.
         if self.id == 0 || resp.session_id != self.id {
@@ -325,8 +312,7 @@ impl BrokerSession {
                 // Only an answer for the position this request asked at is delivered: a
                 // partition that withdrew and asked again elsewhere gets its own answer later.
                 let Some(at) = sent.get(&k) else { continue };
-                let Some(i) = self.interests.get(&k) else { continue };
-                if position_of(&i.want) != *at {
+                if self.interests.get(&k).map(|i| position_of(&i.want)) != Some(*at) {
                     continue;
                 }
                 let Some(i) = self.interests.remove(&k) else { continue };
@@ -342,6 +328,16 @@ impl BrokerSession {
                 let _ = i.reply.send(answer);
             }
         }
+    }
+
+    /// Ends the session after a request-wide failure: every waiting partition gets `e` (and
+    /// retries with its back-off), then a pause before the next request.
+    async fn fail_waiting(&mut self, e: MirrorError) {
+        self.reset();
+        for (_, i) in self.interests.drain() {
+            let _ = i.reply.send(Err(each(&e)));
+        }
+        tokio::time::sleep(RECONNECT_PAUSE).await;
     }
 
     /// The next request (full without a session, incremental with one) and the position each

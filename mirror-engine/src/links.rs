@@ -3,9 +3,12 @@
 //! Lanes keep requests that wait long (a Fetch long poll, an acks=all Produce) from holding up
 //! short ones, since a broker answers a connection's requests one at a time.
 //!
-//! What is sent on a lane belongs to its users (`fetch_session`, `produce_mux`, `cluster`).
+//! `Slots`, the single-flight keyed cache behind the connections, also holds the client's topic
+//! layouts. What is sent on a lane belongs to its users (`fetch_session`, `produce_mux`,
+//! `cluster`).
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use kmp_protocol::shared_client::SharedConnection;
@@ -23,64 +26,60 @@ pub enum Lane {
     Produce(u8),
 }
 
-type Slot = Arc<AsyncMutex<Option<SharedConnection>>>;
-
-/// Open shared connections by `(broker address, lane)`.
-#[derive(Debug, Default)]
-pub struct Links {
-    slots: Mutex<HashMap<(String, Lane), Slot>>,
+/// Values filled once per key by one caller while the others wait for it (single flight), and
+/// filled again when `fresh` says the held one is stale: the engine's shared connections (stale
+/// once closed) and its topic layouts (stale after a while).
+pub struct Slots<K, V> {
+    slots: Mutex<HashMap<K, Arc<AsyncMutex<Option<V>>>>>,
 }
 
-impl Links {
-    /// The live connection for `(addr, lane)`, or a new one from `connect` (one caller connects;
-    /// the others wait for it instead of opening their own).
-    pub async fn get<F, Fut, E>(&self, addr: &str, lane: Lane, connect: F) -> Result<SharedConnection, E>
+impl<K, V> Default for Slots<K, V> {
+    fn default() -> Self {
+        Self {
+            slots: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Slots<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots").finish_non_exhaustive()
+    }
+}
+
+/// Keys kept before the ones nobody is waiting on are dropped.
+const MAX_SLOTS: usize = 10_000;
+
+impl<K: Eq + Hash, V: Clone> Slots<K, V> {
+    /// The value held for `key` if `fresh` accepts it, else a new one from `fill` (kept for the
+    /// next caller).
+    pub async fn get<F, Fut, E>(&self, key: K, fresh: impl Fn(&V) -> bool, fill: F) -> Result<V, E>
     where
         F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<SharedConnection, E>>,
+        Fut: std::future::Future<Output = Result<V, E>>,
     {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            slots.entry((addr.to_owned(), lane)).or_default().clone()
+            if slots.len() > MAX_SLOTS {
+                slots.retain(|_, s| Arc::strong_count(s) > 1);
+            }
+            slots.entry(key).or_default().clone()
         };
         let mut held = slot.lock().await;
-        if let Some(c) = held.as_ref()
-            && !c.is_closed()
+        if let Some(v) = held.as_ref()
+            && fresh(v)
         {
-            return Ok(c.clone());
+            return Ok(v.clone());
         }
         *held = None;
-        let c = connect().await?;
-        *held = Some(c.clone());
-        Ok(c)
-    }
-
-    /// Forgets `(addr, lane)` if it still holds `conn` (after an error on it), so the next user
-    /// connects anew.
-    pub fn discard(&self, conn: &SharedConnection, lane: Lane) {
-        let slot = self
-            .slots
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(conn.addr().to_owned(), lane))
-            .cloned();
-        if let Some(slot) = slot
-            && let Ok(mut held) = slot.try_lock()
-            && held.as_ref().is_some_and(|c| c.same(conn))
-        {
-            *held = None;
-        }
-    }
-
-    /// Connections open now (for metrics and tests).
-    pub fn open(&self) -> usize {
-        let slots: Vec<Slot> = self.slots.lock().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
-        slots
-            .iter()
-            .filter(|s| s.try_lock().map(|h| h.as_ref().is_some_and(|c| !c.is_closed())).unwrap_or(true))
-            .count()
+        let v = fill().await?;
+        *held = Some(v.clone());
+        Ok(v)
     }
 }
+
+/// Open shared connections by `(broker address, lane)`; a closed one is replaced on next use.
+pub type Links = Slots<(String, Lane), SharedConnection>;
 
 /// The task per `(broker address, index)` that serves a lane (a fetch session, a produce lane),
 /// started on first use and again after it ended.

@@ -3,10 +3,10 @@
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, BatchHeader};
-use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kmp_protocol::kafka_protocol::messages::fetch_response::PartitionData;
 use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
+use kmp_protocol::shared_client::SharedConnection;
 use uuid::Uuid;
 
 use crate::error::MirrorError;
@@ -42,8 +42,9 @@ pub struct FetchAt<'a> {
     pub max_wait_ms: i32,
 }
 
-/// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader.
-pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
+/// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader, alone (the
+/// state store's load; mirrored partitions fetch through `fetch_session`).
+pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
     let FetchAt {
         topic,
         topic_id,
@@ -71,7 +72,7 @@ pub async fn fetch(conn: &mut Connection, at: FetchAt<'_>) -> Result<Fetched, Mi
     req.isolation_level = READ_COMMITTED;
     req.session_epoch = -1; // no fetch session
     req.topics = vec![t];
-    let resp = conn.send(&req, FETCH_VERSION).await.map_err(MirrorError::Source)?;
+    let resp = conn.call(&req, FETCH_VERSION).await.map_err(MirrorError::Source)?;
     let part = resp
         .responses
         .into_iter()

@@ -29,8 +29,7 @@ use tracing::warn;
 
 use crate::cluster::{ClusterClient, offsets};
 use crate::error::MirrorError;
-use crate::produce_mux::PRODUCE_VERSION;
-use crate::sink::produce_request;
+use crate::produce_mux::{PRODUCE_VERSION, produce_request};
 use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
 use crate::topics::{TopicSpec, create_topic};
@@ -170,9 +169,8 @@ impl StateStore {
 
     async fn load(&self) -> Result<(), MirrorError> {
         let layout = self.destination.layout(&self.topic).await?;
-        let (mut conn, epoch) = self.destination.connect_in(&layout, &self.topic, 0).await?;
-        let (link, _) = self.destination.leader_link_in(&layout, &self.topic, 0).await?;
-        let (start, end) = offsets("destination", &link, &self.topic, 0).await?;
+        let (conn, epoch) = self.destination.leader_link_in(&layout, &self.topic, 0).await?;
+        let (start, end) = offsets("destination", &conn, &self.topic, 0).await?;
         let mut next = start;
         let mut entries = HashMap::new();
         while next < end {
@@ -185,7 +183,7 @@ impl StateStore {
                 max_bytes: 4 << 20,
                 max_wait_ms: 100,
             };
-            let fetched = fetch(&mut conn, at).await?;
+            let fetched = fetch(&conn, at).await?;
             let Some((last, _)) = fetched.batches.last() else { break };
             next = last.next_offset();
             for (_, b) in &fetched.batches {

@@ -140,11 +140,6 @@ impl SharedConnection {
         &self.inner.addr
     }
 
-    /// Whether `other` is a handle on the same connection.
-    pub fn same(&self, other: &SharedConnection) -> bool {
-        Arc::ptr_eq(&self.inner, &other.inner)
-    }
-
     /// Whether the connection has failed (every call now fails; open a new one).
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::Acquire)
