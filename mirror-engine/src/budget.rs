@@ -34,8 +34,9 @@ impl Reservation {
     /// holding room could deadlock partitions against each other). Used when a Fetch returned
     /// more than was reserved because its first batch was larger.
     pub fn grow_to(&mut self, bytes: u64) {
-        let have = self.permit.as_ref().map_or(0, |p| p.num_permits() as u64);
-        let Ok(extra) = u32::try_from(bytes.saturating_sub(have)) else { return };
+        let Ok(extra) = u32::try_from(bytes.saturating_sub(self.bytes())) else {
+            return;
+        };
         if extra == 0 {
             return;
         }
@@ -47,9 +48,7 @@ impl Reservation {
             self.budget.inner.peak.fetch_max(self.budget.in_use(), Ordering::Relaxed);
         }
     }
-}
 
-impl Reservation {
     /// Bytes held.
     pub fn bytes(&self) -> u64 {
         self.permit.as_ref().map_or(0, |p| p.num_permits() as u64)

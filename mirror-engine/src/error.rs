@@ -128,6 +128,16 @@ fn io_class(e: &std::io::Error) -> &'static str {
 }
 
 impl MirrorError {
+    /// The engine's own connection or task toward `side` ("source" or "destination") went away
+    /// under a request (a fetch session or produce lane ended, a shared connection closed).
+    pub(crate) fn aborted(side: &str, detail: impl Into<String>) -> Self {
+        let e = ProtocolError::Io {
+            source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail.into()),
+            side: kmp_protocol::Side::Broker,
+        };
+        if side == "source" { Self::Source(e) } else { Self::Destination(e) }
+    }
+
     /// The full error text, for debug logs only (a source error's [`Display`](std::fmt::Display)
     /// is a short class).
     pub fn detail(&self) -> String {

@@ -124,7 +124,6 @@ pub fn start(
         control: handle.control.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
         producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default()),
-        sessions: fetch_session::SessionSettings::default(),
         stop,
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
@@ -143,8 +142,6 @@ pub(crate) struct Shared {
     pub(crate) max_in_flight: usize,
     /// The destination's produce lanes, one per broker, shared by every mirror.
     pub(crate) producers: produce_mux::Producers,
-    /// How source fetch sessions poll.
-    pub(crate) sessions: fetch_session::SessionSettings,
     pub(crate) stop: watch::Receiver<bool>,
 }
 

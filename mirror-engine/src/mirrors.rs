@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
-use crate::fetch_session::FetchSessions;
+use crate::fetch_session::{FetchSessions, SessionSettings};
 use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
@@ -46,12 +46,15 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
             return;
         };
         let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
-        if reach.as_ref().is_none_or(|(k, _, _)| *k != key) {
-            let source = ClusterClient::source_of(&def, shared.destination.timeout());
-            let fetchers = FetchSessions::new(source.clone(), shared.budget.clone(), shared.sessions);
-            reach = Some((key, source, fetchers));
-        }
-        let Some((_, source, fetchers)) = reach.clone() else { continue };
+        let (source, fetchers) = match &reach {
+            Some((k, source, fetchers)) if *k == key => (source.clone(), fetchers.clone()),
+            _ => {
+                let source = ClusterClient::source_of(&def, shared.destination.timeout());
+                let fetchers = FetchSessions::new(source.clone(), shared.budget.clone(), SessionSettings::default());
+                reach = Some((key, source.clone(), fetchers.clone()));
+                (source, fetchers)
+            }
+        };
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
                 let ctx = TopicContext {

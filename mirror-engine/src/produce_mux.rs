@@ -12,7 +12,6 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -24,7 +23,8 @@ use crate::io_stats;
 use crate::links::{Lane, Tasks};
 
 pub(crate) const PRODUCE_VERSION: i16 = 9;
-const PRODUCE_TIMEOUT_MS: i32 = 30_000;
+/// Broker-side timeout of the engine's acks=all Produce and DeleteRecords requests (ms).
+pub(crate) const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
 /// Produce lanes (and connections) per destination broker; a partition always uses the same one.
 /// Kafka allows one batch per partition per request and answers a connection's requests one at
@@ -127,11 +127,12 @@ struct BrokerLane {
     settings: ProduceSettings,
 }
 
-fn failed(detail: String) -> MirrorError {
-    MirrorError::Destination(ProtocolError::Io {
-        source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail),
-        side: kmp_protocol::Side::Broker,
-    })
+/// Fails every batch of `batch` with `e` (whether they were written is unknown).
+fn fail(batch: Vec<Item>, e: &MirrorError) {
+    let text = e.to_string();
+    for i in batch {
+        let _ = i.reply.send(Err(MirrorError::aborted("destination", text.clone())));
+    }
 }
 
 impl BrokerLane {
@@ -186,10 +187,7 @@ impl BrokerLane {
                 }
                 Err(e) => {
                     debug!(error = %e, "cannot send a produce request");
-                    let text = e.to_string();
-                    for i in batch {
-                        let _ = i.reply.send(Err(failed(text.clone())));
-                    }
+                    fail(batch, &e);
                 }
             }
         }
@@ -221,16 +219,26 @@ impl BrokerLane {
 }
 
 fn request(batch: &[Item]) -> ProduceRequest {
+    request_of(batch.iter().map(|i| (&i.topic, i.partition, &i.records)))
+}
+
+/// An acks=all Produce of one batch blob to one partition (the state store's writes).
+pub(crate) fn produce_request(topic: TopicName, partition: i32, records: Bytes) -> ProduceRequest {
+    request_of([(&topic, partition, &records)])
+}
+
+/// An acks=all Produce of one batch blob per `(topic, partition)`.
+fn request_of<'a>(batches: impl IntoIterator<Item = (&'a TopicName, i32, &'a Bytes)>) -> ProduceRequest {
     let mut topics: Vec<TopicProduceData> = Vec::new();
-    for i in batch {
+    for (topic, partition, records) in batches {
         let mut pd = PartitionProduceData::default();
-        pd.index = i.partition;
-        pd.records = Some(i.records.clone());
-        match topics.iter_mut().find(|t| t.name == i.topic) {
+        pd.index = partition;
+        pd.records = Some(records.clone());
+        match topics.iter_mut().find(|t| t.name == *topic) {
             Some(t) => t.partition_data.push(pd),
             None => {
                 let mut td = TopicProduceData::default();
-                td.name = i.topic.clone();
+                td.name = topic.clone();
                 td.partition_data = vec![pd];
                 topics.push(td);
             }
@@ -246,13 +254,7 @@ fn request(batch: &[Item]) -> ProduceRequest {
 fn dispatch(batch: Vec<Item>, resp: Result<kmp_protocol::kafka_protocol::messages::ProduceResponse, MirrorError>) {
     let resp = match resp {
         Ok(r) => r,
-        Err(e) => {
-            let text = e.to_string();
-            for i in batch {
-                let _ = i.reply.send(Err(failed(text.clone())));
-            }
-            return;
-        }
+        Err(e) => return fail(batch, &e),
     };
     let mut answers: HashMap<(TopicName, i32), Outcome> = HashMap::new();
     for t in resp.responses {

@@ -9,30 +9,13 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
-use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProduceRequest, ProducerId, TopicName};
+use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProducerId, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::oneshot;
 
 use crate::error::MirrorError;
-use crate::produce_mux::{Producers, Reply};
-
-const PRODUCE_TIMEOUT_MS: i32 = 30_000;
-/// An acks=all Produce of one batch blob to one partition (the engine's only kind).
-pub(crate) fn produce_request(topic: TopicName, partition: i32, records: Bytes) -> ProduceRequest {
-    let mut pd = PartitionProduceData::default();
-    pd.index = partition;
-    pd.records = Some(records);
-    let mut td = TopicProduceData::default();
-    td.name = topic;
-    td.partition_data = vec![pd];
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = PRODUCE_TIMEOUT_MS;
-    req.topic_data = vec![td];
-    req
-}
+use crate::produce_mux::{PRODUCE_TIMEOUT_MS, Producers, Reply};
 
 /// One produced batch, reported back once the destination acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,12 +146,7 @@ impl PartitionSink {
         let w = *w;
         let p = match reply.await {
             Ok(r) => r?,
-            Err(_) => {
-                return Err(MirrorError::Destination(kmp_protocol::ProtocolError::Io {
-                    source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, "produce lane closed"),
-                    side: kmp_protocol::Side::Broker,
-                }));
-            }
+            Err(_) => return Err(MirrorError::aborted("destination", "produce lane closed")),
         };
         if p.error_code != 0 {
             let what = format!(
