@@ -21,6 +21,7 @@ mod rest;
 mod server;
 mod session;
 mod shared;
+mod stream_copy;
 mod tls;
 mod upstream;
 

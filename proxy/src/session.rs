@@ -1,7 +1,9 @@
 //! One client connection: requests are read, peeked (API key, version, correlation id), passed
 //! through the filter chain (`filters`) and written to the upstream broker as raw bytes unless a
 //! filter asked to see them; responses come back in request order and pass the chain's response
-//! filters. Pipelining is kept: the request side never waits for a response, the response side
+//! filters — or, when no filter may change a response (decided as its request is forwarded and
+//! confirmed when it arrives), are streamed to the client as they arrive (`stream_copy`, which
+//! owns reading from the broker). Pipelining is kept: the request side never waits for a response, the response side
 //! follows a queue of what is in flight.
 //!
 //! Invariants: every forwarded request that expects a response gets exactly one, in order;
@@ -28,9 +30,7 @@ use tracing::{debug, trace, warn};
 use crate::error::ProxyError;
 use crate::filters::{Chain, Conn, Exchange, Merge, Outcome};
 use crate::shared::Shared;
-
-/// Response frames up to this size are buffered whole as soon as their length arrives.
-const EAGER_RESPONSE_BYTES: usize = 8 * 1024 * 1024;
+use crate::stream_copy::{CopyError, Scan, Upstream};
 
 /// Requests in flight per connection before the request side waits (backpressure).
 const MAX_IN_FLIGHT: usize = 1024;
@@ -45,9 +45,21 @@ enum Pending {
         correlation_id: i32,
         started: Instant,
         merge: Option<Merge>,
+        stream: Stream,
     },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
+}
+
+/// Whether a forwarded request's response may be streamed (`stream_copy`) instead of read whole
+/// for the filters. Decided when the request is forwarded and asked again of the chain when the
+/// response arrives (state such as the mirror registry may have changed meanwhile).
+enum Stream {
+    /// Read it whole: a filter or a merge may change it.
+    No,
+    /// Stream it if the chain still agrees; `Some`: a copy of the request, for filters whose
+    /// answer depends on its content (a Fetch's topics, while topics may hold fillers).
+    Yes(Option<Bytes>),
 }
 
 /// A bidirectional stream that splits into independently owned halves. Plain TCP splits without
@@ -197,12 +209,22 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         };
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
+            let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
+                Stream::No
+            } else if p.api_key == ApiKey::Fetch as i16 && shared.masks_fillers && shared.mirrors.topics.has_filler_topics() {
+                // Small (a Fetch request names partitions and offsets); kept apart from the
+                // reader's buffer so holding it does not hold that.
+                Stream::Yes(Some(Bytes::copy_from_slice(&frame)))
+            } else {
+                Stream::Yes(None)
+            };
             let pending = Pending::Forwarded {
                 api_key: p.api_key,
                 api_version: p.api_version,
                 correlation_id: p.correlation_id,
                 started,
                 merge,
+                stream,
             };
             in_flight.fetch_add(1, Ordering::AcqRel);
             if tx.send(pending).await.is_err() {
@@ -242,19 +264,44 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
 ) -> Result<(), ProxyError> {
     let shared = &*conn.shared;
     let m = &shared.metrics;
-    // Responses up to 8 MiB (typical Fetch answers) get their buffer at once; larger ones grow.
-    let mut reader = FrameReader::new(up_r, shared.config.upstream.max_response_frame_bytes, Side::Broker).with_eager_reserve(EAGER_RESPONSE_BYTES);
+    let mut upstream = Upstream::new(up_r, shared.config.upstream.max_response_frame_bytes);
     while let Some(pending) = rx.recv().await {
-        let (api_key, frame, started) = match pending {
-            Pending::Local { api_key, frame, started } => (api_key, frame, started),
+        let (api_key, len, started) = match pending {
+            Pending::Local { api_key, frame, started } => {
+                client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
+                client_w.flush().await.map_err(ProxyError::ClientIo)?;
+                (api_key, frame.len(), started)
+            }
             Pending::Forwarded {
                 api_key,
                 api_version,
                 correlation_id,
                 started,
                 merge,
+                stream: Stream::Yes(request),
+            } if !chain.may_change_response(api_key, api_version, request.as_ref(), &conn) => {
+                drop((merge, request));
+                let len = match upstream.stream(&mut client_w, correlation_id, Scan::of(api_key, api_version)).await {
+                    Ok(Some(len)) => len,
+                    Ok(None) => {
+                        debug!("upstream broker closed the connection with requests in flight");
+                        return Ok(());
+                    }
+                    Err(CopyError::Broker(e)) => return Err(broker_error(shared, e)),
+                    Err(CopyError::Client(e)) => return Err(ProxyError::ClientIo(e)),
+                };
+                in_flight.fetch_sub(1, Ordering::AcqRel);
+                (api_key, len, started)
+            }
+            Pending::Forwarded {
+                api_key,
+                api_version,
+                correlation_id,
+                started,
+                merge,
+                stream: _,
             } => {
-                let frame = match reader.next().await {
+                let frame = match upstream.whole(correlation_id).await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
                         debug!("upstream broker closed the connection with requests in flight");
@@ -262,24 +309,20 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     }
                     Err(e) => return Err(broker_error(shared, e)),
                 };
-                let got = peek::response_correlation_id(&frame).map_err(|e| broker_error(shared, e))?;
-                if got != correlation_id {
-                    return Err(broker_error(shared, ProtocolError::CorrelationMismatch { expected: correlation_id, got }));
-                }
                 let frame = match merge {
                     Some(merge) => merge(frame).map_err(|e| broker_error(shared, e))?,
                     None => frame,
                 };
                 let frame = chain.response(frame, api_key, api_version, &conn).map_err(|e| broker_error(shared, e))?;
                 in_flight.fetch_sub(1, Ordering::AcqRel);
-                (api_key, frame, started)
+                client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
+                // See the request side: without it the tail of a large response could wait in the
+                // TLS buffer until the client's next request (a consumer waits for this one).
+                client_w.flush().await.map_err(ProxyError::ClientIo)?;
+                (api_key, frame.len(), started)
             }
         };
-        client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
-        // See the request side: without it the tail of a large response could wait in the TLS
-        // buffer until the client's next request (a consumer waits for this one: a stall).
-        client_w.flush().await.map_err(ProxyError::ClientIo)?;
-        m.bytes_to_clients.inc_by(frame.len() as u64);
+        m.bytes_to_clients.inc_by(len as u64);
         let api = m.api(api_key);
         api.requests.inc();
         api.latency.observe(started.elapsed().as_secs_f64());

@@ -16,6 +16,12 @@ impl Filter for AddressRewrite {
         ApiKey::try_from(api_key).is_ok_and(|k| rewrite::needs_rewrite(k, api_version))
     }
 
+    /// A Fetch response no other filter needs may be streamed: `stream_copy` then neutralises its
+    /// `node_endpoints` in place instead of rewriting them (a rewrite would change its length).
+    fn may_change_response(&self, api_key: i16, api_version: i16, _request: Option<&Bytes>, conn: &Conn) -> bool {
+        api_key != ApiKey::Fetch as i16 && self.wants_response(api_key, api_version, conn)
+    }
+
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
         match ApiKey::try_from(api_key) {
             Ok(key) => rewrite::rewrite_response(frame, key, api_version, &conn.shared.cluster),

@@ -5,7 +5,8 @@
 //! filler ever reaches a client.
 
 use bytes::Bytes;
-use kmp_protocol::kafka_protocol::messages::ApiKey;
+use kmp_protocol::codec::decode_request;
+use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
 use kmp_protocol::{ProtocolError, fillers};
 
 use super::{Conn, Filter};
@@ -16,6 +17,38 @@ pub(crate) struct FillerMasking;
 impl Filter for FillerMasking {
     fn wants_response(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
         conn.shared.masks_fillers && (api_key == ApiKey::Fetch as i16 || api_key == ApiKey::ShareFetch as i16)
+    }
+
+    /// A Fetch that names no topic that may hold fillers cannot get fillers back — unless it is an
+    /// incremental fetch (its session's other partitions answer too), or the engine has not loaded
+    /// its state yet. Anything undecidable (no request at hand, undecodable, ShareFetch) may.
+    fn may_change_response(&self, api_key: i16, api_version: i16, request: Option<&Bytes>, conn: &Conn) -> bool {
+        if !self.wants_response(api_key, api_version, conn) {
+            return false;
+        }
+        let registry = &conn.shared.mirrors.topics;
+        if !conn.shared.mirrors.control.is_booted() {
+            return true;
+        }
+        if !registry.has_filler_topics() {
+            return false;
+        }
+        let (Some(request), true) = (request, api_key == ApiKey::Fetch as i16) else {
+            return true;
+        };
+        let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
+            return true;
+        };
+        // Epoch 0 opens a session and -1 fetches without one: the response answers exactly the
+        // partitions asked for. A larger epoch answers the session's partitions too.
+        fetch.session_epoch > 0
+            || fetch.topics.iter().any(|t| {
+                if api_version >= 13 {
+                    registry.may_hold_fillers_id(t.topic_id.as_bytes())
+                } else {
+                    registry.may_hold_fillers(t.topic.as_str())
+                }
+            })
     }
 
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {

@@ -145,6 +145,14 @@ pub(crate) trait Filter: Send + Sync {
         false
     }
 
+    /// Whether this filter may change the broker's response to a forwarded request (`request`:
+    /// the forwarded frame, `None` once it is no longer at hand). `false` from every filter lets
+    /// the session stream the response without reading it whole (`stream_copy`). Defaults to
+    /// [`Filter::wants_response`]; a filter overrides it to look closer (content, state).
+    fn may_change_response(&self, api_key: i16, api_version: i16, _request: Option<&Bytes>, conn: &Conn) -> bool {
+        self.wants_response(api_key, api_version, conn)
+    }
+
     /// Rewrites a response it asked for (prefix included).
     fn on_response(&self, frame: Bytes, _api_key: i16, _api_version: i16, _conn: &Conn) -> Result<Bytes, ProtocolError> {
         Ok(frame)
@@ -206,6 +214,12 @@ impl Chain {
             Some(Box::new(move |resp| Exchange::apply(merges, resp)))
         };
         Ok(Outcome::Forward { frame: x.frame, merge })
+    }
+
+    /// Whether any filter may change the response to this forwarded request (see
+    /// [`Filter::may_change_response`]).
+    pub(crate) fn may_change_response(&self, api_key: i16, api_version: i16, request: Option<&Bytes>, conn: &Conn) -> bool {
+        self.filters.iter().any(|f| f.may_change_response(api_key, api_version, request, conn))
     }
 
     /// Runs a broker's response through the chain.
