@@ -5,11 +5,30 @@
 //! filler ever reaches a client.
 
 use bytes::Bytes;
+use kmp_mirror_engine::MirrorTopics;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
 use kmp_protocol::{ProtocolError, fillers};
 
 use super::{Conn, Filter};
+
+/// Whether the response to this Fetch request may carry fillers: it names a topic that may hold
+/// them, or it is an incremental fetch (the session's other partitions answer too), or it cannot
+/// be decoded. Epoch 0 opens a session and -1 fetches without one: then the response answers
+/// exactly the partitions asked for.
+fn fetch_may_get_fillers(request: &Bytes, api_version: i16, registry: &MirrorTopics) -> bool {
+    let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
+        return true;
+    };
+    fetch.session_epoch > 0
+        || fetch.topics.iter().any(|t| {
+            if api_version >= 13 {
+                registry.may_hold_fillers_id(t.topic_id.as_bytes())
+            } else {
+                registry.may_hold_fillers(t.topic.as_str())
+            }
+        })
+}
 
 /// The masking filter (responses only).
 pub(crate) struct FillerMasking;
@@ -33,22 +52,10 @@ impl Filter for FillerMasking {
         if !registry.has_filler_topics() {
             return false;
         }
-        let (Some(request), true) = (request, api_key == ApiKey::Fetch as i16) else {
-            return true;
-        };
-        let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
-            return true;
-        };
-        // Epoch 0 opens a session and -1 fetches without one: the response answers exactly the
-        // partitions asked for. A larger epoch answers the session's partitions too.
-        fetch.session_epoch > 0
-            || fetch.topics.iter().any(|t| {
-                if api_version >= 13 {
-                    registry.may_hold_fillers_id(t.topic_id.as_bytes())
-                } else {
-                    registry.may_hold_fillers(t.topic.as_str())
-                }
-            })
+        match request {
+            Some(request) if api_key == ApiKey::Fetch as i16 => fetch_may_get_fillers(request, api_version, registry),
+            _ => true,
+        }
     }
 
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
@@ -79,5 +86,55 @@ impl Filter for FillerMasking {
             }
             None => frame,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kmp_protocol::codec::encode_request;
+    use kmp_protocol::kafka_protocol::messages::fetch_request::FetchTopic;
+    use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+
+    fn fetch(version: i16, epoch: i32, topic: &str, id: [u8; 16]) -> Bytes {
+        let mut header = RequestHeader::default();
+        header.request_api_key = ApiKey::Fetch as i16;
+        header.request_api_version = version;
+        let mut r = FetchRequest::default();
+        r.session_epoch = epoch;
+        let mut t = FetchTopic::default();
+        t.topic = TopicName(StrBytes::from_string(topic.to_owned()));
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        t.topic_id = format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+            .parse()
+            .unwrap();
+        r.topics.push(t);
+        encode_request(&header, ApiKey::Fetch, &r).unwrap()
+    }
+
+    #[test]
+    fn only_a_full_fetch_of_topics_that_never_were_mirror_topics_is_free_of_fillers() {
+        let registry = MirrorTopics::default();
+        registry.mark_filler_topic("mirrored", [0; 16]);
+        for v in [4, 12] {
+            assert!(!fetch_may_get_fillers(&fetch(v, -1, "plain", [0; 16]), v, &registry), "v{v}");
+            assert!(fetch_may_get_fillers(&fetch(v, -1, "mirrored", [0; 16]), v, &registry), "v{v}");
+        }
+        assert!(
+            fetch_may_get_fillers(&fetch(12, 3, "plain", [0; 16]), 12, &registry),
+            "incremental: the session answers too"
+        );
+        assert!(
+            !fetch_may_get_fillers(&fetch(12, 0, "plain", [0; 16]), 12, &registry),
+            "a new session answers what it asks"
+        );
+        // By id (v13+): while a filler topic's id is unknown, every id may hold fillers.
+        assert!(fetch_may_get_fillers(&fetch(13, -1, "", [1; 16]), 13, &registry));
+        registry.mark_filler_topic("mirrored", [2; 16]);
+        assert!(!fetch_may_get_fillers(&fetch(13, -1, "", [1; 16]), 13, &registry));
+        assert!(fetch_may_get_fillers(&fetch(13, -1, "", [2; 16]), 13, &registry));
+        assert!(fetch_may_get_fillers(&Bytes::from_static(&[0, 0, 0, 2, 0, 1]), 13, &registry), "undecodable");
     }
 }
