@@ -292,6 +292,23 @@ mod mirror_rules {
     }
 
     #[test]
+    fn fetch_growth_bounds_are_checked_and_the_default_fits_the_budget() {
+        let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
+            [engine]\nmax_buffer_bytes = 8000000\n\
+            [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_grow_max_bytes = 1000\n\
+            [[mirrors]]\nname = \"b\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_grow_max_bytes = 9000000\n\
+            [[mirrors]]\nname = \"c\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\n";
+        let config = super::parse_toml(text).unwrap();
+        let ConfigErrors(errs) = config.clone().validate().expect_err("growth bounds");
+        let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(keys, vec!["mirrors[0].fetch_grow_max_bytes", "mirrors[1].fetch_grow_max_bytes"]);
+        // Unset: 16 MiB, capped by the engine budget, never below fetch_max_bytes.
+        assert_eq!(config.mirrors[2].effective_fetch_grow_max_bytes(8_000_000), 8_000_000);
+        assert_eq!(config.mirrors[2].effective_fetch_grow_max_bytes(1 << 30), 16 * 1024 * 1024);
+        assert_eq!(config.mirrors[2].effective_fetch_grow_max_bytes(1000), 1024 * 1024);
+    }
+
+    #[test]
     fn engine_settings_are_checked_with_the_mirrors_that_depend_on_them() {
         let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
             [engine]\nstate_topic = \"bad name\"\nmax_buffer_bytes = 1000000\nmax_in_flight_per_partition = 0\n\

@@ -178,6 +178,21 @@ impl Config {
                     ),
                 );
             }
+            match m.fetch_grow_max_bytes {
+                Some(g) if g < m.fetch_max_bytes => {
+                    err(
+                        &key("fetch_grow_max_bytes"),
+                        format!("{g} is smaller than fetch_max_bytes = {}", m.fetch_max_bytes),
+                    );
+                }
+                Some(g) if u64::try_from(g).unwrap_or(0) > e.max_buffer_bytes => {
+                    err(
+                        &key("fetch_grow_max_bytes"),
+                        format!("{g} is larger than engine.max_buffer_bytes = {}", e.max_buffer_bytes),
+                    );
+                }
+                _ => {}
+            }
         }
         for (i, n) in self.security.mirror_admin_networks.iter().enumerate() {
             if let Err(e) = crate::parse_cidr(n) {

@@ -33,6 +33,8 @@ pub struct PartitionTask {
     pub source_topic_id: SourceTopicId,
     pub destination: ClusterClient,
     pub fetch_max_bytes: i32,
+    /// Largest Fetch size the partition grows to while its Fetches come back full.
+    pub fetch_grow_max_bytes: i32,
     pub max_filler_batch_records: i32,
     pub max_fill_offsets: i64,
     /// Produce requests pipelined to the destination leader.
@@ -56,6 +58,27 @@ const UNSETTLED_LIMIT: Duration = Duration::from_secs(45);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
 const IDLE_FETCH_BYTES: i32 = 64 * 1024;
+
+/// The next Fetch size after an answer of `got` bytes to a request for `asked`; `behind`: the
+/// source held more than the answer brought. A full answer (at least three quarters; the broker
+/// fills up to whole batches) doubles the size up to `ceiling` (from `base` if the partition was
+/// idle), so a distant source is read at bandwidth, not one `base` per round trip. A partial
+/// answer while behind (the request's total was shared with other partitions) keeps at least
+/// `base`; a half-empty answer of a caught-up partition halves it down to the idle size, so
+/// long-polling idle partitions hold little of the shared budget.
+fn next_fetch_size(asked: i32, got: usize, behind: bool, base: i32, ceiling: i32) -> i32 {
+    let asked_bytes = usize::try_from(asked).unwrap_or(0);
+    let idle = IDLE_FETCH_BYTES.min(base);
+    if got.saturating_mul(4) >= asked_bytes.saturating_mul(3) {
+        if asked < base { base } else { asked.saturating_mul(2).min(ceiling).max(base) }
+    } else if behind {
+        asked.max(base)
+    } else if got.saturating_mul(2) >= asked_bytes {
+        asked
+    } else {
+        (asked / 2).max(idle)
+    }
+}
 
 /// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
 /// same name (another id) since the mirror took up the one with id `known`.
@@ -187,8 +210,7 @@ impl PartitionTask {
         });
         // Budget held by the previous Fetch's data until the destination acknowledged all of it.
         let mut held: Option<Reservation> = None;
-        // Bytes asked for: the full fetch size while catching up, little while idle, so
-        // long-polling idle partitions do not sit on the shared budget.
+        // Bytes asked for: grows while catching up, shrinks while idle (`next_fetch_size`).
         let mut want = self.fetch_max_bytes;
         loop {
             // The next Fetch overlaps the acknowledgements of what the previous one produced.
@@ -236,11 +258,6 @@ impl PartitionTask {
             let (fetched, room): (_, Reservation) = fetched;
             let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
             held = Some(room);
-            want = if got.saturating_mul(2) >= usize::try_from(want).unwrap_or(0) {
-                self.fetch_max_bytes
-            } else {
-                IDLE_FETCH_BYTES.min(self.fetch_max_bytes)
-            };
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
                 continue;
@@ -268,6 +285,12 @@ impl PartitionTask {
                     }
                 }
             }
+            let source_end = if fetched.last_stable_offset >= 0 {
+                fetched.last_stable_offset
+            } else {
+                fetched.high_watermark
+            };
+            want = next_fetch_size(want, got, source_end > next, self.fetch_max_bytes, self.fetch_grow_max_bytes);
             // Retention follows the source: its log start moved past data the destination keeps.
             let follow = fetched.log_start_offset.min(next);
             if follow > dest_log_start {
@@ -373,5 +396,64 @@ async fn settled_offsets(conn: &kmp_protocol::shared_client::SharedConnection, t
             }
         }
         last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IDLE_FETCH_BYTES, next_fetch_size};
+
+    const MIB: i32 = 1024 * 1024;
+
+    fn after(asked: i32, got: usize, behind: bool) -> i32 {
+        next_fetch_size(asked, got, behind, MIB, 16 * MIB)
+    }
+
+    #[test]
+    fn full_answers_double_the_fetch_size_up_to_the_ceiling() {
+        let mut size = MIB;
+        let mut seen = vec![];
+        for _ in 0..6 {
+            size = after(size, size as usize, true);
+            seen.push(size / MIB);
+        }
+        assert_eq!(seen, vec![2, 4, 8, 16, 16, 16]);
+        // An answer larger than asked (the broker returns at least one whole batch) is full too.
+        assert_eq!(after(MIB, 3 * MIB as usize, true), 2 * MIB);
+    }
+
+    #[test]
+    fn an_idle_partition_woken_by_a_full_answer_goes_straight_to_the_base_size() {
+        assert_eq!(after(IDLE_FETCH_BYTES, IDLE_FETCH_BYTES as usize, true), MIB);
+    }
+
+    #[test]
+    fn a_partial_answer_while_behind_keeps_at_least_the_base_size() {
+        assert_eq!(after(8 * MIB, 0, true), 8 * MIB, "cut short by the request's total: not idle");
+        assert_eq!(after(IDLE_FETCH_BYTES, 1000, true), MIB);
+    }
+
+    #[test]
+    fn a_caught_up_partition_shrinks_by_halves_to_the_idle_size_and_holds_a_steady_size() {
+        assert_eq!(after(16 * MIB, 9 * MIB as usize, false), 16 * MIB, "more than half full: steady");
+        let mut size = 16 * MIB;
+        let mut rounds = 0;
+        while size > IDLE_FETCH_BYTES {
+            size = after(size, 0, false);
+            rounds += 1;
+        }
+        assert_eq!((size, rounds), (IDLE_FETCH_BYTES, 8));
+        assert_eq!(after(size, 0, false), IDLE_FETCH_BYTES);
+    }
+
+    #[test]
+    fn growth_is_off_when_the_ceiling_equals_the_base() {
+        assert_eq!(next_fetch_size(MIB, MIB as usize, true, MIB, MIB), MIB);
+        assert_eq!(
+            next_fetch_size(1024, 1024, true, 1024, 1024),
+            1024,
+            "a base below the idle size is never exceeded"
+        );
+        assert_eq!(next_fetch_size(1024, 0, false, 1024, 1024), 1024);
     }
 }
