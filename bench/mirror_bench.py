@@ -75,13 +75,14 @@ def delete_topic(cp: str, bootstrap: str, topic: str, partitions: int) -> None:
     time.sleep(2)
 
 
-def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partitions: int, expected: list[int]) -> dict:
-    """Waits until the destination holds ``expected`` records per partition."""
+def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partitions: int, expected: list[int],
+             topic: str = TOPIC) -> dict:
+    """Waits until the destination holds ``expected`` records per partition of ``topic``."""
     first = None
     while True:
         if proc.poll() is not None:
             raise RuntimeError(f"mirroring process exited with {proc.returncode}")
-        hw = watermarks(dst, TOPIC, partitions)
+        hw = watermarks(dst, topic, partitions)
         now = time.time()
         if hw and sum(hw) > 0 and first is None:
             first, cpu_first = now, cpu_seconds(proc.pid)
@@ -95,14 +96,14 @@ def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partiti
     return {"startup_s": first - started, "copy_s": done - first, "cpu_s": cpu, "copy_cpu_s": cpu - cpu_first, "identical": hw == expected}
 
 
-def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds: int) -> dict:
-    """Produces ``rate`` rec/s for ``seconds`` into the source; measures receive time minus
-    CreateTime on the destination for every record."""
+def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds: int, topic: str = TOPIC) -> dict:
+    """Produces ``rate`` rec/s for ``seconds`` into ``topic`` on the source; measures receive time
+    minus CreateTime on the destination for every record."""
     from confluent_kafka import Consumer, TopicPartition
-    ends = watermarks(dst, TOPIC, partitions) or [0] * partitions
+    ends = watermarks(dst, topic, partitions) or [0] * partitions
     c = Consumer({"bootstrap.servers": dst, "group.id": f"lag-{time.time_ns()}", "enable.auto.commit": False,
                   "fetch.wait.max.ms": 10})
-    c.assign([TopicPartition(TOPIC, p, ends[p]) for p in range(partitions)])
+    c.assign([TopicPartition(topic, p, ends[p]) for p in range(partitions)])
     lags: list[float] = []
     stop = threading.Event()
 
@@ -113,10 +114,10 @@ def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds:
                     lags.append(time.time() * 1000 - m.timestamp()[1])
     t = threading.Thread(target=read)
     t.start()
-    producer_perf(cp, src, TOPIC, rate * seconds, rate)
-    expected = sum(watermarks(src, TOPIC, partitions) or [])
+    producer_perf(cp, src, topic, rate * seconds, rate)
+    expected = sum(watermarks(src, topic, partitions) or [])
     deadline = time.time() + 120
-    while sum(watermarks(dst, TOPIC, partitions) or []) < expected and time.time() < deadline:
+    while sum(watermarks(dst, topic, partitions) or []) < expected and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1)
     stop.set()

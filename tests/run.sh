@@ -10,4 +10,5 @@ cd "$(dirname "$0")/.."
 cargo build --locked --workspace
 cargo test --locked --workspace
 tests/harness/kafka-jars.sh >/dev/null   # fetch Kafka's jars once (cached) before the clock starts
+tests/harness/toxiproxy.sh >/dev/null    # the WAN test's latency relay (built once from the Go module proxy)
 python3 -m pytest tests/integration tests/security tests/tls "$@"

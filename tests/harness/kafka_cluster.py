@@ -171,15 +171,23 @@ class KafkaCluster:
 
     def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None,
                  version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None,
-                 secure: SecureListeners | None = None):
+                 secure: SecureListeners | None = None, wan: bool = False):
         """``sasl_users`` makes the client listener SASL_PLAINTEXT with PLAIN for those users; the
         brokers then talk to each other (and the readiness probe to them) on a plaintext listener
         at ``base_port + 50 + i - 1``.
 
         ``secure`` gives every broker the INTERNAL, SSL, SASL_PLAINTEXT and SASL_SSL listeners of
         :class:`SecureListeners` (address them with :meth:`addr_for` / :meth:`bootstrap_for`; there
-        is no single client listener, so :meth:`addr` and :attr:`bootstrap` refuse)."""
+        is no single client listener, so :meth:`addr` and :attr:`bootstrap` refuse).
+
+        ``wan`` adds a plaintext listener WAN on ``base_port + 60 + i - 1`` that advertises
+        ``base_port + 70 + i - 1`` instead (see :meth:`wan_addr`): put a latency-injecting relay
+        (tests/harness/latency.py) from the advertised port to the bound one, and a client that
+        bootstraps from :attr:`wan_bootstrap` reaches every broker through it, while clients of
+        :attr:`bootstrap` stay direct."""
         assert not (sasl_users and secure), "sasl_users and secure are alternatives"
+        assert not (wan and (sasl_users or secure)), "wan is for plain clusters"
+        self.wan = wan
         self.name = name
         self.version = version
         self.sasl_users = sasl_users
@@ -200,6 +208,20 @@ class KafkaCluster:
         if secure:
             return max(SECURE_LISTENERS.values()) + brokers
         return 151 if sasl_users else 100 + brokers
+
+    def wan_bind(self, node_id: int) -> str:
+        """Where broker ``node_id``'s WAN listener is bound (the relay's upstream)."""
+        assert self.wan, f"{self.name} has no WAN listener"
+        return f"127.0.0.1:{self.base_port + 60 + node_id - 1}"
+
+    def wan_addr(self, node_id: int) -> str:
+        """What broker ``node_id``'s WAN listener advertises (the relay listens here)."""
+        assert self.wan, f"{self.name} has no WAN listener"
+        return f"127.0.0.1:{self.base_port + 70 + node_id - 1}"
+
+    @property
+    def wan_bootstrap(self) -> str:
+        return ",".join(self.wan_addr(i) for i in range(1, self.n + 1))
 
     def addr(self, node_id: int) -> str:
         if self.secure:
@@ -273,6 +295,10 @@ class KafkaCluster:
             conf["listener.security.protocol.map"] = (
                 "INTERNAL:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT")
             conf.update(self.secure.broker_config())
+        if self.wan:
+            conf["listeners"] += f",WAN://{self.wan_bind(node_id)}"
+            conf["advertised.listeners"] += f",WAN://{self.wan_addr(node_id)}"
+            conf["listener.security.protocol.map"] += ",WAN:PLAINTEXT"
         conf.update(self.extra)
         path = self.dir / f"server-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
