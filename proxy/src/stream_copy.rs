@@ -1,10 +1,10 @@
 //! Reading broker responses and moving them to the client: this module owns the upstream read
 //! half of a connection. A response no filter may change is *streamed*: its length prefix and
 //! correlation id are checked, then its bytes go to the client through one reusable buffer as
-//! they arrive, so it is never materialised whole (no per-frame allocation, one read and one write
-//! per buffer-full). A response the filters must see is read *whole* for them. Both paths check the
-//! announced size against the limit and the correlation id before any byte of the frame reaches
-//! the client.
+//! they arrive, so it is never materialised whole (no per-frame allocation; one write per
+//! buffer-full or frame end). A response the filters must see is read *whole* for them. Both
+//! paths check the announced size against the limit and the correlation id before any byte of the
+//! frame reaches the client.
 //!
 //! Everything from the broker is hostile: every read is bounded by the frame's announced size and
 //! the buffer, nothing is indexed without a bound. A broker that closes in the middle of a streamed
@@ -24,7 +24,7 @@ use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Size of the reusable buffer: the most read from the broker (and written to the client) at once.
-const CHUNK: usize = 256 * 1024;
+const CHUNK: usize = 1024 * 1024;
 
 /// Whole frames up to this size get their buffer at once (the broker's announced size is trusted
 /// that far); larger ones grow by doubling what arrived.
@@ -214,16 +214,20 @@ struct Tee<'a, R, W> {
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Tee<'_, R, W> {
-    /// Writes what was looked at, then reads more of the frame.
+    /// Reads more of the frame: into the free end of the buffer while there is one, else after
+    /// writing what was looked at. Writes are whole buffers (or a frame's end), not every read:
+    /// a write per arriving piece costs the proxy and the client a wake-up each.
     async fn refill(&mut self) -> Result<(), CopyError> {
-        self.write_out().await?;
-        // Called only once every buffered byte is consumed: start again at the front.
-        self.up.head = 0;
-        self.up.tail = 0;
-        if self.up.read_more().await? == 0 {
-            return Err(truncated(self.up.tail - self.up.head, self.left).into());
+        if self.up.tail == self.up.buf.len() {
+            // Called only once every buffered byte is consumed: start again at the front.
+            self.write_out().await?;
+            self.up.head = 0;
+            self.up.tail = 0;
+            self.sent = 0;
         }
-        self.sent = self.up.head;
+        if self.up.read_more().await? == 0 {
+            return Err(truncated(self.up.tail - self.sent, self.left).into());
+        }
         Ok(())
     }
 
