@@ -23,13 +23,8 @@ use kmp_protocol::frame::{PREFIX, check_frame};
 use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Starting size of the reusable buffer.
-const CHUNK: usize = 256 * 1024;
-
-/// The buffer grows (and stays) up to this size for larger streamed responses, so a response up to
-/// this size reaches the client in one write: written in 1 MiB pieces a Fetch response cost the
-/// proxy 15 % more CPU per GB than read whole (docs/benchmarks.md). Larger ones pass in pieces.
-const MAX_BUFFER: usize = 8 * 1024 * 1024;
+/// Size of the reusable buffer: the most read from the broker (and written to the client) at once.
+const CHUNK: usize = 1024 * 1024;
 
 /// Whole frames up to this size get their buffer at once (the broker's announced size is trusted
 /// that far); larger ones grow by doubling what arrived.
@@ -79,29 +74,21 @@ pub(crate) struct Upstream<R> {
     head: usize,
     tail: usize,
     max: u32,
-    /// What `buf` may grow to.
-    grow_to: usize,
 }
 
 impl<R: AsyncRead + Unpin> Upstream<R> {
     /// `max` bounds a response's announced size (prefix excluded).
     pub(crate) fn new(inner: R, max: u32) -> Self {
-        Self {
-            grow_to: MAX_BUFFER,
-            ..Self::with_chunk(inner, max, CHUNK)
-        }
+        Self::with_chunk(inner, max, CHUNK)
     }
 
-    /// A fixed buffer of `chunk` bytes (tests: every chunk boundary).
     fn with_chunk(inner: R, max: u32, chunk: usize) -> Self {
-        let chunk = chunk.max(2 * PREFIX);
         Self {
             inner,
-            buf: vec![0; chunk],
+            buf: vec![0; chunk.max(2 * PREFIX)],
             head: 0,
             tail: 0,
             max,
-            grow_to: chunk,
         }
     }
 
@@ -186,10 +173,6 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
     /// says: its size (prefix included), or `None` on a clean end of stream between frames.
     pub(crate) async fn stream<W: AsyncWrite + Unpin>(&mut self, w: &mut W, expected: i32, scan: Scan) -> Result<Option<usize>, CopyError> {
         let Some(total) = self.header(expected).await? else { return Ok(None) };
-        if total > self.buf.len() && self.buf.len() < self.grow_to {
-            // Unconsumed bytes keep their place; the buffer only gets longer.
-            self.buf.resize(total.min(self.grow_to), 0);
-        }
         let mut tee = Tee {
             sent: self.head,
             up: self,

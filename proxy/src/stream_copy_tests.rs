@@ -76,25 +76,6 @@ async fn several_pipelined_frames_are_copied_exactly_and_mixed_with_whole_reads(
 }
 
 #[tokio::test]
-async fn the_buffer_grows_to_a_large_frame_up_to_its_limit_and_the_copy_stays_exact() {
-    let frames: Vec<Vec<u8>> = [100, 5000, 300, 20_000]
-        .iter()
-        .enumerate()
-        .map(|(i, n)| response(i as i32, &vec![i as u8; *n]))
-        .collect();
-    let all = frames.concat();
-    let mut up = Upstream::with_chunk(pieces(&all, &[7, 2000, 9000]), 1 << 20, 1024);
-    up.grow_to = 8192;
-    let mut client = Vec::new();
-    for i in 0..4 {
-        up.stream(&mut client, i, Scan::Plain).await.unwrap().unwrap();
-        assert!(up.buf.len() <= 8192);
-    }
-    assert_eq!(up.buf.len(), 8192, "grew for the large frames, to the limit");
-    assert_eq!(client, all);
-}
-
-#[tokio::test]
 async fn frames_through_a_duplex_arrive_in_order() {
     let (mut broker, proxy_side) = tokio::io::duplex(4096);
     let frames: Vec<Vec<u8>> = (0..20).map(|i| response(i, &vec![7; 3000 + i as usize])).collect();
