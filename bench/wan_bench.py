@@ -12,7 +12,8 @@ listener, whose metadata names the relay); the load producer and the lag consume
 For every partition count a topic is filled with ``--mb`` MB of 1 KiB records (lz4,
 ProducerPerformance). Then, for every round trip and every mirror (kafka-mirror-proxy's release
 build, the builds given with ``--also``, MirrorMaker 2), on an emptied destination:
-copy throughput (first record on the destination until every record is there) and the end-to-end
+copy throughput (first record on the destination until the topic's fill is there; later lag phases
+add records, which are copied too but not timed) and the end-to-end
 lag p50/p99 (destination receive time minus CreateTime) while ``--rate`` records/s of 1 KiB are
 produced for ``--lag-seconds``. The report gives each throughput also as a ratio to the same
 mirror's at 0 ms in this run.
@@ -40,9 +41,12 @@ from mirror_bench import create_topic, delete_topic, mm2_config, producer_perf, 
 from proxy_bench import cpu_seconds  # noqa: E402
 
 
-def copy(proc: subprocess.Popen, started: float, dst: str, topic: str, partitions: int, expected: list[int], limit_s: float) -> dict:
-    """Waits until the destination holds ``expected`` records of ``topic`` (or ``limit_s`` passed)."""
-    first = None
+def copy(proc: subprocess.Popen, started: float, dst: str, topic: str, partitions: int, filled: int,
+         expected: list[int], limit_s: float) -> dict:
+    """Waits until the destination holds ``expected`` records of ``topic`` (or ``limit_s``
+    passed). Throughput counts the first ``filled`` records (the topic's fill, the same for every
+    mirror; records the lag phases of earlier runs added come after them)."""
+    first = filled_at = None
     hw: list[int] = []
     while True:
         if proc.poll() is not None:
@@ -51,18 +55,22 @@ def copy(proc: subprocess.Popen, started: float, dst: str, topic: str, partition
         now = time.time()
         if hw and sum(hw) > 0 and first is None:
             first, cpu_first = now, cpu_seconds(proc.pid)
+        if hw and sum(hw) >= filled and filled_at is None:
+            filled_at, cpu_filled = now, cpu_seconds(proc.pid)
         if hw and sum(hw) >= sum(expected):
             break
         if now - started > limit_s:
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     if first is None:
         raise RuntimeError(f"nothing reached the destination within {limit_s} s")
-    copied = sum(hw)
-    seconds = max(now - first, 0.2)
+    if filled_at is None:
+        seconds, copied, cpu = now - first, sum(hw), cpu_seconds(proc.pid) - cpu_first
+    else:
+        seconds, copied, cpu = filled_at - first, filled, cpu_filled - cpu_first
+    seconds = max(seconds, 0.1)
     return {"startup_s": first - started, "copy_s": seconds, "mb_s": copied * 1024 / 1e6 / seconds,
-            "complete": copied >= sum(expected), "identical": hw == expected,
-            "copy_cpu_s": cpu_seconds(proc.pid) - cpu_first}
+            "complete": sum(hw) >= sum(expected), "identical": hw == expected, "copy_cpu_s": cpu}
 
 
 def main() -> int:
@@ -102,7 +110,8 @@ def main() -> int:
         for parts in counts:
             topic = f"wan{parts}"
             create_topic(cp, src.bootstrap, topic, parts)
-            producer_perf(cp, src.bootstrap, topic, args.mb * 1_000_000 // 1024)
+            filled = args.mb * 1_000_000 // 1024
+            producer_perf(cp, src.bootstrap, topic, filled)
             for rtt in rtts:
                 relay.set_rtt(rtt)
                 measured_rtt[rtt] = relay.measured_rtt_ms()
@@ -127,7 +136,7 @@ def main() -> int:
                     started = time.time()
                     proc = subprocess.Popen(argv, stdout=open(work / f"{tag}.log", "wb"), stderr=subprocess.STDOUT)
                     try:
-                        r = copy(proc, started, dst.bootstrap, topic, parts, expected, args.copy_limit)
+                        r = copy(proc, started, dst.bootstrap, topic, parts, filled, expected, args.copy_limit)
                         if r["complete"]:
                             r |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds, topic)
                         results[(parts, rtt, name)] = r
