@@ -63,8 +63,8 @@ def metadata_broker_ids(addr: str, timeout: float = 2.0) -> list[int]:
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         s.settimeout(timeout)
         s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        data = _recv(s, size)
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        data = recv_exact(s, size)
     pos = 4  # correlation id
     (count,) = struct.unpack_from(">i", data, pos)
     pos += 4
@@ -80,7 +80,8 @@ def metadata_broker_ids(addr: str, timeout: float = 2.0) -> list[int]:
     return sorted(ids)
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``s`` (ConnectionError if the peer closes first)."""
     buf = b""
     while len(buf) < n:
         chunk = s.recv(n - len(buf))

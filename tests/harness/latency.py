@@ -19,6 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from kafka_cluster import recv_exact
+
 HARNESS = Path(__file__).resolve().parent
 
 
@@ -90,8 +92,8 @@ class LatencyRelay:
             for _ in range(5):
                 t = time.perf_counter()
                 s.sendall(request)
-                size = int.from_bytes(_read(s, 4), "big")
-                _read(s, size)
+                size = int.from_bytes(recv_exact(s, 4), "big")
+                recv_exact(s, size)
                 times.append((time.perf_counter() - t) * 1000)
         return sorted(times)[len(times) // 2]
 
@@ -110,12 +112,3 @@ class LatencyRelay:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def _read(s: socket.socket, n: int) -> bytes:
-    buf = b""
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("relay closed the connection")
-        buf += chunk
-    return buf
