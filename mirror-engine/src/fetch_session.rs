@@ -4,8 +4,9 @@
 //! carries what changed and an idle partition costs nothing per poll. Results go back to each
 //! partition; a partition error reaches only that partition.
 //!
-//! Memory: the request's `max_bytes` is reserved from the engine budget before it is sent, and
-//! what each partition received is handed over with its share of that reservation.
+//! Memory: the request's `max_bytes` is reserved from the engine budget before it is sent (and
+//! lowered to what could be reserved: at most the whole budget), and what each partition received
+//! is handed over with its share of that reservation.
 //!
 //! Planning, writing and per-partition retries belong to `partition`; what one partition's answer
 //! means belongs to `source::parse`.
@@ -260,8 +261,11 @@ impl BrokerSession {
 
     /// One Fetch request and the delivery of its answers.
     async fn round(&mut self) {
-        let (req, sent) = self.request();
+        let (mut req, sent) = self.request();
         let room = self.budget.reserve(u64::try_from(req.max_bytes).unwrap_or(0)).await;
+        // A request asking more than the whole budget got the whole budget: it must not ask
+        // for more than that (Kafka still answers one whole batch beyond it, accounted below).
+        req.max_bytes = req.max_bytes.min(i32::try_from(room.bytes()).unwrap_or(i32::MAX)).max(1);
         io_stats::add(&io_stats::FETCH_REQUESTS, 1);
         let result = async {
             let conn = self.client.link(&self.addr, Lane::Fetch(self.lane)).await?;

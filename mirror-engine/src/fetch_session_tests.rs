@@ -117,12 +117,14 @@ fn polls_stay_short_while_a_partition_that_just_received_data_is_writing_it() {
 /// A fake source broker for the session life cycle: answers the first Fetch (full) with session
 /// 77, the second (incremental) with FETCH_SESSION_ID_NOT_FOUND, every later one with no session
 /// and a high watermark of 5 (or, `hostile`, every one with FETCH_SESSION_ID_NOT_FOUND). Reports
-/// `(session_id, epoch, partitions sent)` of each request.
-async fn evicting_broker() -> (String, mpsc::UnboundedReceiver<(i32, i32, usize)>) {
+/// `(session_id, epoch, partitions sent, request max_bytes)` of each request.
+type Seen = (i32, i32, usize, i32);
+
+async fn evicting_broker() -> (String, mpsc::UnboundedReceiver<Seen>) {
     fake_broker(false).await
 }
 
-async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<(i32, i32, usize)>) {
+async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
     use kmp_protocol::codec::{decode_request, encode_response};
     use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
     use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchResponse};
@@ -143,7 +145,7 @@ async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<(i32, i3
             s.read_exact(&mut frame[4..]).await.unwrap();
             let (header, req): (_, FetchRequest) = decode_request(&bytes::Bytes::from(frame), ApiKey::Fetch, FETCH_VERSION).unwrap();
             let sent = req.topics.iter().map(|t| t.partitions.len()).sum();
-            let _ = seen_tx.send((req.session_id, req.session_epoch, sent));
+            let _ = seen_tx.send((req.session_id, req.session_epoch, sent, req.max_bytes));
             let mut resp = FetchResponse::default();
             if n == 1 || hostile {
                 resp.error_code = FETCH_SESSION_ID_NOT_FOUND;
@@ -194,7 +196,9 @@ async fn a_session_the_broker_dropped_is_started_again_with_a_full_fetch_and_the
         .expect("answered after the reset")
         .expect("no error reaches the partition");
     assert_eq!(second.high_watermark, 5, "the answer comes from the full fetch after the reset");
-    let requests: Vec<_> = std::iter::from_fn(|| seen.try_recv().ok()).collect();
+    let requests: Vec<_> = std::iter::from_fn(|| seen.try_recv().ok())
+        .map(|(id, epoch, sent, _)| (id, epoch, sent))
+        .collect();
     assert_eq!(
         requests[..3],
         [(0, 0, 1), (77, 1, 0), (0, 0, 1)],
@@ -218,4 +222,16 @@ async fn a_broker_answering_every_full_fetch_with_a_session_error_fails_the_part
     tokio::time::sleep(RECONNECT_PAUSE).await;
     let requests: Vec<_> = std::iter::from_fn(|| seen.try_recv().ok()).collect();
     assert!(requests.len() <= 2, "no request storm: {} requests in {:?}", requests.len(), started.elapsed());
+}
+
+#[tokio::test]
+async fn a_request_never_asks_for_more_than_the_budget_could_reserve() {
+    let (addr, mut seen) = evicting_broker().await;
+    let client = ClusterClient::new("source", vec![addr.clone()], Duration::from_secs(5));
+    // The partition asks 1000 bytes; the whole engine budget is 600.
+    let sessions = FetchSessions::new(client, Budget::new(600), SessionSettings::default());
+    let (_, room) = sessions.fetch(&addr, wanted_at_zero()).await.expect("answered");
+    drop(room);
+    let (_, _, _, max_bytes) = seen.try_recv().expect("one request seen");
+    assert_eq!(max_bytes, 600, "the response is bounded by what could be reserved, not by what was asked");
 }
