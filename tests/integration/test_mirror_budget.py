@@ -86,6 +86,8 @@ def stalled_growth(source, destination, workdir, budget: int) -> tuple[int, floa
         assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == high_watermarks(source.bootstrap, topic, PARTITIONS)
         total = PARTITIONS * PER_PARTITION // 1024
         mirrored = wait_for_records_metric(proxy, "budget", topic, PARTITIONS, total)
+        fillers = sum(proxy.metric("kmp_mirror_filler_records", f'mirror="budget",topic="{topic}",partition="{p}"') for p in range(PARTITIONS))
+        assert fillers == 0, f"a topic without gaps needs no fillers, yet {fillers:.0f} were written (mirrored records {mirrored:.0f} of {total})"
         assert mirrored == total, f"every record mirrored after the stall ({mirrored} of {total})"
         print(f"\nbudget {budget / MIB:.0f} MiB: RSS {baseline / MIB:.0f} -> {peak / MIB:.0f} MiB during the stall, buffer peak {buffer_peak / MIB:.1f} MiB")
         return peak - baseline, buffer_peak
