@@ -17,7 +17,7 @@ use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Wanted};
 use crate::links::Lane;
-use crate::plan::{AbortTracker, Action, plan};
+use crate::plan::{AbortTracker, Action, Plan, plan};
 use crate::produce_mux::Producers;
 use crate::sink::{PartitionSink, Written};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
@@ -208,13 +208,12 @@ impl PartitionTask {
             s.destination_next_offset = next;
             s.last_error = None;
         });
-        // Budget held by the previous Fetch's data until the destination acknowledged all of it.
-        let mut held: Option<Reservation> = None;
+        // The previous Fetch's planned writes, with its data's share of the engine budget (held
+        // until the destination acknowledged all of it).
+        let mut pending: Option<(Plan, i64, Reservation)> = None;
         // Bytes asked for: grows while catching up, shrinks while idle (`next_fetch_size`).
         let mut want = self.fetch_max_bytes;
         loop {
-            // The next Fetch overlaps the acknowledgements of what the previous one produced.
-            let previous = held.take();
             let want_now = Wanted {
                 topic: topic.to_owned(),
                 topic_id,
@@ -223,13 +222,21 @@ impl PartitionTask {
                 leader_epoch,
                 max_bytes: want,
             };
-            // An idle partition's fetch waits until data arrives: a failed flush must not wait
-            // for it (try_join returns on the flush error and withdraws the fetch).
+            // The next Fetch (from the planned end of the previous one) runs while the previous
+            // one's batches are written and acknowledged, so a distant source or a large backlog
+            // keeps one Fetch in flight all the time. An idle partition's fetch waits until data
+            // arrives: a failed write must not wait for it (try_join returns on the error and
+            // withdraws the fetch).
+            let written = pending.take();
             let (fetched, ()) = tokio::try_join!(async { Ok(self.fetchers.fetch(&leader, want_now).await) }, async {
-                let r = sink.flush().await;
-                self.account(sink.take_acknowledged());
-                drop(previous);
-                r
+                if let Some((planned, log_start, room)) = written {
+                    self.write_planned(sink, planned, log_start, &mut dest_log_start).await?;
+                    let r = sink.flush().await;
+                    self.account(sink.take_acknowledged());
+                    drop(room);
+                    return r;
+                }
+                Ok(())
             })?;
             let fetched = match fetched {
                 Err(MirrorError::Broker {
@@ -254,10 +261,8 @@ impl PartitionTask {
                 }
                 other => other?,
             };
-            // The data's share of the engine budget, held until the destination acknowledged it.
             let (fetched, room): (_, Reservation) = fetched;
             let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
-            held = Some(room);
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
                 continue;
@@ -267,42 +272,57 @@ impl PartitionTask {
             if planned.reencoded > 0 {
                 self.status.update(&self.key, |s| s.reencoded_batches += planned.reencoded);
             }
-            for action in planned.actions {
-                match action {
-                    Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
-                    Action::Write { base, header, batch } => {
-                        sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
-                        next = header.next_offset();
-                    }
-                    Action::Run {
-                        base,
-                        records,
-                        max_timestamp,
-                        batch,
-                    } => {
-                        sink.write_batch(&batch, records, base, max_timestamp).await?;
-                        next = base + i64::from(records);
-                    }
-                }
-            }
             let source_end = if fetched.last_stable_offset >= 0 {
                 fetched.last_stable_offset
             } else {
                 fetched.high_watermark
             };
-            want = next_fetch_size(want, got, source_end > next, self.fetch_max_bytes, self.fetch_grow_max_bytes);
-            // Retention follows the source: its log start moved past data the destination keeps.
-            let follow = fetched.log_start_offset.min(next);
-            if follow > dest_log_start {
-                sink.delete_records_before(follow).await?;
-                self.account(sink.take_acknowledged());
-                dest_log_start = follow;
-            }
+            want = next_fetch_size(want, got, source_end > planned.next, self.fetch_max_bytes, self.fetch_grow_max_bytes);
             self.status.update(&self.key, |s| {
                 s.source_high_watermark = fetched.high_watermark;
                 s.source_last_stable_offset = fetched.last_stable_offset;
             });
+            next = planned.next;
+            pending = Some((planned, fetched.log_start_offset, room));
         }
+    }
+
+    /// Writes one Fetch's planned actions (fillers, batches, re-encoded runs) through `sink`, then
+    /// follows the source's retention: its log start `source_log_start` moved past data the
+    /// destination keeps. Fails closed if the writes would not end where the plan said.
+    async fn write_planned(&self, sink: &mut PartitionSink, planned: Plan, source_log_start: i64, dest_log_start: &mut i64) -> Result<(), MirrorError> {
+        let planned_end = planned.next;
+        let mut next = planned.actions.first().map_or(planned_end, |a| a.range().0);
+        for action in planned.actions {
+            match action {
+                Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
+                Action::Write { base, header, batch } => {
+                    sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
+                    next = header.next_offset();
+                }
+                Action::Run {
+                    base,
+                    records,
+                    max_timestamp,
+                    batch,
+                } => {
+                    sink.write_batch(&batch, records, base, max_timestamp).await?;
+                    next = base + i64::from(records);
+                }
+            }
+        }
+        if next != planned_end {
+            return Err(MirrorError::Invariant(format!(
+                "the writes of a fetch ended at offset {next}, its plan at {planned_end}"
+            )));
+        }
+        let follow = source_log_start.min(next);
+        if follow > *dest_log_start {
+            sink.delete_records_before(follow).await?;
+            self.account(sink.take_acknowledged());
+            *dest_log_start = follow;
+        }
+        Ok(())
     }
 
     /// Accounts the batches of a failed or cancelled attempt that landed below the settled

@@ -32,7 +32,7 @@ pub enum Action {
 
 impl Action {
     /// The offsets the action occupies on the destination.
-    fn range(&self) -> (i64, i64) {
+    pub(crate) fn range(&self) -> (i64, i64) {
         match self {
             Self::Fill { base, count, .. } => (*base, base + count),
             Self::Write { base, header, .. } => (*base, base + i64::from(header.last_offset_delta) + 1),
