@@ -107,7 +107,8 @@ pub struct MirrorConfig {
     #[serde(default = "default_max_fill")]
     pub max_fill_offsets: i64,
     /// Bytes fetched per source partition per request while it is catching up; default 1048576
-    /// (1 MiB). A partition whose last Fetch came back less than half full asks for 64 KiB.
+    /// (1 MiB): the size a partition starts at and never drops below while behind; once caught
+    /// up, each half-empty answer halves it, down to 64 KiB (see `fetch_grow_max_bytes`).
     #[serde(default = "default_fetch_bytes")]
     pub fetch_max_bytes: i32,
     /// Largest per-partition Fetch size a partition grows to while its Fetches keep coming back
