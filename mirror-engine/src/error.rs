@@ -36,6 +36,11 @@ pub enum MirrorError {
     /// The source has something the engine cannot copy exactly yet.
     #[error("unsupported source data: {0}")]
     Unsupported(String),
+    /// What a failed attempt left on the destination is not what it sent there (a later batch
+    /// landed where an earlier one should be, or a batch nobody in this mirror wrote): the
+    /// destination no longer equals the source from that offset on.
+    #[error("the destination differs from the source: {0}")]
+    Diverged(String),
     /// A plan broke one of the engine's invariants (a filler over a source record, offsets
     /// skipped or written twice); nothing of it was written.
     #[error("engine invariant violated, nothing written: {0}")]
@@ -135,6 +140,11 @@ impl MirrorError {
             source: std::io::Error::new(std::io::ErrorKind::ConnectionAborted, detail.into()),
             side: kmp_protocol::Side::Broker,
         };
+        Self::on(side, e)
+    }
+
+    /// A protocol failure toward `side` ("source" or "destination").
+    pub(crate) fn on(side: &str, e: ProtocolError) -> Self {
         if side == "source" { Self::Source(e) } else { Self::Destination(e) }
     }
 
@@ -150,7 +160,7 @@ impl MirrorError {
     /// Whether a FAILED partition must stay FAILED across restarts (the state topic keeps it):
     /// the invariant broke or the source is gone, and only an operator can decide what next.
     pub fn is_sticky(&self) -> bool {
-        matches!(self, Self::OffsetMismatch { .. } | Self::SourceTopicDeleted(_))
+        matches!(self, Self::OffsetMismatch { .. } | Self::SourceTopicDeleted(_) | Self::Diverged(_))
     }
 
     /// Whether retrying with backoff can help.
@@ -163,6 +173,7 @@ impl MirrorError {
             | Self::SourceTopicDeleted(_)
             | Self::FillTooLarge { .. }
             | Self::Unsupported(_)
+            | Self::Diverged(_)
             | Self::Invariant(_) => false,
         }
     }

@@ -320,7 +320,7 @@ impl BrokerSession {
                     continue;
                 }
                 let Some(i) = self.interests.remove(&k) else { continue };
-                let answer = parse(&i.want.topic, at.offset, p).map(|f| {
+                let answer = parse("source", &i.want.topic, at.offset, p).map(|f| {
                     let got: u64 = f.batches.iter().map(|(_, b)| b.len() as u64).sum();
                     let mut share = room.split(got);
                     share.grow_to(got);

@@ -16,6 +16,7 @@ mod control;
 mod error;
 mod fetch_session;
 mod io_stats;
+mod landed;
 mod lifecycle;
 mod links;
 mod mirror_settings;

@@ -9,13 +9,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::budget::Reservation;
 use crate::cluster::{ClusterClient, leader_log_end, offsets};
 use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Wanted};
+use crate::landed::{self, ReadBack};
 use crate::links::Lane;
 use crate::plan::{AbortTracker, Action, Plan, plan};
 use crate::produce_mux::Producers;
@@ -93,16 +94,30 @@ impl PartitionTask {
         // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
         // log end tells which of them landed, so the counters stay exact across retries.
         let mut uncertain = Vec::new();
+        // The producer of the current attempt: kept here so that what it had in flight is known
+        // whether the attempt failed or was cancelled (a pause or stop).
+        let mut sink: Option<PartitionSink> = None;
         loop {
             let want = *desired.borrow_and_update();
             if want != Desired::Mirroring {
                 return self.halt(want, uncertain).await;
             }
             let result = tokio::select! {
-                r = self.copy(&mut uncertain) => r,
+                r = self.copy(&mut sink, &mut uncertain) => Some(r),
                 _ = stop.changed() => return,
-                _ = desired.changed() => continue,
+                _ = desired.changed() => None,
             };
+            if let Some(mut gone) = sink.take() {
+                let (acknowledged, in_flight) = gone.abandon();
+                debug!(
+                    ?acknowledged,
+                    ?in_flight,
+                    "attempt ended: acknowledged batches counted, those in flight uncertain"
+                );
+                self.account(acknowledged);
+                uncertain.extend(in_flight);
+            }
+            let Some(result) = result else { continue };
             match result {
                 Ok(()) => return,
                 Err(e) if e.is_retriable() => {
@@ -120,7 +135,7 @@ impl PartitionTask {
                 }
                 Err(e) => {
                     warn!(error = %e, "partition FAILED");
-                    let invariant = matches!(e, MirrorError::Invariant(_));
+                    let invariant = matches!(e, MirrorError::Invariant(_) | MirrorError::Diverged(_));
                     self.status.update(&self.key, |s| {
                         s.invariant_violations += u64::from(invariant);
                         s.state = PartitionState::Failed;
@@ -147,12 +162,23 @@ impl PartitionTask {
         for _ in 0..8 {
             let settled = async {
                 let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
-                settled_offsets(&conn, topic, *partition, epoch).await
+                let (_, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
+                self.account_landed(&conn, epoch, uncertain.clone(), e).await?;
+                Ok::<_, MirrorError>(e)
             };
             match settled.await {
-                Ok((_, e)) => {
+                Ok(e) => {
                     end = Some(e);
                     break;
+                }
+                Err(e) if !e.is_retriable() => {
+                    warn!(error = %e, "partition FAILED while halting");
+                    self.status.update(&self.key, |s| {
+                        s.state = PartitionState::Failed;
+                        s.last_error = Some(e.to_string());
+                        s.sticky = e.is_sticky();
+                    });
+                    return;
                 }
                 Err(e) => {
                     warn!(error = %e, "cannot read the destination log end while halting; retrying");
@@ -160,9 +186,6 @@ impl PartitionTask {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
-        }
-        if let Some(e) = end {
-            self.account_landed(uncertain, e);
         }
         info!(state = done.as_str(), last_offset = ?end, "partition halted");
         self.status.update(&self.key, |s| {
@@ -174,20 +197,17 @@ impl PartitionTask {
         });
     }
 
-    async fn copy(&self, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
+    /// One attempt: settle the destination, check what the previous attempt left, then copy
+    /// through a new producer (left in `slot` for the caller to abandon when this ends).
+    async fn copy(&self, slot: &mut Option<PartitionSink>, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
         let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
-        self.account_landed(std::mem::take(uncertain), next);
-        let mut sink = PartitionSink::open(dest_conn, self.producers.clone(), topic, partition, self.max_in_flight).await?;
-        let result = self.stream(&mut sink, dest_log_start, next).await;
-        if result.is_err() {
-            let (acknowledged, in_flight) = sink.abandon();
-            self.account(acknowledged);
-            *uncertain = in_flight;
-        }
-        result
+        self.account_landed(&dest_conn, epoch, uncertain.clone(), next).await?;
+        uncertain.clear();
+        let sink = slot.insert(PartitionSink::open(dest_conn, self.producers.clone(), topic, partition, self.max_in_flight).await?);
+        self.stream(sink, dest_log_start, next).await
     }
 
     /// Copies from `next` on through `sink` until an error.
@@ -325,10 +345,32 @@ impl PartitionTask {
         Ok(())
     }
 
-    /// Accounts the batches of a failed or cancelled attempt that landed below the settled
-    /// destination log end `end`.
-    fn account_landed(&self, uncertain: Vec<Written>, end: i64) {
-        self.account(uncertain.into_iter().filter(|w| w.base + i64::from(w.records) <= end).collect());
+    /// Checks on the destination (leader connection `conn`, leader epoch `epoch`) which batches of
+    /// a failed or cancelled attempt landed below the settled log end `end`, and accounts them;
+    /// fails closed if anything else is there (`landed`).
+    async fn account_landed(
+        &self,
+        conn: &kmp_protocol::shared_client::SharedConnection,
+        epoch: i32,
+        uncertain: Vec<Written>,
+        end: i64,
+    ) -> Result<(), MirrorError> {
+        if uncertain.is_empty() {
+            return Ok(());
+        }
+        let (_, topic, partition) = &self.key;
+        let topic_id = self.destination.layout(topic).await?.topic_id;
+        let at = ReadBack {
+            conn,
+            topic,
+            topic_id,
+            partition: *partition,
+            leader_epoch: epoch,
+        };
+        let landed = landed::verify(&at, uncertain, end).await?;
+        debug!(end, ?landed, "batches of the previous attempt found on the destination");
+        self.account(landed);
+        Ok(())
     }
 
     /// Accounts batches the destination acknowledged (in offset order).

@@ -3,6 +3,13 @@
 //! (`produce_mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
 //! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
 //! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
+//!
+//! Order: a broker accepts *any* sequence number as the first batch of a producer it holds no
+//! state for. If the first batches in flight were refused (NOT_LEADER_OR_FOLLOWER while the
+//! leader recovers) and a later one was accepted, that later batch would land at the earlier
+//! one's offset. So a producer sends a single batch until the broker acknowledged one (then it
+//! holds the producer's sequence and refuses gaps), again after DeleteRecords (which may drop
+//! that state); `landed` checks what a failed attempt left, whatever the cause.
 
 use std::collections::VecDeque;
 
@@ -28,6 +35,9 @@ pub struct Written {
     /// The batch's max timestamp (for replication latency).
     pub max_timestamp: i64,
     pub filler: bool,
+    /// Producer id and base sequence the batch was sent with (to recognise it on the destination).
+    pub producer_id: i64,
+    pub sequence: i32,
 }
 
 /// An idempotent producer bound to one destination partition leader.
@@ -41,6 +51,9 @@ pub struct PartitionSink {
     producer_epoch: i16,
     next_sequence: i32,
     max_in_flight: usize,
+    /// The broker acknowledged a batch of this producer since it was opened or records were
+    /// deleted: it holds the producer's sequence, so batches may be pipelined.
+    confirmed: bool,
     in_flight: VecDeque<(oneshot::Receiver<Reply>, Written)>,
     acknowledged: Vec<Written>,
 }
@@ -71,6 +84,7 @@ impl PartitionSink {
             producer_epoch: resp.producer_epoch,
             next_sequence: 0,
             max_in_flight: max_in_flight.max(1),
+            confirmed: false,
             in_flight: VecDeque::new(),
             acknowledged: Vec::new(),
         })
@@ -93,6 +107,8 @@ impl PartitionSink {
             bytes: out.len(),
             max_timestamp,
             filler: false,
+            producer_id: self.producer_id,
+            sequence: self.next_sequence,
         };
         self.produce(out, w).await
     }
@@ -106,19 +122,26 @@ impl PartitionSink {
             bytes: out.len(),
             max_timestamp: timestamp,
             filler: true,
+            producer_id: self.producer_id,
+            sequence: self.next_sequence,
         };
         self.produce(out, w).await
     }
 
-    /// Pipelines one Produce request, first waiting for the oldest if the window is full.
+    /// Pipelines one Produce request, first waiting for the oldest if the window is full (a
+    /// window of one until the broker confirmed the producer; see the module docs).
     async fn produce(&mut self, records_blob: Bytes, w: Written) -> Result<(), MirrorError> {
-        while self.in_flight.len() >= self.max_in_flight {
+        while self.in_flight.len() >= self.window() {
             self.ack_oldest().await?;
         }
         let reply = self.producers.submit(self.conn.addr(), self.topic.clone(), self.partition, records_blob);
         self.next_sequence = self.next_sequence.wrapping_add(w.records);
         self.in_flight.push_back((reply, w));
         Ok(())
+    }
+
+    fn window(&self) -> usize {
+        if self.confirmed { self.max_in_flight } else { 1 }
     }
 
     /// Waits for every request in flight; an error means some may not have been written.
@@ -169,6 +192,7 @@ impl PartitionSink {
         }
         self.in_flight.pop_front();
         self.acknowledged.push(w);
+        self.confirmed = true;
         Ok(())
     }
 }
@@ -186,6 +210,9 @@ impl PartitionSink {
         let mut req = DeleteRecordsRequest::default();
         req.topics = vec![t];
         req.timeout_ms = PRODUCE_TIMEOUT_MS;
+        // The broker may drop the state of a producer whose batches all lie below the new log
+        // start: the next batch goes alone again.
+        self.confirmed = false;
         let resp = self.conn.call(&req, 2).await.map_err(MirrorError::Destination)?;
         match resp
             .topics
@@ -207,3 +234,7 @@ impl PartitionSink {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "sink_tests.rs"]
+mod tests;

@@ -1,5 +1,6 @@
-//! Reading a source partition: read_committed Fetch (so only decided data is copied). Turning
-//! what was read into writes belongs to `plan`.
+//! Reading a partition: read_committed Fetch (so only decided data is copied) from the source,
+//! and single reads of the destination (the state topic, checking what a failed attempt left).
+//! Turning what was read into writes belongs to `plan`.
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, BatchHeader};
@@ -31,6 +32,8 @@ pub struct Fetched {
 /// Where and how much to fetch.
 #[derive(Debug, Clone, Copy)]
 pub struct FetchAt<'a> {
+    /// Which cluster is read ("source" or "destination"): errors are classified by it.
+    pub side: &'static str,
     pub topic: &'a str,
     /// The source topic's id as the mirror first saw it.
     pub topic_id: [u8; 16],
@@ -46,6 +49,7 @@ pub struct FetchAt<'a> {
 /// state store's load; mirrored partitions fetch through `fetch_session`).
 pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
     let FetchAt {
+        side,
         topic,
         topic_id,
         partition,
@@ -72,32 +76,32 @@ pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, 
     req.isolation_level = READ_COMMITTED;
     req.session_epoch = -1; // no fetch session
     req.topics = vec![t];
-    let resp = conn.call(&req, FETCH_VERSION).await.map_err(MirrorError::Source)?;
+    let resp = conn.call(&req, FETCH_VERSION).await.map_err(|e| MirrorError::on(side, e))?;
     let part = resp
         .responses
         .into_iter()
         .flat_map(|t| t.partitions)
         .find(|p| p.partition_index == partition)
         .ok_or_else(|| MirrorError::Broker {
-            side: "source",
+            side,
             what: format!("fetch {topic}-{partition}"),
             code: 3,
         })?;
-    parse(topic, offset, part)
+    parse(side, topic, offset, part)
 }
 
-/// What one partition of a Fetch response holds, or its error.
-pub(crate) fn parse(topic: &str, offset: i64, part: PartitionData) -> Result<Fetched, MirrorError> {
+/// What one partition of a Fetch response from `side` holds, or its error.
+pub(crate) fn parse(side: &'static str, topic: &str, offset: i64, part: PartitionData) -> Result<Fetched, MirrorError> {
     let partition = part.partition_index;
     if part.error_code != 0 {
         return Err(MirrorError::Broker {
-            side: "source",
+            side,
             what: format!("fetch {topic}-{partition}@{offset}"),
             code: part.error_code,
         });
     }
     let batches = match &part.records {
-        Some(r) => batch::split(r).map_err(MirrorError::Source)?,
+        Some(r) => batch::split(r).map_err(|e| MirrorError::on(side, e))?,
         None => Vec::new(),
     };
     Ok(Fetched {

@@ -175,6 +175,7 @@ impl StateStore {
         let mut entries = HashMap::new();
         while next < end {
             let at = FetchAt {
+                side: "destination",
                 topic: &self.topic,
                 topic_id: layout.topic_id,
                 partition: 0,

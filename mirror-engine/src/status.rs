@@ -132,7 +132,6 @@ impl StatusBoard {
         f(&mut self.0.entry(key.clone()).or_default());
     }
 
-    /// A copy of every partition's status, sorted by key.
     /// Forgets one partition (its mirror was deleted).
     pub fn remove(&self, key: &PartitionKey) {
         self.0.remove(key);
@@ -143,6 +142,7 @@ impl StatusBoard {
         self.0.get(key).map(|e| e.value().clone())
     }
 
+    /// A copy of every partition's status, sorted by key.
     pub fn snapshot(&self) -> Vec<(PartitionKey, PartitionStatus)> {
         let mut v: Vec<_> = self.0.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));

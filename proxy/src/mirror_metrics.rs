@@ -85,7 +85,7 @@ pub(crate) fn render(engine: &Engine) -> String {
         ),
         (
             "kmp_mirror_invariant_violations",
-            "Plans refused for breaking an engine invariant (a filler over a source record, offsets skipped); each turns the partition FAILED",
+            "Plans refused for breaking an engine invariant (a filler over a source record, offsets skipped) and destinations found to differ from the source after a failed write; each turns the partition FAILED",
             |s| s.invariant_violations as i64,
         ),
         ("kmp_mirror_filling", "1 while the partition writes a fill that takes several batches", |s| {
