@@ -56,7 +56,11 @@ const SETTLE: Duration = Duration::from_millis(700);
 /// Longest wait for the destination high watermark to reach the leader's log end before the
 /// attempt fails (retriable) and reports why.
 const UNSETTLED_LIMIT: Duration = Duration::from_secs(45);
+const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// An attempt streaming this long without an error counts as healthy (its failure starts the
+/// back-off afresh).
+const HEALTHY_FOR: Duration = Duration::from_secs(10);
 /// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
 const IDLE_FETCH_BYTES: i32 = 64 * 1024;
 
@@ -90,7 +94,7 @@ fn replaced(layout: &crate::cluster::TopicLayout, known: [u8; 16]) -> bool {
 impl PartitionTask {
     /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
     pub async fn run(self, mut stop: watch::Receiver<bool>, mut desired: watch::Receiver<Desired>) {
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = INITIAL_BACKOFF;
         // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
         // log end tells which of them landed, so the counters stay exact across retries.
         let mut uncertain = Vec::new();
@@ -102,11 +106,18 @@ impl PartitionTask {
             if want != Desired::Mirroring {
                 return self.halt(want, uncertain).await;
             }
+            let (started, written_before) = (tokio::time::Instant::now(), self.written());
             let result = tokio::select! {
                 r = self.copy(&mut sink, &mut uncertain) => Some(r),
                 _ = stop.changed() => return,
                 _ = desired.changed() => None,
             };
+            // An attempt that copied something, or ran healthy for a while, earns the next
+            // failure a fresh back-off: a leader change after an hour of mirroring is retried
+            // after 100 ms, not after the 5 s the start-up retries reached.
+            if sink.is_some() && (self.written() > written_before || started.elapsed() >= HEALTHY_FOR) {
+                backoff = INITIAL_BACKOFF;
+            }
             if let Some(mut gone) = sink.take() {
                 let (acknowledged, in_flight) = gone.abandon();
                 debug!(
@@ -157,7 +168,7 @@ impl PartitionTask {
         };
         self.status.update(&self.key, |s| s.state = transitional);
         let (_, topic, partition) = &self.key;
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = INITIAL_BACKOFF;
         let mut end = None;
         for _ in 0..8 {
             let settled = async {
@@ -371,6 +382,11 @@ impl PartitionTask {
         debug!(end, ?landed, "batches of the previous attempt found on the destination");
         self.account(landed);
         Ok(())
+    }
+
+    /// Records and fillers this partition has written so far.
+    fn written(&self) -> u64 {
+        self.status.get(&self.key).map_or(0, |s| s.records_mirrored + s.filler_records)
     }
 
     /// Accounts batches the destination acknowledged (in offset order).
