@@ -23,8 +23,14 @@ use kmp_protocol::frame::{PREFIX, check_frame};
 use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Size of the reusable buffer: the most read from the broker (and written to the client) at once.
+/// Largest size of the reusable buffer: the most read from the broker (and written to the
+/// client) at once.
 const CHUNK: usize = 1024 * 1024;
+
+/// Size the buffer starts at. It doubles (up to [`CHUNK`]) only while a streamed response fills
+/// it, so a connection that never streams a large response never holds (or zeroes) a megabyte:
+/// a thousand clients that connect for ApiVersions and Metadata cost a thousand small buffers.
+const INITIAL_BUF: usize = 16 * 1024;
 
 /// Whole frames up to this size get their buffer at once (the broker's announced size is trusted
 /// that far); larger ones grow by doubling what arrived.
@@ -70,6 +76,8 @@ pub(crate) enum CopyError {
 pub(crate) struct Upstream<R> {
     inner: R,
     buf: Vec<u8>,
+    /// Size `buf` may grow to.
+    chunk: usize,
     /// Unconsumed bytes are `buf[head..tail]`.
     head: usize,
     tail: usize,
@@ -83,9 +91,11 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
     }
 
     fn with_chunk(inner: R, max: u32, chunk: usize) -> Self {
+        let chunk = chunk.max(2 * PREFIX);
         Self {
             inner,
-            buf: vec![0; chunk.max(2 * PREFIX)],
+            buf: vec![0; INITIAL_BUF.min(chunk)],
+            chunk,
             head: 0,
             tail: 0,
             max,
@@ -95,7 +105,7 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
     /// Reads one more time into the free end of the buffer (moving unconsumed bytes to the front
     /// if the end is full); 0 at end of stream.
     async fn read_more(&mut self) -> Result<usize, ProtocolError> {
-        if self.tail == self.buf.len() {
+        if self.tail == self.buf.len() && !(self.head == 0 && self.grow()) {
             self.buf.copy_within(self.head..self.tail, 0);
             self.tail -= self.head;
             self.head = 0;
@@ -107,6 +117,16 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
             .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
         self.tail += n;
         Ok(n)
+    }
+
+    /// Doubles the buffer (up to `chunk`); `false` if it is already that large.
+    fn grow(&mut self) -> bool {
+        if self.buf.len() >= self.chunk {
+            return false;
+        }
+        let to = (self.buf.len() * 2).min(self.chunk);
+        self.buf.resize(to, 0);
+        true
     }
 
     /// Reads until `k` (≤ the buffer) unconsumed bytes are there; `false` at end of stream first.
@@ -218,7 +238,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Tee<'_, R, W> {
     /// writing what was looked at. Writes are whole buffers (or a frame's end), not every read:
     /// a write per arriving piece costs the proxy and the client a wake-up each.
     async fn refill(&mut self) -> Result<(), CopyError> {
-        if self.up.tail == self.up.buf.len() {
+        if self.up.tail == self.up.buf.len() && !self.up.grow() {
             // Called only once every buffered byte is consumed: start again at the front.
             self.write_out().await?;
             self.up.head = 0;

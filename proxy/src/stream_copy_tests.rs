@@ -277,3 +277,24 @@ proptest! {
         prop_assert_eq!(stream_all(&frame, &[cut], chunk, 7, Scan::of(ApiKey::Fetch as i16, version)).unwrap(), frame);
     }
 }
+
+#[tokio::test]
+async fn the_buffer_stays_small_for_small_responses_and_grows_only_for_a_large_streamed_one() {
+    let small: Vec<Vec<u8>> = (0..3).map(|i| response(i, &[i as u8; 100])).collect();
+    let large = response(3, &(0..300_000u32).map(|i| i as u8).collect::<Vec<_>>());
+    let all = [small.concat(), large.clone()].concat();
+    // The broker hands everything over in 10 KiB pieces.
+    let cuts: Vec<usize> = (1..all.len() / 10_240 + 1).map(|i| i * 10_240).collect();
+    let mut up = Upstream::with_chunk(pieces(&all, &cuts), 1 << 20, 128 * 1024);
+    assert_eq!(up.buf.len(), INITIAL_BUF, "a new connection starts with the small buffer");
+    for (i, f) in small.iter().enumerate() {
+        let mut client = Vec::new();
+        up.stream(&mut client, i as i32, Scan::Plain).await.unwrap();
+        assert_eq!(&client, f);
+    }
+    assert_eq!(up.buf.len(), INITIAL_BUF, "small responses never grow it");
+    let mut client = Vec::new();
+    up.stream(&mut client, 3, Scan::Plain).await.unwrap();
+    assert_eq!(client, large, "the large response is copied exactly while the buffer grows");
+    assert_eq!(up.buf.len(), 128 * 1024, "a large response grows it up to the chunk, not beyond");
+}

@@ -1,0 +1,3 @@
+module kmp/bench/burst
+
+go 1.26
