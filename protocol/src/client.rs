@@ -23,6 +23,9 @@ const MAX_RESPONSE: u32 = 512 * 1024 * 1024;
 /// Bytes read (and reserved) per read call while little has arrived: a response's buffer grows
 /// with the bytes that arrived (at most doubling them), never with the size the broker announced.
 const READ_CHUNK: usize = 64 * 1024;
+/// Response frames up to this size are read into one buffer reserved when their length arrives
+/// (untouched reserved pages cost no memory until bytes land in them).
+const EAGER_FRAME: usize = 64 * 1024 * 1024;
 
 /// Response frames (prefix included) from a broker, each at most [`MAX_RESPONSE`] bytes. Bytes
 /// read past a frame stay buffered for the next one.
@@ -44,6 +47,10 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
         loop {
             let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
                 Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
+                // A frame of a size the engine asks for (Fetch answers of many megabytes) gets
+                // its whole buffer at once: growing by doubling would copy what arrived again at
+                // every step. Larger announced sizes grow only as bytes actually arrive.
+                Some(total) if total <= EAGER_FRAME => total - self.buf.len(),
                 Some(total) => (total - self.buf.len()).min(self.buf.len().max(READ_CHUNK)),
                 None => READ_CHUNK,
             };
