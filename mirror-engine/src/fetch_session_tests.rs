@@ -128,7 +128,7 @@ async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
     use kmp_protocol::codec::{decode_request, encode_response};
     use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
     use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchResponse};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -136,14 +136,10 @@ async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         for n in 0.. {
-            let mut len = [0u8; 4];
-            if s.read_exact(&mut len).await.is_err() {
+            let Some(frame) = crate::test_frames::read_request(&mut s).await else {
                 return;
-            }
-            let mut frame = len.to_vec();
-            frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
-            s.read_exact(&mut frame[4..]).await.unwrap();
-            let (header, req): (_, FetchRequest) = decode_request(&bytes::Bytes::from(frame), ApiKey::Fetch, FETCH_VERSION).unwrap();
+            };
+            let (header, req): (_, FetchRequest) = decode_request(&frame, ApiKey::Fetch, FETCH_VERSION).unwrap();
             let sent = req.topics.iter().map(|t| t.partitions.len()).sum();
             let _ = seen_tx.send((req.session_id, req.session_epoch, sent, req.max_bytes));
             let mut resp = FetchResponse::default();

@@ -31,6 +31,8 @@ mod source;
 mod state;
 mod status;
 mod sync;
+#[cfg(test)]
+mod test_frames;
 mod topic_configs;
 mod topics;
 

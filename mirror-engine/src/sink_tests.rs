@@ -10,7 +10,7 @@ use kmp_protocol::batch;
 use kmp_protocol::codec::{decode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse, ProducerId};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use super::*;
 use crate::cluster::ClusterClient;
@@ -31,14 +31,9 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
             let (log, state) = (appended.clone(), state.clone());
             tokio::spawn(async move {
                 loop {
-                    let mut len = [0u8; 4];
-                    if s.read_exact(&mut len).await.is_err() {
+                    let Some(frame) = crate::test_frames::read_request(&mut s).await else {
                         return;
-                    }
-                    let mut frame = len.to_vec();
-                    frame.resize(4 + u32::from_be_bytes(len) as usize, 0);
-                    s.read_exact(&mut frame[4..]).await.unwrap();
-                    let frame = bytes::Bytes::from(frame);
+                    };
                     let key = i16::from_be_bytes([frame[4], frame[5]]);
                     let out = if key == ApiKey::InitProducerId as i16 {
                         let (h, _): (_, InitProducerIdRequest) = decode_request(&frame, ApiKey::InitProducerId, 4).unwrap();
