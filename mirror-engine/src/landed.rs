@@ -27,14 +27,21 @@ pub(crate) struct ReadBack<'a> {
 }
 
 /// The batches of `uncertain` (in the order sent) that landed below the settled destination
-/// log end `end`, each verified on the destination; an error if something else is there.
-pub(crate) async fn verify(at: &ReadBack<'_>, uncertain: Vec<Written>, end: i64) -> Result<Vec<Written>, MirrorError> {
-    let Some(first) = uncertain.first() else { return Ok(Vec::new()) };
+/// log end `end`, each verified on the destination from its log start `log_start` on; an error
+/// if something else is there.
+///
+/// Batches wholly below the log start cannot be read back. They count as landed: a mirrored
+/// topic is written only by its mirror, and its log start moves past offsets only once they
+/// were written (DeleteRecords stops at the high watermark).
+pub(crate) async fn verify(at: &ReadBack<'_>, uncertain: Vec<Written>, log_start: i64, end: i64) -> Result<Vec<Written>, MirrorError> {
+    let gone = deleted(&uncertain, log_start);
+    let (below, readable) = uncertain.split_at(gone);
+    let Some(first) = readable.first() else { return Ok(uncertain) };
     if end <= first.base {
-        return Ok(Vec::new());
+        return Ok(below.to_vec());
     }
     let mut check = Check {
-        uncertain: &uncertain,
+        uncertain: readable,
         found: 0,
         next: first.base,
         end,
@@ -47,7 +54,8 @@ pub(crate) async fn verify(at: &ReadBack<'_>, uncertain: Vec<Written>, end: i64)
                 topic: at.topic,
                 topic_id: at.topic_id,
                 partition: at.partition,
-                offset: check.next,
+                // A batch the log start cuts into is still answered whole from its base.
+                offset: check.next.max(log_start),
                 leader_epoch: at.leader_epoch,
                 max_bytes: READ_BYTES,
                 max_wait_ms: 0,
@@ -66,7 +74,12 @@ pub(crate) async fn verify(at: &ReadBack<'_>, uncertain: Vec<Written>, end: i64)
             });
         }
     }
-    Ok(uncertain[..check.found].to_vec())
+    Ok(uncertain[..gone + check.found].to_vec())
+}
+
+/// How many of `uncertain` (in offset order) lie wholly below the destination log start.
+fn deleted(uncertain: &[Written], log_start: i64) -> usize {
+    uncertain.iter().take_while(|w| w.base + i64::from(w.records) <= log_start).count()
 }
 
 /// Matching what the destination holds from the first uncertain batch on against what was sent.
@@ -231,6 +244,18 @@ mod tests {
         let sent = sent();
         let err = check(&sent, 200).take(&[header(0, 157, 12, 0), header(157, 253, 12, 157)]).unwrap_err();
         assert!(err.contains("ends at 200, inside a batch"), "{err}");
+    }
+
+    #[test]
+    fn batches_wholly_below_the_log_start_are_not_read_back() {
+        // Seen in a differential history: a fill of offsets 0..15 was in flight when an attempt
+        // failed, and the destination log start was 15 by the next one; reading from 0 was
+        // answered OFFSET_OUT_OF_RANGE for ever.
+        let sent = vec![written(0, 15, 12, 0), written(15, 6, 12, 15)];
+        assert_eq!(deleted(&sent, 15), 1);
+        assert_eq!(deleted(&sent, 14), 0, "a batch the log start cuts into is still read");
+        assert_eq!(deleted(&sent, 21), 2);
+        assert_eq!(deleted(&sent, 0), 0);
     }
 
     #[test]

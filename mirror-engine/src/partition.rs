@@ -173,8 +173,8 @@ impl PartitionTask {
         for _ in 0..8 {
             let settled = async {
                 let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
-                let (_, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
-                self.account_landed(&conn, epoch, uncertain.clone(), e).await?;
+                let (log_start, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
+                self.account_landed(&conn, epoch, uncertain.clone(), log_start, e).await?;
                 Ok::<_, MirrorError>(e)
             };
             match settled.await {
@@ -215,7 +215,7 @@ impl PartitionTask {
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
         let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
-        self.account_landed(&dest_conn, epoch, uncertain.clone(), next).await?;
+        self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
         let sink = slot.insert(PartitionSink::open(dest_conn, self.producers.clone(), topic, partition, self.max_in_flight).await?);
         self.stream(sink, dest_log_start, next).await
@@ -357,13 +357,15 @@ impl PartitionTask {
     }
 
     /// Checks on the destination (leader connection `conn`, leader epoch `epoch`) which batches of
-    /// a failed or cancelled attempt landed below the settled log end `end`, and accounts them;
+    /// a failed or cancelled attempt landed between the log start `log_start` and the settled log
+    /// end `end`, and accounts them;
     /// fails closed if anything else is there (`landed`).
     async fn account_landed(
         &self,
         conn: &kmp_protocol::shared_client::SharedConnection,
         epoch: i32,
         uncertain: Vec<Written>,
+        log_start: i64,
         end: i64,
     ) -> Result<(), MirrorError> {
         if uncertain.is_empty() {
@@ -378,7 +380,7 @@ impl PartitionTask {
             partition: *partition,
             leader_epoch: epoch,
         };
-        let landed = landed::verify(&at, uncertain, end).await?;
+        let landed = landed::verify(&at, uncertain, log_start, end).await?;
         debug!(end, ?landed, "batches of the previous attempt found on the destination");
         self.account(landed);
         Ok(())
