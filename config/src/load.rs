@@ -66,6 +66,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_ADMIN_LISTEN", "admin.listen"),
     ("KMP_ADMIN_TOKEN", "admin.token"),
     ("KMP_MIRROR_SOURCE_ALLOW", "security.mirror_source_allow (comma-separated host:port patterns)"),
+    ("KMP_ENGINE_ROLE", "engine.role (`engine` or `follower`)"),
 ];
 
 /// Loads file (optional) + env + flags and validates the result.
@@ -125,6 +126,15 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     }
     if let Some(list) = env.var("KMP_MIRROR_SOURCE_ALLOW") {
         config.security.mirror_source_allow = list.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
+    }
+    if let Some(role) = env.var("KMP_ENGINE_ROLE") {
+        match crate::EngineRole::parse(&role) {
+            Some(r) => config.engine.role = r,
+            None => errors.push(ConfigError {
+                key: "KMP_ENGINE_ROLE".into(),
+                message: format!("`{role}` is not a role: `engine` or `follower`"),
+            }),
+        }
     }
     match config.validate() {
         Ok(()) if errors.is_empty() => Ok(config),
@@ -319,6 +329,42 @@ mod mirror_rules {
             keys,
             vec!["engine.state_topic", "engine.max_in_flight_per_partition", "mirrors[0].fetch_max_bytes"]
         );
+    }
+}
+
+#[cfg(test)]
+mod role {
+    use std::collections::HashMap;
+
+    use crate::{EngineRole, Overrides};
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn the_role_comes_from_the_file_or_kmp_engine_role_and_a_follower_needs_the_engine_enabled() {
+        let file = |text: &str| {
+            let path = std::env::temp_dir().join(format!("kmp-role-{}-{}.toml", std::process::id(), text.len()));
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        let base = "[upstream]\nbootstrap_servers = [\"d:1\"]\n";
+        let plain = file(base);
+        let loaded = crate::load(Some(&plain), &env(&[]), &Overrides::default()).unwrap();
+        assert_eq!(loaded.engine.role, EngineRole::Engine, "default");
+        let loaded = crate::load(Some(&plain), &env(&[("KMP_ENGINE_ROLE", "follower")]), &Overrides::default()).unwrap();
+        assert_eq!(loaded.engine.role, EngineRole::Follower, "the environment overrides the file");
+        let err = crate::load(Some(&plain), &env(&[("KMP_ENGINE_ROLE", "leader")]), &Overrides::default()).expect_err("unknown role");
+        assert!(err.to_string().contains("KMP_ENGINE_ROLE"), "{err}");
+        let follower = file(&format!("{base}[engine]\nrole = \"follower\"\n"));
+        assert_eq!(crate::load(Some(&follower), &env(&[]), &Overrides::default()).unwrap().engine.role, EngineRole::Follower);
+        let off = file(&format!("{base}[engine]\nenabled = false\nrole = \"follower\"\n\n"));
+        let err = crate::load(Some(&off), &env(&[]), &Overrides::default()).expect_err("follower without the engine");
+        assert!(err.to_string().contains("engine.role"), "{err}");
+        for p in [plain, follower, off] {
+            let _ = std::fs::remove_file(p);
+        }
     }
 }
 

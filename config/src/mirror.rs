@@ -30,8 +30,18 @@ mod pattern_tests {
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// Whether the mirror engine runs: the state topic, mirrors from the config and the
-    /// KIP-1279 admin RPCs. Default true; false makes the proxy a plain pass-through proxy.
+    /// KIP-1279 admin RPCs. Default true; false makes the proxy a plain pass-through proxy
+    /// (it neither refuses writes to mirror topics nor masks fillers).
     pub enabled: bool,
+    /// What this instance does when `enabled` (`KMP_ENGINE_ROLE` overrides it). `engine`
+    /// (default): runs the mirrors — copies, writes the state topic, answers every mirror RPC.
+    /// `follower`: copies nothing and writes nothing; it reads `state_topic` continuously and
+    /// enforces what it says — writes to mirror topics refused, fillers masked, List/Describe
+    /// answered from it, a stop (failover) done through the engine instance seen within about a
+    /// second — and refuses the mutating mirror RPCs with NOT_CONTROLLER (41). Run exactly one
+    /// `engine` per destination cluster (and state topic); `[[mirrors]]` declared on a follower
+    /// are ignored (the engine instance records them).
+    pub role: EngineRole,
     /// Compacted topic on the destination holding mirror definitions, topic ownership and
     /// per-partition state. Created on first start (compacted, one partition, the
     /// destination's default replication factor). Default `__kmp_mirror_state`.
@@ -54,10 +64,33 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             enabled: true,
+            role: EngineRole::Engine,
             state_topic: "__kmp_mirror_state".to_owned(),
             max_buffer_bytes: 256 * 1024 * 1024,
             max_in_flight_per_partition: 5,
             state_flush_interval_ms: 5_000,
+        }
+    }
+}
+
+/// What an instance with the engine enabled does (`engine.role`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineRole {
+    /// Runs the mirrors and writes the state topic.
+    #[default]
+    Engine,
+    /// Follows the state topic and enforces it; copies and writes nothing.
+    Follower,
+}
+
+impl EngineRole {
+    /// The role named `s` (`engine` or `follower`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "engine" => Some(Self::Engine),
+            "follower" => Some(Self::Follower),
+            _ => None,
         }
     }
 }

@@ -101,6 +101,12 @@ impl Config {
         if e.state_flush_interval_ms < 100 {
             err("engine.state_flush_interval_ms", "must be at least 100".to_owned());
         }
+        if !e.enabled && e.role == crate::EngineRole::Follower {
+            err(
+                "engine.role",
+                "`follower` needs engine.enabled = true (enabled = false turns mirroring off: nothing is refused or masked)".to_owned(),
+            );
+        }
         if !e.enabled && !self.mirrors.is_empty() {
             err("engine.enabled", "mirrors are declared but the engine is disabled".to_owned());
         }
