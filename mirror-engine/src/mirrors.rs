@@ -133,7 +133,7 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
         if want <= have {
             continue;
         }
-        match crate::topics::add_partitions(&shared.destination, &topic, want).await {
+        match crate::topics::add_partitions(&shared.destination, &topic, have, want).await {
             Ok(()) => {
                 info!(%topic, from = have, to = want, "source topic gained partitions; mirroring the new ones");
                 if let Some(mut record) = store.topic_owner(&topic) {

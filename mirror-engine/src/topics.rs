@@ -14,6 +14,24 @@ use crate::topic_configs::{self, ConfigFilter, FORCED_CONFIGS};
 
 pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
 
+/// Partitions created or added by one CreateTopics / CreatePartitions request. A KRaft controller
+/// refuses an operation that writes more than 10,000 metadata records (one per partition, plus
+/// the topic and each of its configs) with POLICY_VIOLATION, so a topic of 10,000 partitions or
+/// more is created with this many and grown to its size in steps of at most this many.
+pub(crate) const PARTITIONS_PER_OPERATION: usize = 5_000;
+
+/// The partition counts a topic passes through when grown from `from` to `to` partitions, at most
+/// [`PARTITIONS_PER_OPERATION`] apart; the last is `to` (empty when `to <= from`).
+pub(crate) fn growth_steps(from: usize, to: usize) -> Vec<usize> {
+    let mut steps = Vec::new();
+    let mut at = from;
+    while at < to {
+        at = (at + PARTITIONS_PER_OPERATION).min(to);
+        steps.push(at);
+    }
+    steps
+}
+
 /// The configs set explicitly on the source topic that a mirror copies.
 async fn source_configs(source: &ClusterClient, topic: &str, filter: &ConfigFilter) -> Result<Vec<(String, String)>, MirrorError> {
     let mut all = topic_configs::describe(source, &[topic.to_owned()]).await?;
@@ -37,11 +55,13 @@ pub struct TopicSpec<'a> {
     pub configs: Vec<(String, String)>,
 }
 
-/// Sends CreateTopics for `spec`; returns the Kafka error code (0 = created).
+/// Sends CreateTopics for `spec`; returns the Kafka error code (0 = created). A topic of more
+/// than [`PARTITIONS_PER_OPERATION`] partitions is created with that many and then grown in steps.
 pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> Result<i16, MirrorError> {
+    let first = spec.partitions.min(PARTITIONS_PER_OPERATION as i32);
     let mut t = CreatableTopic::default();
     t.name = TopicName(StrBytes::from_string(spec.name.to_owned()));
-    t.num_partitions = spec.partitions;
+    t.num_partitions = first;
     t.replication_factor = spec.replication_factor;
     t.configs = spec
         .configs
@@ -58,12 +78,24 @@ pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> 
     req.timeout_ms = 30_000;
     let mut conn = destination.connect_any().await?;
     let resp = conn.send(&req, 7).await.map_err(MirrorError::Destination)?;
-    Ok(resp.topics.first().map_or(0, |t| t.error_code))
+    let code = resp.topics.first().map_or(0, |t| t.error_code);
+    if code == 0 && first < spec.partitions {
+        add_partitions(destination, spec.name, first as usize, spec.partitions as usize).await?;
+    }
+    Ok(code)
 }
 
-/// Raises the destination topic's partition count to `partitions` (the source grew). A
-/// destination that already has them (a previous attempt) is fine.
-pub async fn add_partitions(destination: &ClusterClient, topic: &str, partitions: usize) -> Result<(), MirrorError> {
+/// Raises the destination topic's partition count from `from` to `partitions` (the source grew,
+/// or a large topic is being created), in [`growth_steps`]. A destination that already has a
+/// step's count (a previous attempt) is fine.
+pub async fn add_partitions(destination: &ClusterClient, topic: &str, from: usize, partitions: usize) -> Result<(), MirrorError> {
+    for step in growth_steps(from, partitions) {
+        add_partitions_to(destination, topic, step).await?;
+    }
+    Ok(())
+}
+
+async fn add_partitions_to(destination: &ClusterClient, topic: &str, partitions: usize) -> Result<(), MirrorError> {
     use kmp_protocol::kafka_protocol::messages::CreatePartitionsRequest;
     use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
     let mut t = CreatePartitionsTopic::default();
@@ -140,13 +172,20 @@ pub async fn ensure_destination_topic(
             let dst = destination.layout(topic).await?;
             if owned && dst.partitions.len() < partitions {
                 // The source grew while the engine was down: follow it.
-                add_partitions(destination, topic, partitions).await?;
+                add_partitions(destination, topic, dst.partitions.len(), partitions).await?;
                 return Ok((Prepared::Owned(partitions), src.topic_id));
             }
-            if dst.partitions.len() != partitions {
+            let mut have = dst.partitions.len();
+            if have < partitions && partitions > PARTITIONS_PER_OPERATION && have % PARTITIONS_PER_OPERATION == 0 {
+                // A large topic this engine began to create in steps and did not finish (it is
+                // adopted below only if every partition is empty).
+                add_partitions(destination, topic, have, partitions).await?;
+                have = partitions;
+            }
+            if have != partitions {
                 return Err(MirrorError::DestinationConflict {
                     topic: topic.to_owned(),
-                    reason: format!("it has {} partitions, the source has {partitions}", dst.partitions.len()),
+                    reason: format!("it has {have} partitions, the source has {partitions}"),
                 });
             }
             if owned {
@@ -169,5 +208,27 @@ pub async fn ensure_destination_topic(
             what: format!("create topic {topic}"),
             code,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PARTITIONS_PER_OPERATION, growth_steps};
+
+    #[test]
+    fn a_large_topic_grows_in_steps_that_each_stay_under_kraft_s_records_per_operation_limit() {
+        assert_eq!(growth_steps(5_000, 10_000), vec![10_000]);
+        assert_eq!(growth_steps(5_000, 12_345), vec![10_000, 12_345]);
+        assert_eq!(growth_steps(3, 4), vec![4]);
+        assert!(growth_steps(10, 10).is_empty() && growth_steps(10, 4).is_empty());
+        let steps = growth_steps(PARTITIONS_PER_OPERATION, 40_001);
+        let mut at = PARTITIONS_PER_OPERATION;
+        for s in &steps {
+            assert!(s - at <= PARTITIONS_PER_OPERATION && *s > at, "step {at} -> {s}");
+            at = *s;
+        }
+        assert_eq!(at, 40_001);
+        // One topic record, its partitions and up to a few hundred config records per operation.
+        const { assert!(PARTITIONS_PER_OPERATION + 1 + 500 < 10_000) };
     }
 }
