@@ -126,6 +126,9 @@ struct Inner {
     /// `security.mirror_source_allow`: what API-created mirrors may use as `bootstrap.servers`
     /// (unset: nothing).
     source_allow: OnceLock<Vec<String>>,
+    /// Set on an instance that follows the state topic instead of running the engine
+    /// (`engine.role = "follower"`): its views are the followed state, and it changes nothing.
+    follower: OnceLock<String>,
 }
 
 /// The answer to a management request while the stored state is still loading (retriable).
@@ -159,8 +162,61 @@ impl Control {
                 registry,
                 booted: BootGate::default(),
                 source_allow: OnceLock::new(),
+                follower: OnceLock::new(),
             }),
         }
+    }
+
+    /// Marks this instance as a follower of `state_topic` (once, at start).
+    pub(crate) fn set_follower(&self, state_topic: &str) {
+        let _ = self.inner.follower.set(state_topic.to_owned());
+    }
+
+    /// Whether this instance follows the state topic instead of running the engine.
+    pub fn is_follower(&self) -> bool {
+        self.inner.follower.get().is_some()
+    }
+
+    /// The refusal every mutating management request (create, start, stop, pause, resume,
+    /// delete, config changes) gets on a follower: NOT_CONTROLLER (41) and why. `None` on the
+    /// engine instance. The front ends ask before doing anything.
+    pub fn follower_refusal(&self) -> Option<(i16, String)> {
+        self.inner.follower.get().map(|topic| {
+            (
+                codes::NOT_CONTROLLER,
+                format!(
+                    "this kafka-mirror-proxy instance does not run the mirror engine (engine.role = follower; it follows the state topic {topic} and enforces it); send mirror changes to the instance with engine.role = engine"
+                ),
+            )
+        })
+    }
+
+    /// The follower's view of one mirror topic (it has no copy tasks): registers or updates it
+    /// for the list and describe views and the desired state.
+    pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
+        if let Some(mut rt) = self.inner.topics.get_mut(topic) {
+            rt.mirror = mirror.to_owned();
+            rt.partitions = partitions;
+            rt.desired.send_replace(desired);
+            return;
+        }
+        self.inner.claimed.insert(topic.to_owned(), mirror.to_owned());
+        let (desired, _) = watch::channel(desired);
+        let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(|_| {});
+        self.add_topic(
+            topic,
+            TopicRuntime {
+                mirror: mirror.to_owned(),
+                partitions,
+                desired,
+                spawn,
+            },
+        );
+    }
+
+    /// The board the list and describe views read (a follower fills it from the state topic).
+    pub(crate) fn status_board(&self) -> &StatusBoard {
+        &self.inner.status
     }
 
     /// Sets the `host:port` patterns API-created mirrors' sources must match (once, at start).
@@ -421,10 +477,10 @@ impl Control {
                 out.push(r);
                 continue;
             }
-            let was_stopped = self.desired(t) == Some(Desired::Stopped);
             let r = self.transition(mirror, t, Desired::Stopped).await;
-            if r.error_code == codes::NONE && !was_stopped {
-                halted.push(t.clone());
+            // Stopped now, or earlier without becoming writable (recording that failed).
+            if r.error_code == codes::NONE && self.inner.registry.is_read_only(t) {
+                halted.push((out.len(), t.clone()));
             }
             out.push(r);
         }
@@ -432,13 +488,31 @@ impl Control {
             // Copying has settled: the groups' latest source positions go over (one pass for
             // every topic stopped now) before producers may write to the topics.
             if let Some(sync) = self.inner.final_sync.get() {
-                sync(mirror.to_owned(), halted.clone()).await;
+                sync(mirror.to_owned(), halted.iter().map(|(_, t)| t.clone()).collect()).await;
             }
-            for t in &halted {
+            for (i, t) in &halted {
+                // Recorded first: proxies following the state topic open the topic from this
+                // record, so none of them does before copying has stopped here.
+                if let Err(e) = self.record_writable(t).await {
+                    out[*i] = TopicResult::err(
+                        t,
+                        codes::COORDINATOR_NOT_AVAILABLE,
+                        format!("{t} stopped copying but cannot be recorded as writable ({e}); it stays read-only, retry the stop"),
+                    );
+                    continue;
+                }
                 self.inner.registry.set_writable(t, true);
             }
         }
         out
+    }
+
+    /// Records in the state topic that clients may write to `topic` (its stop has finished).
+    async fn record_writable(&self, topic: &str) -> Result<(), crate::MirrorError> {
+        let Some(store) = self.inner.store.get() else { return Ok(()) };
+        let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
+        record.writable = Some(true);
+        store.put_topic(topic, &record).await
     }
 
     /// The topic's desired state and partition count. A topic the mirror has claimed but is
@@ -591,6 +665,8 @@ impl Control {
         let Some(store) = self.inner.store.get() else { return Ok(()) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
         record.desired = to.as_str().to_owned();
+        // Writable only once a stop has finished (`record_writable`), never on the request.
+        record.writable = Some(false);
         store.put_topic(topic, &record).await
     }
 }

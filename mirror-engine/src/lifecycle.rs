@@ -114,6 +114,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
         at_ms: now_ms(),
         desired: Desired::Mirroring.as_str().into(),
         source_topic_id: id_to_hex(source_id),
+        writable: Some(false),
     };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
     let mut backoff = Duration::from_millis(200);

@@ -61,6 +61,20 @@ pub struct TopicRecord {
     /// written before ids were kept: learned at the next contact.
     #[serde(default)]
     pub source_topic_id: String,
+    /// Whether clients may write to the topic. The engine records `true` only once a stop
+    /// (failover) has finished — copying halted, in-flight writes settled, the last group offset
+    /// sync done — so proxies that follow the state topic open it no earlier; every other state
+    /// change records `false`. Absent in records written before followers existed: then
+    /// `desired == "stopped"` decides (see [`TopicRecord::is_writable`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<bool>,
+}
+
+impl TopicRecord {
+    /// Whether clients may write to the topic, as the engine recorded it.
+    pub fn is_writable(&self) -> bool {
+        self.writable.unwrap_or(self.desired == "stopped")
+    }
 }
 
 /// A destination topic that was a mirror topic (its fillers stay in its log).
@@ -115,6 +129,18 @@ impl PartitionRecord {
         s.records_mirrored = self.records;
         s.filler_records = self.fillers;
         s.bytes_mirrored = self.bytes;
+    }
+
+    /// Shows the stored state and progress in `s` (a follower's view of a partition). The
+    /// source end is known only as the stored high watermark, so lag is measured against it.
+    pub(crate) fn show_in(&self, s: &mut PartitionStatus) {
+        self.restore_counters(s);
+        s.state = PartitionState::parse(&self.state).unwrap_or(PartitionState::Retrying);
+        s.destination_next_offset = self.next_offset;
+        s.source_high_watermark = self.source_high_watermark;
+        s.source_last_stable_offset = self.source_high_watermark;
+        s.last_error = self.error.clone();
+        s.sticky = self.sticky;
     }
 
     fn of(mirror: &str, s: &PartitionStatus) -> Self {
@@ -188,10 +214,7 @@ impl StateStore {
             let Some((last, _)) = fetched.batches.last() else { break };
             next = last.next_offset();
             for (_, b) in &fetched.batches {
-                for (_, key, value) in records::decode(b).map_err(MirrorError::Destination)? {
-                    let Some(key) = key.and_then(|k| String::from_utf8(k.to_vec()).ok()) else {
-                        continue;
-                    };
+                for (_, key, value) in decode_entries(b)? {
                     match value {
                         Some(v) => entries.insert(key, v),
                         None => entries.remove(&key),
@@ -209,13 +232,7 @@ impl StateStore {
 
     fn get<T: for<'de> Deserialize<'de>>(&self, key: &str) -> Option<T> {
         let raw = self.lock().get(key).cloned()?;
-        match serde_json::from_slice(&raw) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                warn!(key, error = %e, "unreadable state record ignored");
-                None
-            }
-        }
+        parse_value(key, &raw)
     }
 
     /// Who owns destination `topic`, if anyone.
@@ -356,6 +373,29 @@ impl StateStore {
     }
 }
 
+/// The entries of one state-topic batch read from the destination: `(offset, key, value)`,
+/// `None` a tombstone. Control records and records whose key is missing or not UTF-8 are
+/// skipped; a batch that does not decode is an error (nothing of it is used). The engine's load
+/// and the follower read the state topic through this one function.
+pub(crate) fn decode_entries(batch: &Bytes) -> Result<Vec<(i64, String, Option<Bytes>)>, MirrorError> {
+    Ok(records::decode(batch)
+        .map_err(MirrorError::Destination)?
+        .into_iter()
+        .filter_map(|(offset, key, value)| Some((offset, String::from_utf8(key?.to_vec()).ok()?, value)))
+        .collect())
+}
+
+/// Parses a stored JSON value; `None` (logged) when it does not parse as `T`.
+pub(crate) fn parse_value<T: for<'de> Deserialize<'de>>(key: &str, raw: &[u8]) -> Option<T> {
+    match serde_json::from_slice(raw) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            warn!(key, error = %e, "unreadable state record ignored");
+            None
+        }
+    }
+}
+
 fn json<T: Serialize>(v: &T) -> Result<Bytes, MirrorError> {
     serde_json::to_vec(v)
         .map(Bytes::from)
@@ -391,5 +431,49 @@ mod tests {
         assert_eq!(id_from_hex("zz"), None);
         let old: TopicRecord = serde_json::from_str(r#"{"mirror":"m","partitions":2,"how":"created","at_ms":1}"#).unwrap();
         assert_eq!((old.desired.as_str(), old.source_topic_id.as_str()), ("mirroring", ""));
+        assert!(!old.is_writable());
+    }
+
+    #[test]
+    fn a_stopped_topic_is_writable_once_the_engine_recorded_it_and_old_records_follow_desired() {
+        let rec = |json: &str| serde_json::from_str::<TopicRecord>(json).unwrap();
+        let base = r#""mirror":"m","partitions":2,"how":"created","at_ms":1"#;
+        assert!(
+            rec(&format!(r#"{{{base},"desired":"stopped"}}"#)).is_writable(),
+            "written before followers existed"
+        );
+        assert!(
+            !rec(&format!(r#"{{{base},"desired":"stopped","writable":false}}"#)).is_writable(),
+            "stop requested, copying not yet halted"
+        );
+        assert!(rec(&format!(r#"{{{base},"desired":"stopped","writable":true}}"#)).is_writable());
+        let json = serde_json::to_string(&rec(&format!("{{{base}}}"))).unwrap();
+        assert!(!json.contains("writable"), "an unset flag is not written: {json}");
+    }
+
+    #[test]
+    fn state_batches_decode_to_keyed_entries_and_garbage_is_an_error_not_a_panic() {
+        let blob = records::encode(
+            &[
+                (Bytes::from_static(b"topic/t"), Some(Bytes::from_static(b"{}"))),
+                (Bytes::from_static(b"mirror/m"), None),
+            ],
+            7,
+        )
+        .unwrap();
+        let got = decode_entries(&blob).unwrap();
+        assert_eq!(
+            got,
+            vec![(0, "topic/t".to_owned(), Some(Bytes::from_static(b"{}"))), (1, "mirror/m".to_owned(), None)]
+        );
+        for cut in [1, 20, blob.len() - 1] {
+            assert!(decode_entries(&blob.slice(..cut)).is_err(), "a batch cut at {cut} bytes is refused");
+        }
+        let mut flipped = blob.to_vec();
+        let last = flipped.len() - 3;
+        flipped[last] ^= 0xff;
+        let _ = decode_entries(&Bytes::from(flipped)); // any answer, never a panic
+        assert_eq!(parse_value::<TopicRecord>("topic/t", b"{not json"), None);
+        assert_eq!(parse_value::<TopicRecord>("topic/t", b"[1,2]"), None);
     }
 }

@@ -47,6 +47,9 @@ pub mod errors {
     pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const INVALID_CONFIG: i16 = 40;
+    /// A mutating mirror RPC sent to a proxy instance that does not run the mirror engine
+    /// (`engine.role = "follower"`): send it to the engine instance.
+    pub const NOT_CONTROLLER: i16 = 41;
     pub const INVALID_REQUEST: i16 = 42;
     pub const READ_ONLY_TOPIC: i16 = 134;
     pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
@@ -71,6 +74,7 @@ pub mod errors {
             COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
             35 => "UNSUPPORTED_VERSION",
             INVALID_CONFIG => "INVALID_CONFIG",
+            NOT_CONTROLLER => "NOT_CONTROLLER",
             INVALID_REQUEST => "INVALID_REQUEST",
             READ_ONLY_TOPIC => "READ_ONLY_TOPIC",
             CLUSTER_MIRROR_ALREADY_EXISTS => "CLUSTER_MIRROR_ALREADY_EXISTS",
