@@ -7,7 +7,9 @@
 //! `source` (read_committed fetch), `plan` (offset-preserving plan, sans-io), `sink` (pipelined
 //! idempotent producer), `budget` (engine-wide memory bound), `partition` (one partition's loop),
 //! `select` (which topics), `status` (progress), `topic_configs` (which topic configs are
-//! copied), `sync` (metadata sync: group offsets, topic configs). Client-facing proxying does not belong here.
+//! copied), `sync` (metadata sync: group offsets, topic configs), `follow` / `followed` (an
+//! instance that runs no mirrors following the state topic, [`follow`]). Client-facing proxying
+//! does not belong here.
 
 mod boot_gate;
 mod budget;
@@ -15,6 +17,8 @@ mod cluster;
 mod control;
 mod error;
 mod fetch_session;
+mod follow;
+mod followed;
 mod io_stats;
 mod landed;
 mod lifecycle;
@@ -47,6 +51,7 @@ pub use budget::Budget;
 pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
+pub use follow::FollowProgress;
 pub use io_stats::{IoCounters, io_counters};
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
@@ -68,6 +73,8 @@ pub struct Engine {
     pub control: Control,
     /// Closed once the engine wrote its final state after `stop` (or never started).
     done: watch::Receiver<()>,
+    /// On a follower (`engine.role = "follower"`): where reading the state topic stands.
+    pub follow: Option<watch::Receiver<FollowProgress>>,
 }
 
 impl Engine {
@@ -88,6 +95,7 @@ impl Engine {
             topics,
             control,
             done,
+            follow: None,
         }
     }
 
@@ -131,6 +139,39 @@ pub fn start(
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
     tokio::spawn(boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
+    handle
+}
+
+/// Starts a follower (`engine.role = "follower"`): no mirrors run and nothing is written; the
+/// state topic on the destination is read and followed in the background, and the returned
+/// handle's registry and views show what it says (see `follow`). Mutating management requests
+/// are refused ([`Control::follower_refusal`]). Its `status` stays empty, so `/metrics` never
+/// repeats the engine instance's per-partition numbers; describe reads the followed ones.
+pub fn follow(
+    engine: &EngineConfig,
+    destination_bootstrap: Vec<String>,
+    destination_security: Arc<kmp_protocol::security::ClientSecurity>,
+    timeout: Duration,
+    stop: watch::Receiver<bool>,
+) -> Engine {
+    let mut handle = Engine::unbooted(engine);
+    let (views, topics) = (StatusBoard::default(), handle.topics.clone());
+    handle.control = Control::new(views, topics.clone());
+    handle.control.set_follower(&engine.state_topic);
+    let (progress, watched) = watch::channel(FollowProgress {
+        topic: engine.state_topic.clone(),
+        high_watermark: -1,
+        ..FollowProgress::default()
+    });
+    handle.follow = Some(watched);
+    let follower = follow::Follower {
+        destination: ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security)),
+        topic: engine.state_topic.clone(),
+        registry: topics,
+        control: handle.control.clone(),
+        progress,
+    };
+    tokio::spawn(follower.run(stop).instrument(info_span!("state-follower")));
     handle
 }
 

@@ -87,6 +87,39 @@ impl MirrorTopics {
         }
     }
 
+    /// Records the destination id of `topic`, whether it is a mirror topic or one that was
+    /// (a follower learns ids after the state topic named the topics).
+    pub fn learn_topic_id(&self, topic: &str, topic_id: [u8; 16]) {
+        if topic_id == [0; 16] {
+            return;
+        }
+        if let Some(mut t) = self.by_name.get_mut(topic) {
+            t.topic_id = topic_id;
+            self.by_id.insert(topic_id, topic.to_owned());
+        }
+        if self.fillers_by_name.contains_key(topic) {
+            self.mark_filler_topic(topic, topic_id);
+        }
+    }
+
+    /// Mirror topics, and topics that were, whose destination id is not known yet.
+    pub fn topics_without_id(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.by_name.iter().filter(|t| t.topic_id == [0; 16]).map(|t| t.key().clone()).collect();
+        out.extend(
+            self.fillers_by_name
+                .iter()
+                .filter(|e| *e.value() == [0; 16] && !self.by_name.contains_key(e.key()))
+                .map(|e| e.key().clone()),
+        );
+        out.sort();
+        out
+    }
+
+    /// Whether `topic` is a registered mirror topic (read-only or not).
+    pub fn is_mirror_topic(&self, topic: &str) -> bool {
+        self.by_name.contains_key(topic)
+    }
+
     /// Forgets a topic whose id is still unknown because the destination does not have it. A
     /// topic whose id was learned meanwhile (it was just created) is kept.
     pub fn forget_filler_topic(&self, topic: &str) {
@@ -169,6 +202,21 @@ mod tests {
         assert!(!r.is_read_only("payments") && !r.is_read_only_id(&[8; 16]));
         r.set_writable("orders", true);
         assert!(!r.is_read_only("orders") && !r.is_read_only_id(&[7; 16]), "a stopped topic is writable");
+    }
+
+    #[test]
+    fn ids_learned_later_reach_the_read_only_and_filler_checks() {
+        let r = MirrorTopics::default();
+        r.register("orders", "dr", [0; 16]);
+        r.mark_filler_topic("old", [0; 16]);
+        assert_eq!(r.topics_without_id(), vec!["old".to_owned(), "orders".to_owned()]);
+        r.learn_topic_id("orders", [7; 16]);
+        r.learn_topic_id("old", [9; 16]);
+        r.learn_topic_id("unknown", [5; 16]);
+        assert!(r.topics_without_id().is_empty());
+        assert!(r.is_read_only_id(&[7; 16]) && r.may_hold_fillers_id(&[7; 16]));
+        assert!(!r.is_read_only_id(&[9; 16]) && r.may_hold_fillers_id(&[9; 16]));
+        assert!(!r.may_hold_fillers_id(&[5; 16]) && !r.is_mirror_topic("unknown"), "only known topics learn ids");
     }
 
     #[test]

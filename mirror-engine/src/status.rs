@@ -30,6 +30,23 @@ pub enum PartitionState {
 }
 
 impl PartitionState {
+    /// The state named `s` (as [`Self::as_str`] writes it).
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Preparing,
+            Self::Mirroring,
+            Self::Filling,
+            Self::Retrying,
+            Self::Failed,
+            Self::Pausing,
+            Self::Paused,
+            Self::Stopping,
+            Self::Stopped,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Preparing => "preparing",

@@ -1,0 +1,280 @@
+//! Following the state topic (`engine.role = "follower"`): an instance that runs no mirrors reads
+//! the engine instance's state topic from its start and then keeps reading it — a long-poll Fetch
+//! (500 ms) on its own connection to the partition leader, which the broker answers as soon as a
+//! record arrives — and applies every entry to the instance's catalog (`followed`). So a stop
+//! (failover), a pause or a new mirror done through the engine instance is enforced here within
+//! one round trip of the engine's state write. Progress (position, the topic's end, the last
+//! answer, the last error) is published on a watch channel for `/readyz` and `/metrics`.
+//!
+//! Leader moves and broker restarts are retried with back-off (100 ms doubling to 5 s); a position
+//! that fell below the log start is read again from the start, and keys that disappeared meanwhile
+//! are removed. A batch that does not decode stops the reading at that offset (retried, reported
+//! as the last error) rather than skipping what it may say. Destination topic ids (Produce v13+
+//! and Fetch v13+ name topics by id) are looked up for every topic the state names.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, watch};
+use tracing::{info, warn};
+
+use crate::cluster::{ClusterClient, offsets};
+use crate::control::Control;
+use crate::error::MirrorError;
+use crate::followed::Catalog;
+use crate::links::Lane;
+use crate::registry::MirrorTopics;
+use crate::source::{FetchAt, fetch};
+use crate::state::decode_entries;
+use crate::status::now_ms;
+
+/// How long one Fetch waits at the end of the state topic for a new record.
+const LONG_POLL_MS: i32 = 500;
+/// Bytes asked for per Fetch (a larger first batch still comes whole).
+const FETCH_BYTES: i32 = 4 << 20;
+/// How often a missing state topic is looked for again.
+const ABSENT_RECHECK: Duration = Duration::from_secs(1);
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+const OFFSET_OUT_OF_RANGE: i16 = 1;
+
+/// Where the follower stands; published after every answer and failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FollowProgress {
+    /// The state topic (`engine.state_topic`).
+    pub topic: String,
+    /// The state topic was read to its end once (or does not exist yet): its mirror topics are
+    /// known and enforced.
+    pub loaded: bool,
+    /// The next offset to read.
+    pub position: i64,
+    /// The state topic's high watermark at the last answer (-1: none yet, or no topic).
+    pub high_watermark: i64,
+    /// When the last Fetch (or the check for a missing topic) answered, ms since the epoch; 0 never.
+    pub last_read_ms: i64,
+    /// The last failure, cleared by the next answer.
+    pub error: Option<String>,
+}
+
+impl FollowProgress {
+    /// Read to the end as of the last answer.
+    pub fn caught_up(&self) -> bool {
+        self.loaded && self.position >= self.high_watermark
+    }
+}
+
+/// Reads the state topic and applies it until `stop`.
+pub(crate) struct Follower {
+    pub(crate) destination: ClusterClient,
+    pub(crate) topic: String,
+    pub(crate) registry: MirrorTopics,
+    pub(crate) control: Control,
+    pub(crate) progress: watch::Sender<FollowProgress>,
+}
+
+/// The reading position and what a re-read from the start must reconcile.
+struct Cursor {
+    next: Option<i64>,
+    /// Keys applied with a value (a re-read removes those it no longer finds).
+    live: HashSet<String>,
+    /// During a re-read from the start: the end to reach and the keys not seen again yet.
+    reread: Option<(i64, HashSet<String>)>,
+    /// Before the first load: the end to reach.
+    load_target: Option<i64>,
+}
+
+impl Follower {
+    pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
+        let ids = Arc::new(Notify::new());
+        tokio::spawn(learn_ids(self.destination.clone(), self.registry.clone(), ids.clone(), stop.clone()));
+        let mut catalog = Catalog::new(self.registry.clone(), self.control.clone());
+        let mut cursor = Cursor {
+            next: None,
+            live: HashSet::new(),
+            reread: None,
+            load_target: None,
+        };
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let step = tokio::select! {
+                r = self.step(&mut catalog, &mut cursor, &ids) => r,
+                _ = stop.changed() => return,
+            };
+            let pause = match step {
+                Ok(None) => {
+                    backoff = Duration::from_millis(100);
+                    continue;
+                }
+                Ok(Some(pause)) => pause,
+                Err(e) => {
+                    warn!(topic = %self.topic, error = %e, "cannot read the mirror state topic; retrying");
+                    self.progress.send_modify(|p| p.error = Some(e.to_string()));
+                    let pause = backoff;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    pause
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// One Fetch (or one look for a missing topic); `Some(pause)` to wait before the next.
+    async fn step(&self, catalog: &mut Catalog, cursor: &mut Cursor, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
+        let d = &self.destination;
+        let layout = d.layout(&self.topic).await?;
+        if layout.error_code == UNKNOWN_TOPIC_OR_PARTITION {
+            // No state topic yet (the engine creates it on its first start): nothing is a mirror
+            // topic. Looked for again every second.
+            self.loaded(ids).await;
+            self.progress.send_modify(|p| {
+                p.high_watermark = -1;
+                p.last_read_ms = now_ms();
+                p.error = None;
+            });
+            return Ok(Some(ABSENT_RECHECK));
+        }
+        let (addr, epoch) = d.leader_in(&layout, &self.topic, 0)?;
+        let next = match cursor.next {
+            Some(n) => n,
+            None => {
+                let (start, end) = offsets("destination", &d.link(&addr, Lane::Control).await?, &self.topic, 0).await?;
+                if self.progress.borrow().loaded {
+                    cursor.reread = Some((end, cursor.live.clone()));
+                } else {
+                    cursor.load_target = Some(end);
+                }
+                cursor.next = Some(start);
+                start
+            }
+        };
+        let conn = d.link(&addr, Lane::Fetch(0)).await?;
+        let at = FetchAt {
+            side: "destination",
+            topic: &self.topic,
+            topic_id: layout.topic_id,
+            partition: 0,
+            offset: next,
+            leader_epoch: epoch,
+            max_bytes: FETCH_BYTES,
+            max_wait_ms: LONG_POLL_MS,
+        };
+        let fetched = match fetch(&conn, at).await {
+            Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
+                warn!(topic = %self.topic, offset = next, "state topic position out of range; reading it again from its start");
+                cursor.next = None;
+                return Ok(None);
+            }
+            r => r?,
+        };
+        let mut position = next;
+        for (header, batch) in &fetched.batches {
+            for (offset, key, value) in decode_entries(batch)? {
+                if offset < position {
+                    continue;
+                }
+                if let Some((_, unseen)) = cursor.reread.as_mut() {
+                    unseen.remove(&key);
+                }
+                match value {
+                    Some(_) => cursor.live.insert(key.clone()),
+                    None => cursor.live.remove(&key),
+                };
+                catalog.apply(&key, value.as_deref());
+            }
+            position = position.max(header.next_offset());
+            cursor.next = Some(position);
+        }
+        if let Some((end, _)) = &cursor.reread
+            && position >= *end
+            && let Some((_, unseen)) = cursor.reread.take()
+        {
+            for key in unseen {
+                cursor.live.remove(&key);
+                catalog.apply(&key, None);
+            }
+        }
+        if !self.registry.topics_without_id().is_empty() {
+            ids.notify_one();
+        }
+        if cursor.load_target.is_some_and(|end| position >= end) {
+            cursor.load_target = None;
+            self.loaded(ids).await;
+        }
+        self.progress.send_modify(|p| {
+            p.position = position;
+            p.high_watermark = fetched.high_watermark;
+            p.last_read_ms = now_ms();
+            p.error = None;
+        });
+        Ok(None)
+    }
+
+    /// The stored state is known: ids of its topics are looked up once (bounded), then writes
+    /// are let through (`Control::is_booted`).
+    async fn loaded(&self, ids: &Notify) {
+        if self.progress.borrow().loaded {
+            return;
+        }
+        if !self.registry.topics_without_id().is_empty() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), learn_once(&self.destination, &self.registry)).await;
+            ids.notify_one();
+        }
+        self.progress.send_modify(|p| p.loaded = true);
+        self.control.mark_booted();
+        info!(topic = %self.topic, mirrors = self.control.list().len(), "mirror state loaded; following it");
+    }
+}
+
+/// Looks up the destination ids of the topics that lack one, once. A former mirror topic the
+/// destination does not have is forgotten; a mirror topic is kept (just created: retried).
+async fn learn_once(destination: &ClusterClient, registry: &MirrorTopics) -> Result<bool, MirrorError> {
+    let pending = registry.topics_without_id();
+    if pending.is_empty() {
+        return Ok(true);
+    }
+    let ids = destination.topic_ids().await?;
+    for topic in &pending {
+        match ids.get(topic) {
+            Some(id) => registry.learn_topic_id(topic, *id),
+            None if !registry.is_mirror_topic(topic) => registry.forget_filler_topic(topic),
+            None => {}
+        }
+    }
+    Ok(registry.topics_without_id().is_empty())
+}
+
+/// Keeps looking up missing topic ids: woken when the state names new topics, retrying every
+/// 200 ms (doubling to 5 s) while some are missing.
+async fn learn_ids(destination: ClusterClient, registry: MirrorTopics, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let done = match learn_once(&destination, &registry).await {
+            Ok(done) => done,
+            Err(e) => {
+                warn!(error = %e, "cannot read the destination topic ids yet; retrying");
+                false
+            }
+        };
+        let pause = if done {
+            backoff = Duration::from_millis(200);
+            None
+        } else {
+            let p = backoff;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            Some(p)
+        };
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = async {
+                match pause {
+                    Some(p) => tokio::time::sleep(p).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
