@@ -358,7 +358,10 @@ mod role {
         let err = crate::load(Some(&plain), &env(&[("KMP_ENGINE_ROLE", "leader")]), &Overrides::default()).expect_err("unknown role");
         assert!(err.to_string().contains("KMP_ENGINE_ROLE"), "{err}");
         let follower = file(&format!("{base}[engine]\nrole = \"follower\"\n"));
-        assert_eq!(crate::load(Some(&follower), &env(&[]), &Overrides::default()).unwrap().engine.role, EngineRole::Follower);
+        assert_eq!(
+            crate::load(Some(&follower), &env(&[]), &Overrides::default()).unwrap().engine.role,
+            EngineRole::Follower
+        );
         let off = file(&format!("{base}[engine]\nenabled = false\nrole = \"follower\"\n\n"));
         let err = crate::load(Some(&off), &env(&[]), &Overrides::default()).expect_err("follower without the engine");
         assert!(err.to_string().contains("engine.role"), "{err}");

@@ -1,5 +1,7 @@
 //! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
-//! cluster answered the last metadata refresh and the mirror engine has loaded its stored state), `/metrics` (Prometheus text format) and the
+//! cluster answered the last metadata refresh and the mirror engine has loaded its stored state —
+//! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
+//! `/metrics` (Prometheus text format) and the
 //! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
 //! readiness by `refresh`. `/healthz` and `/readyz` answer anyone; `/metrics` and every `/v1`
 //! route need a loopback caller or the admin token (`rest::AdminAuth`), reads unless
@@ -137,6 +139,9 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
         "/readyz" => {
             if !shared.ready.load(Ordering::Relaxed) {
                 text(StatusCode::SERVICE_UNAVAILABLE, "upstream cluster not reachable\n".into())
+            } else if let Some(follow) = &shared.mirrors.follow {
+                let (ready, body) = crate::follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms());
+                text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
             } else if !shared.mirrors.control.is_booted() {
                 text(StatusCode::SERVICE_UNAVAILABLE, "mirror engine still loading its stored state\n".into())
             } else {
@@ -146,7 +151,10 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
         "/metrics" => {
             let mut body = shared.metrics.encode();
             // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
-            let mirrors = crate::mirror_metrics::render(&shared.mirrors);
+            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors);
+            if let Some(follow) = &shared.mirrors.follow {
+                mirrors.push_str(&crate::follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
+            }
             match body.rfind("# EOF") {
                 Some(at) => body.insert_str(at, &mirrors),
                 None => body.push_str(&mirrors),

@@ -12,6 +12,7 @@ mod admin;
 mod cluster;
 mod error;
 mod filters;
+mod follower_status;
 mod limits;
 pub mod listen;
 mod metrics;

@@ -163,6 +163,10 @@ where
 }
 
 async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control) -> Response<Full<Bytes>> {
+    if let Some((code, message)) = control.follower_refusal() {
+        // A follower changes nothing: 421 Misdirected Request, the body says where to go.
+        return json_response(StatusCode::MISDIRECTED_REQUEST, code_json(code, Some(message)));
+    }
     let path: Vec<&str> = path.iter().map(String::as_str).collect();
     match (method, path.as_slice()) {
         (Method::POST, ["mirrors"]) => {

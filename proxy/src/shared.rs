@@ -22,7 +22,9 @@ pub(crate) struct Shared {
     pub(crate) ready: AtomicBool,
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
     pub(crate) mirrors: kmp_mirror_engine::Engine,
-    /// Whether Fetch responses are checked for filler batches (the mirror engine runs).
+    /// Whether the mirror policies apply — writes to mirror topics refused, Fetch responses
+    /// checked for filler batches, the state topic guarded: the engine runs, or this instance
+    /// follows its state topic (`engine.enabled`).
     pub(crate) masks_fillers: bool,
     /// Connection counts and the request-byte budget (`[limits]`).
     pub(crate) limits: Limits,

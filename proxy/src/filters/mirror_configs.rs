@@ -82,7 +82,9 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
                     .iter()
                     .map(|c| (c.name.as_str().to_owned(), c.config_operation, c.value.as_ref().map(|v| v.as_str().to_owned())))
                     .collect();
-                let (code, message) = if req.validate_only {
+                let (code, message) = if let Some((code, message)) = control.follower_refusal() {
+                    (code, Some(message))
+                } else if req.validate_only {
                     (errors::NONE, None)
                 } else {
                     control.alter_mirror(r.resource_name.as_str(), &ops).await

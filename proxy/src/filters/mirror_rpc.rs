@@ -33,6 +33,12 @@ pub(crate) fn error_response(api_key: i16, correlation_id: i32, error_code: i16,
 /// Answers one mirror RPC request frame (prefix included) with a response frame.
 pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
+    if !matches!(header.api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)
+        && let Some((code, message)) = control.follower_refusal()
+    {
+        // A follower changes nothing (List and Describe answer from the followed state).
+        return Ok(api::response_frame(header.correlation_id, error_body(header.api_key, code, Some(message))));
+    }
     if !control.wait_booted().await {
         // Never "does not exist" while the stored mirrors are still being read: retriable.
         return Ok(api::response_frame(header.correlation_id, loading(header.api_key)));
