@@ -1,7 +1,9 @@
 //! The KIP-1279 mirror admin RPCs answered by the proxy itself (never forwarded): Create, Start,
 //! Stop, Pause, Resume, List, Describe and Delete (`kmp_protocol::mirror_api` has the wire format, the engine's
 //! `Control` the operations). Deciding that a frame is one of them happens on the API key, in
-//! the filter's predicate, before anything is decoded. Who may call them is `authz`'s.
+//! the filter's predicate, before anything is decoded. Who may call them is `authz`'s. On a
+//! follower instance (`engine.role = "follower"`) List and Describe answer from the followed state
+//! topic and every other RPC gets NOT_CONTROLLER (41) with a message saying why.
 
 use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
