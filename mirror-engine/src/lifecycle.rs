@@ -200,8 +200,36 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
         });
     }
     if desired == Desired::Stopped {
-        ctx.shared.topics.set_writable(topic, true);
+        open_stopped_topic(ctx, topic);
     }
+}
+
+/// Makes a stopped topic writable after a restart. A stop interrupted before it recorded the
+/// topic writable (a crash between halting and that record) is completed first: nothing copies
+/// the topic any more, and followers open it only from that record.
+fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
+    let Some(mut record) = ctx.store.topic_owner(topic).filter(|r| !r.is_writable()) else {
+        ctx.shared.topics.set_writable(topic, true);
+        return;
+    };
+    record.writable = Some(true);
+    let (ctx, topic) = (ctx.clone(), topic.to_owned());
+    tokio::spawn(
+        async move {
+            let mut backoff = Duration::from_millis(200);
+            while let Err(e) = ctx.store.put_topic(&topic, &record).await {
+                warn!(error = %e, "cannot record the stopped topic as writable yet; it stays read-only until then");
+                let mut stop = ctx.shared.stop.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            ctx.shared.topics.set_writable(&topic, true);
+        }
+        .in_current_span(),
+    );
 }
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
