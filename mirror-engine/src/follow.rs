@@ -83,17 +83,53 @@ struct Cursor {
     load_target: Option<i64>,
 }
 
+impl Cursor {
+    fn new() -> Self {
+        Self {
+            next: None,
+            live: HashSet::new(),
+            reread: None,
+            load_target: None,
+        }
+    }
+
+    /// Applies the entries of one batch that ends before `batch_end` (entries below the position
+    /// were applied already) and moves the position past it. A re-read that reaches its end
+    /// removes the keys it did not find again (their tombstones were compacted away meanwhile).
+    fn apply_batch(&mut self, catalog: &mut Catalog, entries: Vec<(i64, String, Option<bytes::Bytes>)>, batch_end: i64) {
+        let position = self.next.unwrap_or(0);
+        for (offset, key, value) in entries {
+            if offset < position {
+                continue;
+            }
+            if let Some((_, unseen)) = self.reread.as_mut() {
+                unseen.remove(&key);
+            }
+            match value {
+                Some(_) => self.live.insert(key.clone()),
+                None => self.live.remove(&key),
+            };
+            catalog.apply(&key, value.as_deref());
+        }
+        let position = position.max(batch_end);
+        self.next = Some(position);
+        if self.reread.as_ref().is_some_and(|(end, _)| position >= *end)
+            && let Some((_, unseen)) = self.reread.take()
+        {
+            for key in unseen {
+                self.live.remove(&key);
+                catalog.apply(&key, None);
+            }
+        }
+    }
+}
+
 impl Follower {
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let ids = Arc::new(Notify::new());
         tokio::spawn(learn_ids(self.destination.clone(), self.registry.clone(), ids.clone(), stop.clone()));
         let mut catalog = Catalog::new(self.registry.clone(), self.control.clone());
-        let mut cursor = Cursor {
-            next: None,
-            live: HashSet::new(),
-            reread: None,
-            load_target: None,
-        };
+        let mut cursor = Cursor::new();
         let mut backoff = Duration::from_millis(100);
         loop {
             let step = tokio::select! {
@@ -136,6 +172,10 @@ impl Follower {
             });
             return Ok(Some(ABSENT_RECHECK));
         }
+        if layout.topic_id != [0; 16] {
+            // Refused to clients by id too (Fetch and Produce v13+), as on the engine instance.
+            self.registry.set_state_topic_id(layout.topic_id);
+        }
         let (addr, epoch) = d.leader_in(&layout, &self.topic, 0)?;
         let next = match cursor.next {
             Some(n) => n,
@@ -169,32 +209,13 @@ impl Follower {
             }
             r => r?,
         };
-        let mut position = next;
         for (header, batch) in &fetched.batches {
-            for (offset, key, value) in decode_entries(batch)? {
-                if offset < position {
-                    continue;
-                }
-                if let Some((_, unseen)) = cursor.reread.as_mut() {
-                    unseen.remove(&key);
-                }
-                match value {
-                    Some(_) => cursor.live.insert(key.clone()),
-                    None => cursor.live.remove(&key),
-                };
-                catalog.apply(&key, value.as_deref());
-            }
-            position = position.max(header.next_offset());
-            cursor.next = Some(position);
+            cursor.apply_batch(catalog, decode_entries(batch)?, header.next_offset());
         }
-        if let Some((end, _)) = &cursor.reread
-            && position >= *end
-            && let Some((_, unseen)) = cursor.reread.take()
-        {
-            for key in unseen {
-                cursor.live.remove(&key);
-                catalog.apply(&key, None);
-            }
+        let position = cursor.next.unwrap_or(next);
+        if cursor.reread.is_some() {
+            // A re-read whose end is where it started (nothing left to read) is complete too.
+            cursor.apply_batch(catalog, Vec::new(), position);
         }
         if !self.registry.topics_without_id().is_empty() {
             ids.notify_one();
@@ -276,5 +297,59 @@ async fn learn_ids(destination: ClusterClient, registry: MirrorTopics, wake: Arc
             } => {}
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::status::StatusBoard;
+
+    fn entry(offset: i64, key: &str, value: Option<&str>) -> (i64, String, Option<Bytes>) {
+        (offset, key.to_owned(), value.map(|v| Bytes::from(v.to_owned())))
+    }
+
+    fn topic(mirror: &str) -> String {
+        format!(r#"{{"mirror":"{mirror}","partitions":1,"how":"created","at_ms":1,"desired":"mirroring"}}"#)
+    }
+
+    #[test]
+    fn batches_move_the_position_and_entries_below_it_are_not_applied_twice() {
+        let registry = MirrorTopics::default();
+        let mut catalog = Catalog::new(registry.clone(), Control::new(StatusBoard::default(), registry.clone()));
+        let mut cursor = Cursor::new();
+        cursor.next = Some(5);
+        let (a, b) = (topic("dr"), topic("dr"));
+        cursor.apply_batch(&mut catalog, vec![entry(4, "topic/old", Some(&a)), entry(5, "topic/orders", Some(&b))], 6);
+        assert_eq!(cursor.next, Some(6));
+        assert!(!registry.is_mirror_topic("old"), "an entry below the position was applied before");
+        assert!(registry.is_read_only("orders"));
+        cursor.apply_batch(&mut catalog, vec![entry(6, "topic/orders", None)], 7);
+        assert!(!registry.is_mirror_topic("orders") && cursor.live.is_empty(), "a tombstone removes the topic");
+    }
+
+    #[test]
+    fn a_re_read_from_the_start_removes_what_it_no_longer_finds() {
+        let registry = MirrorTopics::default();
+        let mut catalog = Catalog::new(registry.clone(), Control::new(StatusBoard::default(), registry.clone()));
+        let mut cursor = Cursor::new();
+        cursor.next = Some(0);
+        let t = topic("dr");
+        cursor.apply_batch(&mut catalog, vec![entry(0, "topic/kept", Some(&t)), entry(1, "topic/gone", Some(&t))], 2);
+        assert!(registry.is_read_only("gone"));
+        // The position fell below the log start; the topic is read again from 10 to its end 12, and
+        // "gone"'s tombstone was compacted away meanwhile.
+        cursor.next = Some(10);
+        cursor.reread = Some((12, cursor.live.clone()));
+        cursor.apply_batch(&mut catalog, vec![entry(10, "topic/kept", Some(&t))], 11);
+        assert!(registry.is_read_only("gone"), "not decided before the re-read reaches its end");
+        cursor.apply_batch(&mut catalog, vec![entry(11, "partition/kept/0", None)], 12);
+        assert!(cursor.reread.is_none());
+        assert!(
+            registry.is_read_only("kept") && !registry.is_mirror_topic("gone"),
+            "the key not found again is removed"
+        );
     }
 }
