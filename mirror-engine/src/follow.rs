@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use crate::cluster::{ClusterClient, offsets};
+use crate::cluster::{ClusterClient, TopicLayout, offsets};
 use crate::control::Control;
 use crate::error::MirrorError;
 use crate::followed::Catalog;
@@ -81,6 +81,8 @@ struct Cursor {
     reread: Option<(i64, HashSet<String>)>,
     /// Before the first load: the end to reach.
     load_target: Option<i64>,
+    /// Where the state topic's partition is, while reading it works.
+    layout: Option<Arc<TopicLayout>>,
 }
 
 impl Cursor {
@@ -90,6 +92,7 @@ impl Cursor {
             live: HashSet::new(),
             reread: None,
             load_target: None,
+            layout: None,
         }
     }
 
@@ -143,6 +146,7 @@ impl Follower {
                 }
                 Ok(Some(pause)) => pause,
                 Err(e) => {
+                    cursor.layout = None;
                     warn!(topic = %self.topic, error = %e, "cannot read the mirror state topic; retrying");
                     self.progress.send_modify(|p| p.error = Some(e.to_string()));
                     let pause = backoff;
@@ -160,7 +164,13 @@ impl Follower {
     /// One Fetch (or one look for a missing topic); `Some(pause)` to wait before the next.
     async fn step(&self, catalog: &mut Catalog, cursor: &mut Cursor, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
         let d = &self.destination;
-        let layout = d.layout(&self.topic).await?;
+        // The layout is kept while reads succeed (one Metadata request per leader change, not
+        // per poll); any failure drops it.
+        let layout = match &cursor.layout {
+            Some(l) => l.clone(),
+            None => d.layout(&self.topic).await?,
+        };
+        cursor.layout = (layout.error_code == 0).then(|| layout.clone());
         if layout.error_code == UNKNOWN_TOPIC_OR_PARTITION {
             // No state topic yet (the engine creates it on its first start): nothing is a mirror
             // topic. Looked for again every second.
