@@ -11,7 +11,7 @@ import subprocess
 import threading
 import time
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
 from test_mirror_cli import cli, cli_json
@@ -108,6 +108,22 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         want = described(engine, mirror, topic)
         assert [p[1] for p in want] == ["MIRRORING"] * PARTITIONS, f"the engine instance mirrors every partition: {want}"
         wait_for("the follower describes the mirror as the engine instance does", lambda: described(follower, mirror, topic) == want, timeout=15)
+
+        # Hostile state records (written to the destination directly, bypassing the proxies):
+        # the follower reads past them, ignores them and changes nothing.
+        end_before = follower.metric("kmp_state_follower_end_offset")
+        forger = Producer({"bootstrap.servers": destination.bootstrap})
+        for key, value in [(b"topic/" + topic.encode(), b"{not json"), (b"\xff\xfe", b"{}"), (b"partition/x/notanumber", b"{}"),
+                           (b"topic/bad name", b'{"mirror":"m","partitions":1,"how":"created","at_ms":1,"desired":"stopped","writable":true}'),
+                           (f"mirror/{mirror}".encode(), b'{"origin":"api","definition":{"name":"other","source_bootstrap_servers":["x:1"]}}')]:
+            forger.produce(state_topic, key=key, value=value)
+        assert forger.flush(30) == 0, "the forged records reached the state topic"
+        wait_for("the follower read past the forged records",
+                 lambda: follower.metric("kmp_state_follower_position") >= end_before + 5 and follower.metric("kmp_state_follower_caught_up") == 1)
+        assert "state topic entry ignored" in follower.log(), "ignoring forged entries is logged"
+        assert listed(follower) == listed(engine), f"forged records changed nothing: {listed(follower)} vs {listed(engine)}"
+        err, _ = produce_one(follower.bootstrap, topic, 0)
+        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"an unreadable record for the topic leaves it read-only: {err}"
 
         # Mutating RPCs through the follower: NOT_CONTROLLER with a message, never a fake success.
         code, r = cli_json(follower, "--pause", "--mirror", mirror, "--topics", topic)
