@@ -22,6 +22,7 @@ mod rest;
 mod server;
 mod session;
 mod shared;
+mod splice;
 mod stream_copy;
 mod tls;
 mod upstream;

@@ -49,6 +49,8 @@ pub(crate) struct Metrics {
     unknown_api: OnceLock<ApiMetrics>,
     pub(crate) bytes_from_clients: Counter,
     pub(crate) bytes_to_clients: Counter,
+    /// Response bytes moved broker socket to client socket by splice(2) (part of `bytes_to_clients`).
+    pub(crate) spliced_bytes: Counter,
     pub(crate) open_connections: Gauge,
     pub(crate) connections: Counter,
     pub(crate) client_frame_errors: Counter,
@@ -90,6 +92,12 @@ impl Metrics {
             "frame_errors",
             "Malformed, oversized or unexpected frames, by the side that sent them",
             frame_errors.clone(),
+        );
+        let spliced_bytes = Counter::default();
+        registry.register(
+            "spliced_bytes",
+            "Response bytes moved from a broker's socket to a client's socket by splice(2), never entering the proxy's memory (included in kmp_bytes{direction=\"to_clients\"})",
+            spliced_bytes.clone(),
         );
         let open_connections = Gauge::default();
         registry.register("open_connections", "Client connections currently open", open_connections.clone());
@@ -171,6 +179,7 @@ impl Metrics {
             unknown_api: OnceLock::new(),
             bytes_from_clients,
             bytes_to_clients,
+            spliced_bytes,
             client_frame_errors,
             broker_frame_errors,
             open_connections,

@@ -24,6 +24,8 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+
+use crate::splice::SpliceSocket;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, trace, warn};
 
@@ -65,8 +67,8 @@ enum Stream {
 /// A bidirectional stream that splits into independently owned halves. Plain TCP splits without
 /// a lock; a TLS stream uses `tokio::io::split`.
 pub(crate) trait SplitStream: Send + 'static {
-    type Read: AsyncRead + Send + Unpin + 'static;
-    type Write: AsyncWrite + Send + Unpin + 'static;
+    type Read: AsyncRead + SpliceSocket + Send + Unpin + 'static;
+    type Write: AsyncWrite + SpliceSocket + Send + Unpin + 'static;
     fn split_stream(self) -> (Self::Read, Self::Write);
 }
 
@@ -254,7 +256,7 @@ fn frame_error(counter: &Counter, what: &str, e: ProtocolError) -> ProxyError {
     e.into()
 }
 
-async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket>(
     mut rx: mpsc::Receiver<Pending>,
     up_r: R,
     mut client_w: W,
@@ -290,6 +292,7 @@ async fn response_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                     Err(CopyError::Broker(e)) => return Err(broker_error(shared, e)),
                     Err(CopyError::Client(e)) => return Err(ProxyError::ClientIo(e)),
                 };
+                m.spliced_bytes.inc_by(upstream.take_spliced());
                 in_flight.fetch_sub(1, Ordering::AcqRel);
                 (api_key, len, started)
             }

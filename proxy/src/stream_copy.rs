@@ -4,7 +4,9 @@
 //! they arrive, so it is never materialised whole (no per-frame allocation; one write per
 //! buffer-full or frame end). A response the filters must see is read *whole* for them. Both
 //! paths check the announced size against the limit and the correlation id before any byte of the
-//! frame reaches the client.
+//! frame reaches the client. Between two plain TCP sockets, a long run of bytes nothing looks at
+//! (a Fetch response's record sets, the body of a plain streamed response) moves socket to socket
+//! with `splice` (`crate::splice`) instead of through the buffer.
 //!
 //! Everything from the broker is hostile: every read is bounded by the frame's announced size and
 //! the buffer, nothing is indexed without a bound. A broker that closes in the middle of a streamed
@@ -22,6 +24,8 @@ use bytes::{Bytes, BytesMut};
 use kmp_protocol::frame::{PREFIX, check_frame};
 use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::splice::{MIN_SPLICE_BYTES, Pipe, SpliceError, SpliceSocket};
 
 /// Largest size of the reusable buffer: the most read from the broker (and written to the
 /// client) at once.
@@ -82,9 +86,15 @@ pub(crate) struct Upstream<R> {
     head: usize,
     tail: usize,
     max: u32,
+    /// The pipe for `splice` (made on the first range worth splicing between two plain sockets).
+    pipe: Option<Pipe>,
+    /// A pipe could not be made (out of file descriptors): copy from now on.
+    no_pipe: bool,
+    /// Bytes moved by `splice` since [`Upstream::take_spliced`] was last called.
+    spliced: u64,
 }
 
-impl<R: AsyncRead + Unpin> Upstream<R> {
+impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
     /// `max` bounds a response's announced size (prefix excluded).
     pub(crate) fn new(inner: R, max: u32) -> Self {
         Self::with_chunk(inner, max, CHUNK)
@@ -99,7 +109,15 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
             head: 0,
             tail: 0,
             max,
+            pipe: None,
+            no_pipe: false,
+            spliced: 0,
         }
+    }
+
+    /// Bytes moved socket to socket by `splice` since the last call.
+    pub(crate) fn take_spliced(&mut self) -> u64 {
+        std::mem::take(&mut self.spliced)
     }
 
     /// Reads one more time into the free end of the buffer (moving unconsumed bytes to the front
@@ -191,7 +209,7 @@ impl<R: AsyncRead + Unpin> Upstream<R> {
 
     /// Copies the next response to `w` as it arrives (flushed at its end), looking at it as `scan`
     /// says: its size (prefix included), or `None` on a clean end of stream between frames.
-    pub(crate) async fn stream<W: AsyncWrite + Unpin>(&mut self, w: &mut W, expected: i32, scan: Scan) -> Result<Option<usize>, CopyError> {
+    pub(crate) async fn stream<W: AsyncWrite + Unpin + SpliceSocket>(&mut self, w: &mut W, expected: i32, scan: Scan) -> Result<Option<usize>, CopyError> {
         let Some(total) = self.header(expected).await? else { return Ok(None) };
         let mut tee = Tee {
             sent: self.head,
@@ -233,7 +251,7 @@ struct Tee<'a, R, W> {
     left: usize,
 }
 
-impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Tee<'_, R, W> {
+impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> Tee<'_, R, W> {
     /// Reads more of the frame: into the free end of the buffer while there is one, else after
     /// writing what was looked at. Writes are whole buffers (or a frame's end), not every read:
     /// a write per arriving piece costs the proxy and the client a wake-up each.
@@ -264,6 +282,9 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Tee<'_, R, W> {
         if n > self.left {
             return Err(malformed("a field runs past the end of the frame").into());
         }
+        if !zero && n >= MIN_SPLICE_BYTES && self.spliced(n).await? {
+            return Ok(());
+        }
         while n > 0 {
             if self.up.head == self.up.tail {
                 self.refill().await?;
@@ -277,6 +298,46 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Tee<'_, R, W> {
             n -= k;
         }
         Ok(())
+    }
+
+    /// Passes the next `n` bytes of the frame (`n` ≤ `left`, checked by the caller) socket to
+    /// socket with `splice` when both sides are plain TCP and most of them have not arrived yet:
+    /// what was looked at and what is buffered go out first, the rest never enters the buffer.
+    /// `false`: not possible here, nothing was done.
+    async fn spliced(&mut self, n: usize) -> Result<bool, CopyError> {
+        let buffered = self.up.tail - self.up.head;
+        if buffered >= n || self.up.inner.splice_socket().is_none() || self.w.splice_socket().is_none() || self.up.no_pipe {
+            return Ok(false);
+        }
+        if self.up.pipe.is_none() {
+            match Pipe::new() {
+                Ok(p) => self.up.pipe = Some(p),
+                Err(e) => {
+                    tracing::debug!(error = %e, "no pipe for splice; copying responses through the buffer");
+                    self.up.no_pipe = true;
+                    return Ok(false);
+                }
+            }
+        }
+        // The buffered bytes are the range's first ones: out with everything looked at before.
+        self.up.head = self.up.tail;
+        self.left -= buffered;
+        self.write_out().await?;
+        self.up.head = 0;
+        self.up.tail = 0;
+        self.sent = 0;
+        let rest = n - buffered;
+        let (Some(pipe), Some(from), Some(to)) = (self.up.pipe.as_ref(), self.up.inner.splice_socket(), self.w.splice_socket()) else {
+            return Err(CopyError::Client(std::io::Error::other("splice sockets vanished")));
+        };
+        pipe.relay(from, to, rest).await.map_err(|e| match e {
+            SpliceError::Eof { left } => CopyError::Broker(truncated(self.left - left, self.left)),
+            SpliceError::Broker(source) => CopyError::Broker(ProtocolError::Io { source, side: Side::Broker }),
+            SpliceError::Client(e) => CopyError::Client(e),
+        })?;
+        self.left -= rest;
+        self.up.spliced += rest as u64;
+        Ok(true)
     }
 
     async fn byte(&mut self) -> Result<u8, CopyError> {

@@ -298,3 +298,10 @@ async fn the_buffer_stays_small_for_small_responses_and_grows_only_for_a_large_s
     assert_eq!(client, large, "the large response is copied exactly while the buffer grows");
     assert_eq!(up.buf.len(), 128 * 1024, "a large response grows it up to the chunk, not beyond");
 }
+
+impl SpliceSocket for Pieces {}
+impl SpliceSocket for Vec<u8> {}
+impl SpliceSocket for tokio::io::DuplexStream {}
+
+#[path = "splice_tests.rs"]
+mod splice;
