@@ -6,7 +6,8 @@
 //! one round trip of the engine's state write. Progress (position, the topic's end, the last
 //! answer, the last error) is published on a watch channel for `/readyz` and `/metrics`.
 //!
-//! Leader moves and broker restarts are retried with back-off (100 ms doubling to 5 s); a position
+//! Leader moves and broker restarts are retried with back-off (100 ms doubling to 1 s; a failure is
+//! logged when it differs from the last one); a position
 //! that fell below the log start is read again from the start, and keys that disappeared meanwhile
 //! are removed. A batch that does not decode stops the reading at that offset (retried, reported
 //! as the last error) rather than skipping what it may say. Destination topic ids (Produce v13+
@@ -35,6 +36,11 @@ const LONG_POLL_MS: i32 = 500;
 const FETCH_BYTES: i32 = 4 << 20;
 /// How often a missing state topic is looked for again.
 const ABSENT_RECHECK: Duration = Duration::from_secs(1);
+/// Longest pause between attempts while the state topic cannot be read. Short: one Metadata
+/// request and one connection attempt per second, and a dead leader is replaced only after the
+/// destination's broker session timeout, so a longer pause would add directly to the time until
+/// a failover is seen.
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const OFFSET_OUT_OF_RANGE: i16 = 1;
 
@@ -147,10 +153,13 @@ impl Follower {
                 Ok(Some(pause)) => pause,
                 Err(e) => {
                     cursor.layout = None;
-                    warn!(topic = %self.topic, error = %e, "cannot read the mirror state topic; retrying");
-                    self.progress.send_modify(|p| p.error = Some(e.to_string()));
+                    let why = e.to_string();
+                    if self.progress.borrow().error.as_ref() != Some(&why) {
+                        warn!(topic = %self.topic, error = %why, "cannot read the mirror state topic; retrying");
+                    }
+                    self.progress.send_modify(|p| p.error = Some(why));
                     let pause = backoff;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     pause
                 }
             };
@@ -227,7 +236,7 @@ impl Follower {
             // A re-read whose end is where it started (nothing left to read) is complete too.
             cursor.apply_batch(catalog, Vec::new(), position);
         }
-        if !self.registry.topics_without_id().is_empty() {
+        if !fetched.batches.is_empty() && !self.registry.topics_without_id().is_empty() {
             ids.notify_one();
         }
         if cursor.load_target.is_some_and(|end| position >= end) {
