@@ -65,7 +65,11 @@ async fn a_large_response_between_plain_sockets_is_spliced_and_arrives_exactly_w
     assert!(results.iter().all(|r| r.is_ok()), "copies: {results:?}");
     assert_eq!(got.len(), bytes.len(), "the client got every byte");
     assert!(got == bytes, "the client got the broker's bytes in order");
-    assert!(spliced > 2_000_000, "most of the large response moved by splice, got {spliced}");
+    // At most one small buffer of it (64 KiB) passes through user space.
+    assert!(
+        spliced >= 3_000_000 - 64 * 1024,
+        "the large response moved by splice but for one buffer, got {spliced}"
+    );
 }
 
 #[test]
@@ -86,7 +90,10 @@ fn a_fetch_response_s_record_sets_are_spliced_and_its_node_endpoints_still_neutr
         got.len(),
         expected.len()
     );
-    assert!(spliced > 600_000, "the record sets moved by splice, got {spliced}");
+    assert!(
+        spliced >= 900_000 - 2 * 64 * 1024,
+        "both record sets moved by splice but for a buffer each, got {spliced}"
+    );
 }
 
 #[tokio::test]

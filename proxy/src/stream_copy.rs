@@ -92,6 +92,10 @@ pub(crate) struct Upstream<R> {
     no_pipe: bool,
     /// Bytes moved by `splice` since [`Upstream::take_spliced`] was last called.
     spliced: u64,
+    /// The response being streamed goes socket to socket: the buffer grows to
+    /// [`MIN_SPLICE_BYTES`] only, so a read takes little more than the fields that must be looked
+    /// at and most of every record set stays in the kernel for `splice`.
+    splicing: bool,
 }
 
 impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
@@ -112,6 +116,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
             pipe: None,
             no_pipe: false,
             spliced: 0,
+            splicing: false,
         }
     }
 
@@ -137,12 +142,14 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
         Ok(n)
     }
 
-    /// Doubles the buffer (up to `chunk`); `false` if it is already that large.
+    /// Doubles the buffer (up to `chunk`, or [`MIN_SPLICE_BYTES`] while splicing); `false` if it
+    /// is already that large.
     fn grow(&mut self) -> bool {
-        if self.buf.len() >= self.chunk {
+        let limit = if self.splicing { MIN_SPLICE_BYTES.min(self.chunk) } else { self.chunk };
+        if self.buf.len() >= limit {
             return false;
         }
-        let to = (self.buf.len() * 2).min(self.chunk);
+        let to = (self.buf.len() * 2).min(limit);
         self.buf.resize(to, 0);
         true
     }
@@ -211,6 +218,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
     /// says: its size (prefix included), or `None` on a clean end of stream between frames.
     pub(crate) async fn stream<W: AsyncWrite + Unpin + SpliceSocket>(&mut self, w: &mut W, expected: i32, scan: Scan) -> Result<Option<usize>, CopyError> {
         let Some(total) = self.header(expected).await? else { return Ok(None) };
+        self.splicing = !self.no_pipe && self.inner.splice_socket().is_some() && w.splice_socket().is_some();
         let mut tee = Tee {
             sent: self.head,
             up: self,
