@@ -7,6 +7,7 @@ List/Describe answer what the engine instance answers, mutating mirror RPCs get 
 and a stop (failover) done through the engine instance makes the topic writable through the follower
 within a bounded, measured time."""
 
+import signal
 import subprocess
 import threading
 import time
@@ -14,6 +15,7 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
+from test_broker_changes import leader_of
 from test_mirror_cli import cli, cli_json
 from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
 from test_mirror_failover import call, produce_one
@@ -183,3 +185,48 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
             "a restarted follower still masks the fillers"
     finally:
         assert follower.stop() == 0
+
+
+def test_a_follower_keeps_following_when_the_state_topic_leader_is_killed(clusters, workdir):
+    """The state topic's leader broker is SIGKILLed: the follower finds the new leader and still sees
+    a stop done through the engine instance afterwards (bounded, measured)."""
+    source, destination = clusters
+    topic, mirror, state_topic = unique("follow-kill"), unique("fk"), unique("kmp-state")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 20)
+    args = shared_config(workdir, state_topic)
+    engine = ProxyProcess(destination.bootstrap, workdir, args).start()
+    follower = ProxyProcess(destination.bootstrap, workdir, args, env={"KMP_ENGINE_ROLE": "follower"}).start()
+    victim = None
+    try:
+        assert call(engine, "POST", "/v1/mirrors", {"name": mirror, "configs": {"bootstrap.servers": source.bootstrap}})[0] == 201
+        status, r = call(engine, "POST", f"/v1/mirrors/{mirror}/start", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"topic started through the engine instance: {r}"
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        wait_for("the follower lists the mirror", lambda: (mirror, (topic,)) in listed(follower), timeout=15)
+
+        victim = leader_of(destination.bootstrap, state_topic, 0)
+        destination.kill_broker(victim, signal.SIGKILL)
+        killed = time.time()
+        status, r = call(engine, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]})
+        stopped = time.time()
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"stop through the engine instance after the state leader died: {r}"
+        while True:
+            err, offset = produce_one(follower.bootstrap, topic, 0)
+            if err is None:
+                break
+            assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"before the follower sees the stop it refuses as before: {err}"
+            assert time.time() - stopped < 30, f"the follower still refuses writes {time.time() - stopped:.1f}s after the stop returned: {err}"
+            time.sleep(0.05)
+        visible = time.time()
+        print(f"\nstate topic leader {victim} killed: the stop took {(stopped - killed) * 1000:.0f} ms, visible through the follower "
+              f"{(visible - stopped) * 1000:.0f} ms after it returned")
+        new_leader = leader_of(destination.bootstrap, state_topic, 0)
+        assert new_leader not in (victim, -1), f"the state topic moved to a live broker (was {victim}, now {new_leader})"
+        status, body = follower.http("/readyz")
+        assert status == 200 and "caught up" in body, f"the follower is caught up again: {status} {body}"
+    finally:
+        codes = {"follower": follower.stop(), "engine": engine.stop()}
+        if victim is not None and victim not in destination.procs:
+            destination.start_broker(victim)
+        assert codes == {"follower": 0, "engine": 0}, f"both proxies exit 0 on SIGTERM: {codes}\n{follower.log()[-3000:]}"
