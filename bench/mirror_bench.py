@@ -97,23 +97,33 @@ def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partiti
 
 
 def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds: int, topic: str = TOPIC) -> dict:
-    """Produces ``rate`` rec/s for ``seconds`` into ``topic`` on the source; measures receive time
-    minus CreateTime on the destination for every record."""
+    """Produces ``rate`` rec/s for ``seconds`` into ``topic`` on the source and reads it on both
+    sides at once, one consumer per side (librdkafka, ``poll`` per record so no batching delay is
+    added). Per record: ``lag`` = destination receive time minus CreateTime; ``floor`` = source
+    receive time minus CreateTime (what the producer's linger and a direct consumer cost, with no
+    mirror); ``added`` = destination minus source receive time of the same record (matched by
+    partition and offset, which a mirror with identical offsets keeps): the mirror's own delay."""
     from confluent_kafka import Consumer, TopicPartition
-    ends = watermarks(dst, topic, partitions) or [0] * partitions
-    c = Consumer({"bootstrap.servers": dst, "group.id": f"lag-{time.time_ns()}", "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 10})
-    c.assign([TopicPartition(topic, p, ends[p]) for p in range(partitions)])
-    lags: list[float] = []
     stop = threading.Event()
+    seen: dict[str, dict[tuple[int, int], tuple[float, int]]] = {"src": {}, "dst": {}}
 
-    def read() -> None:
+    def reader(side: str, bootstrap: str) -> Consumer:
+        ends = watermarks(bootstrap, topic, partitions) or [0] * partitions
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lag-{side}-{time.time_ns()}", "enable.auto.commit": False,
+                      "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 5})
+        c.assign([TopicPartition(topic, p, ends[p]) for p in range(partitions)])
+        return c
+    consumers = {"src": reader("src", src), "dst": reader("dst", dst)}
+
+    def read(side: str) -> None:
+        c, out = consumers[side], seen[side]
         while not stop.is_set():
-            for m in c.consume(1000, 0.1):
-                if not m.error():
-                    lags.append(time.time() * 1000 - m.timestamp()[1])
-    t = threading.Thread(target=read)
-    t.start()
+            m = c.poll(0.05)
+            if m is not None and not m.error():
+                out[(m.partition(), m.offset())] = (time.time() * 1000, m.timestamp()[1])
+    threads = [threading.Thread(target=read, args=(side,)) for side in consumers]
+    for t in threads:
+        t.start()
     producer_perf(cp, src, topic, rate * seconds, rate)
     expected = sum(watermarks(src, topic, partitions) or [])
     deadline = time.time() + 120
@@ -121,11 +131,20 @@ def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds:
         time.sleep(0.2)
     time.sleep(1)
     stop.set()
-    t.join()
-    c.close()
-    lags.sort()
-    q = lambda f: lags[min(len(lags) - 1, int(f * len(lags)))] if lags else float("nan")  # noqa: E731
-    return {"lag_p50_ms": q(0.50), "lag_p99_ms": q(0.99), "lag_max_ms": lags[-1] if lags else float("nan"), "lag_n": len(lags)}
+    for t in threads:
+        t.join()
+    for c in consumers.values():
+        c.close()
+    lag = sorted(t - ts for t, ts in seen["dst"].values())
+    floor = sorted(t - ts for t, ts in seen["src"].values())
+    added = sorted(seen["dst"][k][0] - seen["src"][k][0] for k in seen["dst"].keys() & seen["src"].keys())
+    assert lag and floor and added, f"lag phase read nothing: {len(lag)} destination, {len(floor)} source, {len(added)} matched"
+
+    def q(xs: list[float], f: float) -> float:
+        return xs[min(len(xs) - 1, int(f * len(xs)))]
+    return {"lag_p50_ms": q(lag, 0.50), "lag_p99_ms": q(lag, 0.99), "lag_max_ms": lag[-1], "lag_n": len(lag),
+            "floor_p50_ms": q(floor, 0.50), "floor_p99_ms": q(floor, 0.99),
+            "added_p50_ms": q(added, 0.50), "added_p99_ms": q(added, 0.99), "added_max_ms": added[-1], "matched": len(added)}
 
 
 def mm2_config(work: Path, src: str, dst: str, topic: str, tasks: int, settings: dict[str, object]) -> Path:
@@ -248,8 +267,8 @@ def main() -> int:
              f"Destination produce ceiling (ProducerPerformance straight into the destination, same settings): "
              f"{ceiling['rec_s']:,.0f} records/s, {ceiling['mb_s']:.1f} MB/s.", "",
              "| mirror | startup s | copy s | records/s | MB/s | % of ceiling | CPU s (all / copy) | MB per copy CPU s | offsets identical |"
-             f" lag p50 / p99 / max at {args.rate} rec/s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             f" lag p50 / p99 / max at {args.rate} rec/s | added by the mirror p50 / p99 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_cpu = {}
     extras = [f"kafka-mirror-proxy ({e.split('=', 1)[0]})" for e in args.also]
     for name in ("kafka-mirror-proxy", *extras, "MirrorMaker 2"):
@@ -258,7 +277,8 @@ def main() -> int:
         per_cpu[name] = mb / max(r["copy_cpu_s"], 0.01)
         lines.append(f"| {name} | {r['startup_s']:.1f} | {r['copy_s']:.1f} | {rec_s:,.0f} | {mb_s:.1f} | {100 * rec_s / ceiling['rec_s']:.0f} % |"
                      f" {r['cpu_s']:.1f} / {r['copy_cpu_s']:.1f} | {per_cpu[name]:.1f} | {'yes' if r['identical'] else 'no'} |"
-                     f" {r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} ms |")
+                     f" {r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} ms |"
+                     f" {r['added_p50_ms']:.0f} / {r['added_p99_ms']:.0f} ms |")
     lines += ["", f"Throughput per CPU second, kafka-mirror-proxy / MirrorMaker 2: "
               f"**{per_cpu['kafka-mirror-proxy'] / per_cpu['MirrorMaker 2']:.1f}×**"
               + "".join(f"; {e}: {per_cpu[e] / per_cpu['MirrorMaker 2']:.1f}×" for e in extras) + ".", "",
