@@ -174,11 +174,12 @@ def mm2_config(work: Path, src: str, dst: str, topic: str, tasks: int, settings:
     return path
 
 
-def prepare(name: str) -> tuple[str, Path, KafkaCluster, KafkaCluster]:
-    """What both mirror benchmarks start from: the release binary built, MirrorMaker 2's jars, a
-    work directory and a running 1-broker source and destination."""
+def prepare(name: str, build: bool = True) -> tuple[str, Path, KafkaCluster, KafkaCluster]:
+    """What both mirror benchmarks start from: the release binary built (unless ``build`` is
+    false), MirrorMaker 2's jars, a work directory and a running 1-broker source and destination."""
     from conftest import free_port_block  # noqa: E402
-    subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
+    if build:
+        subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
     mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix=f"kmp-{name}-"))
     src = KafkaCluster(f"{name}-src", 1, free_port_block(101), work).start()
@@ -195,12 +196,13 @@ def main() -> int:
     ap.add_argument("--mm2-tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (2 cores here)")
     ap.add_argument("--also", action="append", default=[],
                     help="NAME=PATH: also measure another kafka-mirror-proxy build (e.g. an older commit) in the same run")
+    ap.add_argument("--binary", help="kafka-mirror-proxy binary to measure (default: build this tree's release binary)")
     ap.add_argument("--out", default=str(REPO / "docs" / "mirror-benchmark.md"))
     args = ap.parse_args()
 
     from conftest import free_port, free_port_block  # noqa: E402
 
-    mm2_libs, work, src, dst = prepare("mirror-bench")
+    mm2_libs, work, src, dst = prepare("mirror-bench", build=args.binary is None)
     cp = classpath()
     n, parts = args.records, args.partitions
     mb = n * 1024 / 1e6
@@ -233,7 +235,7 @@ def main() -> int:
                 proc.terminate()
                 proc.wait(60)
 
-        measure("kafka-mirror-proxy", [str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
+        measure("kafka-mirror-proxy", [args.binary or str(REPO / "target" / "release" / "kafka-mirror-proxy"), "run", "--upstream", dst.bootstrap,
                                        "--listen", f"127.0.0.1:{port}", "--node-port-base", str(free_port_block(4) - 1),
                                        "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"], "proxy.log", expected)
         for extra in args.also:
