@@ -123,6 +123,8 @@ struct Inner {
     registry: MirrorTopics,
     /// Open once the stored state is loaded.
     booted: BootGate,
+    /// Why the state topic cannot be opened, while the engine keeps retrying (for `/readyz`).
+    boot_problem: std::sync::Mutex<Option<String>>,
     /// `security.mirror_source_allow`: what API-created mirrors may use as `bootstrap.servers`
     /// (unset: nothing).
     source_allow: OnceLock<Vec<String>>,
@@ -161,6 +163,7 @@ impl Control {
                 sync: SyncBoard::default(),
                 registry,
                 booted: BootGate::default(),
+                boot_problem: std::sync::Mutex::new(None),
                 source_allow: OnceLock::new(),
                 follower: OnceLock::new(),
             }),
@@ -349,6 +352,16 @@ impl Control {
     /// Marks the stored state as loaded (every stored mirror known, its topics registered).
     pub(crate) fn mark_booted(&self) {
         self.inner.booted.open();
+    }
+
+    /// Records why booting is stuck (`None`: it is not, or no longer).
+    pub(crate) fn set_boot_problem(&self, problem: Option<String>) {
+        *self.inner.boot_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = problem;
+    }
+
+    /// Why the engine has not booted yet, when the last attempt to open its state topic failed.
+    pub fn boot_problem(&self) -> Option<String> {
+        self.inner.boot_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Whether the stored state is loaded: until then "no such mirror" may be wrong.

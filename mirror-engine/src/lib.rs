@@ -194,9 +194,21 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     let mut backoff = Duration::from_millis(200);
     let store = loop {
         match StateStore::open(shared.destination.clone(), &state_topic).await {
-            Ok(s) => break Arc::new(s),
+            Ok(s) => {
+                shared.control.set_boot_problem(None);
+                break Arc::new(s);
+            }
             Err(e) => {
                 warn!(error = %e, topic = %state_topic, "cannot open the mirror state topic yet; retrying");
+                let named = match &e {
+                    MirrorError::Broker { code, .. } => kmp_protocol::kafka_protocol::ResponseError::try_from_code(*code)
+                        .map(|r| format!(" ({r:?})"))
+                        .unwrap_or_default(),
+                    _ => String::new(),
+                };
+                shared
+                    .control
+                    .set_boot_problem(Some(format!("cannot open the mirror state topic {state_topic}: {e}{named}")));
                 let mut stop = shared.stop.clone();
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}

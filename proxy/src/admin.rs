@@ -1,5 +1,6 @@
 //! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
-//! cluster answered the last metadata refresh and the mirror engine has loaded its stored state —
+//! cluster answered the last metadata refresh, every known broker's node listener is bound and the
+//! mirror engine has loaded its stored state, 503 with the reasons otherwise —
 //! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
 //! `/metrics` (Prometheus text format) and the
 //! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
@@ -137,16 +138,15 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
-            if !shared.ready.load(Ordering::Relaxed) {
-                text(StatusCode::SERVICE_UNAVAILABLE, "upstream cluster not reachable\n".into())
-            } else if let Some(follow) = &shared.mirrors.follow {
-                let (ready, body) = crate::follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms());
-                text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
-            } else if !shared.mirrors.control.is_booted() {
-                text(StatusCode::SERVICE_UNAVAILABLE, "mirror engine still loading its stored state\n".into())
+            let engine = if let Some(follow) = &shared.mirrors.follow {
+                EngineReadiness::Follower(crate::follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms()))
+            } else if shared.mirrors.control.is_booted() {
+                EngineReadiness::Booted
             } else {
-                text(StatusCode::OK, "ready\n".into())
-            }
+                EngineReadiness::Loading(shared.mirrors.control.boot_problem())
+            };
+            let (ready, body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine);
+            text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
         }
         "/metrics" => {
             let mut body = shared.metrics.encode();
@@ -169,6 +169,44 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
     }
 }
 
+/// Where the mirror engine stands, for `/readyz`.
+#[derive(Debug)]
+enum EngineReadiness {
+    /// The stored state is loaded (or the engine is disabled).
+    Booted,
+    /// Still loading; the reason when the last attempt to open the state topic failed.
+    Loading(Option<String>),
+    /// A follower's own answer (`follower_status::readiness`).
+    Follower((bool, String)),
+}
+
+/// `(ready, body)` of `/readyz`: not ready while the upstream does not answer, while a broker's
+/// node listener could not be bound (that broker is hidden from clients) or while the engine has
+/// not loaded its state; the body names every reason, one a line.
+fn readiness(upstream_ready: bool, unbound: &[(i32, String)], engine: EngineReadiness) -> (bool, String) {
+    let mut problems = Vec::new();
+    if !upstream_ready {
+        problems.push("upstream cluster not reachable".to_owned());
+    }
+    for (node_id, why) in unbound {
+        problems.push(format!("broker {node_id} is hidden from clients: {why}"));
+    }
+    let mut ready_body = "ready\n".to_owned();
+    match engine {
+        EngineReadiness::Booted => {}
+        EngineReadiness::Loading(None) => problems.push("mirror engine still loading its stored state".to_owned()),
+        EngineReadiness::Loading(Some(why)) => problems.push(format!("mirror engine not started: {why} (retrying)")),
+        // A ready follower's body says what it follows.
+        EngineReadiness::Follower((true, body)) => ready_body = body,
+        EngineReadiness::Follower((false, body)) => problems.push(body.trim_end().to_owned()),
+    }
+    if problems.is_empty() {
+        (true, ready_body)
+    } else {
+        (false, problems.iter().map(|p| format!("{p}\n")).collect())
+    }
+}
+
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
@@ -186,6 +224,41 @@ mod tests {
         assert_eq!(pauses, vec![100, 200, 400, 800, 1000, 1000]);
         b.reset();
         assert_eq!(b.next(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn readyz_names_every_reason_it_is_not_ready() {
+        assert_eq!(readiness(true, &[], EngineReadiness::Booted), (true, "ready\n".to_owned()));
+        let unbound = vec![(2, "cannot listen on 0.0.0.0:19094: Address in use".to_owned())];
+        let (ready, body) = readiness(true, &unbound, EngineReadiness::Booted);
+        assert!(!ready);
+        assert_eq!(body, "broker 2 is hidden from clients: cannot listen on 0.0.0.0:19094: Address in use\n");
+        let why = "cannot open the mirror state topic s.t: INVALID_TOPIC_EXCEPTION".to_owned();
+        let (ready, body) = readiness(false, &unbound, EngineReadiness::Loading(Some(why)));
+        assert!(!ready);
+        assert_eq!(
+            body.lines().collect::<Vec<_>>(),
+            [
+                "upstream cluster not reachable",
+                "broker 2 is hidden from clients: cannot listen on 0.0.0.0:19094: Address in use",
+                "mirror engine not started: cannot open the mirror state topic s.t: INVALID_TOPIC_EXCEPTION (retrying)",
+            ]
+        );
+        let (ready, body) = readiness(true, &[], EngineReadiness::Loading(None));
+        assert!(!ready && body == "mirror engine still loading its stored state\n", "{body}");
+    }
+
+    #[test]
+    fn a_followers_own_answer_is_kept() {
+        let following = "ready (following the mirror state topic t: caught up at offset 3)\n".to_owned();
+        assert_eq!(
+            readiness(true, &[], EngineReadiness::Follower((true, following.clone()))),
+            (true, following.clone())
+        );
+        let (ready, body) = readiness(true, &[(1, "x".into())], EngineReadiness::Follower((true, following)));
+        assert!(!ready && body == "broker 1 is hidden from clients: x\n", "{body}");
+        let stale = "mirror state topic t not read for 11 s\n".to_owned();
+        assert_eq!(readiness(true, &[], EngineReadiness::Follower((false, stale.clone()))), (false, stale));
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub(crate) struct NewListener {
 pub(crate) struct ClusterView {
     nodes: DashMap<i32, UpstreamNode>,
     listeners: DashMap<i32, u16>,
+    /// Brokers whose listener could not be bound (hidden from clients): node id → why. Cleared
+    /// when a later attempt binds (`/readyz` is not ready while any is here).
+    unbound: DashMap<i32, String>,
     advertised_host: StrBytes,
     bind_host: String,
     /// Listen backlog of node listeners.
@@ -43,6 +46,7 @@ impl ClusterView {
         Self {
             nodes: DashMap::new(),
             listeners: DashMap::new(),
+            unbound: DashMap::new(),
             advertised_host: StrBytes::from_string(advertised_host),
             bind_host,
             backlog,
@@ -59,6 +63,14 @@ impl ClusterView {
     /// The port clients use for `node_id`, if it fits in a port number.
     pub(crate) fn node_port(&self, node_id: i32) -> Option<u16> {
         u16::try_from(i64::from(self.node_port_base) + i64::from(node_id)).ok().filter(|p| *p != 0)
+    }
+
+    /// Brokers hidden from clients because their listener could not be bound: `(node id, why)`,
+    /// by node id.
+    pub(crate) fn unbound(&self) -> Vec<(i32, String)> {
+        let mut out: Vec<(i32, String)> = self.unbound.iter().map(|e| (*e.key(), e.value().clone())).collect();
+        out.sort();
+        out
     }
 
     /// Binds the listener of `node_id` unless it exists; returns its port.
@@ -81,10 +93,16 @@ impl ClusterView {
                 let listener = match crate::listen::bind_std(&addr, self.backlog) {
                     Ok(l) => l,
                     Err(err) => {
-                        error!(node_id, %addr, %err, "cannot bind the listener for broker; it is hidden from clients");
+                        let why = format!("cannot listen on {addr}: {err}");
+                        // Logged once per failure cause, not on every response naming the broker.
+                        if self.unbound.get(&node_id).is_none_or(|w| *w != why) {
+                            error!(node_id, %addr, %err, "cannot bind the listener for broker; it is hidden from clients");
+                        }
+                        self.unbound.insert(node_id, why);
                         return None;
                     }
                 };
+                self.unbound.remove(&node_id);
                 info!(node_id, %addr, "listening for broker");
                 if self.new_listeners.send(NewListener { node_id, listener }).is_err() {
                     return None;
