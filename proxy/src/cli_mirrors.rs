@@ -27,15 +27,19 @@ pub struct MirrorsArgs {
     /// Comma-separated topic names or regexes (matched against the mirror's topics).
     #[arg(long)]
     topics: Option<String>,
+    /// List the mirrors: name, topic count, source cluster id and bootstrap servers.
     #[arg(long)]
     list: bool,
+    /// Show every partition of the mirror's topics (offsets, lag, state) and the metadata syncs.
     #[arg(long)]
     describe: bool,
     /// Failover: stop mirroring the topics and make them writable.
     #[arg(long)]
     stop: bool,
+    /// Pause mirroring --topics (the topics stay read-only; resume continues where it stopped).
     #[arg(long)]
     pause: bool,
+    /// Resume mirroring paused --topics.
     #[arg(long)]
     resume: bool,
     /// Create a mirror from --mirror-config (properties: bootstrap.servers, mirror.topics.include, …).
@@ -47,7 +51,7 @@ pub struct MirrorsArgs {
     /// Delete a mirror whose topics are all stopped.
     #[arg(long)]
     delete: bool,
-    /// Properties file of the mirror (with --create).
+    /// Properties file of the mirror (with --create): bootstrap.servers, mirror.topics.include, ….
     #[arg(long)]
     mirror_config: Option<std::path::PathBuf>,
     /// Comma-separated exclude patterns (with --start).
@@ -71,6 +75,7 @@ pub struct MirrorsArgs {
 
 struct Client {
     conn: Connection,
+    addr: String,
     next: i32,
 }
 
@@ -78,7 +83,11 @@ impl Client {
     async fn call(&mut self, key: i16, body: api::W) -> anyhow::Result<bytes::Bytes> {
         self.next += 1;
         let frame = api::request_frame(key, self.next, "kafka-mirror-proxy-cli", body);
-        let resp = self.conn.round_trip_raw(&frame).await.context("no answer from the proxy")?;
+        let resp = self
+            .conn
+            .round_trip_raw(&frame)
+            .await
+            .with_context(|| format!("{} gave no answer to the mirror request", self.addr))?;
         Ok(resp)
     }
 
@@ -125,8 +134,23 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
             ClientSecurity::build(&parsed).map_err(|e| anyhow::anyhow!("--command-config: {e}"))?
         }
     };
-    let conn = Connection::connect_with(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli", &security).await?;
-    let mut c = Client { conn, next: 0 };
+    let mut conn = Connection::connect_with(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli", &security)
+        .await
+        .with_context(|| format!("cannot connect to {}", a.bootstrap_server))?;
+    // A plain Kafka broker closes the connection on a mirror request: ask first what it answers.
+    let announced = tokio::time::timeout(Duration::from_secs(10), conn.api_versions())
+        .await
+        .map_err(|_| anyhow::anyhow!("{} did not answer a Kafka ApiVersions request within 10 s", a.bootstrap_server))?
+        .with_context(|| format!("{} did not answer a Kafka ApiVersions request; is it a kafka-mirror-proxy?", a.bootstrap_server))?;
+    if let Some(why) = not_a_mirror_proxy(&a.bootstrap_server, &announced) {
+        eprintln!("{why}");
+        return Ok(ExitCode::FAILURE);
+    }
+    let mut c = Client {
+        conn,
+        addr: a.bootstrap_server.clone(),
+        next: 0,
+    };
     if a.list {
         let l = c.list().await?;
         if json_out {
@@ -137,16 +161,23 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 .collect();
             println!("{}", json!({ "mirrors": v }));
         } else {
-            println!("{:<20} {:>6}  {:<20} SOURCE-BOOTSTRAP-SERVER", "MIRROR", "TOPICS", "SOURCE-CLUSTER-ID");
-            for m in &l.mirrors {
-                println!(
-                    "{:<20} {:>6}  {:<20} {}",
-                    m.mirror_name,
-                    m.topic_count,
-                    if m.source_cluster_id.is_empty() { "-" } else { &m.source_cluster_id },
-                    m.source_bootstrap
-                );
-            }
+            let rows: Vec<Vec<String>> = l
+                .mirrors
+                .iter()
+                .map(|m| {
+                    vec![
+                        m.mirror_name.clone(),
+                        m.topic_count.to_string(),
+                        if m.source_cluster_id.is_empty() {
+                            "-".to_owned()
+                        } else {
+                            m.source_cluster_id.clone()
+                        },
+                        m.source_bootstrap.clone(),
+                    ]
+                })
+                .collect();
+            print!("{}", table(&["MIRROR", "TOPICS", "SOURCE-CLUSTER-ID", "SOURCE-BOOTSTRAP-SERVER"], &[1], &rows));
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -189,17 +220,29 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 .collect();
             println!("{}", json!({ "partitions": v, "sync": sync }));
         } else {
-            println!(
-                "{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} STATE",
-                "MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG"
+            let cells: Vec<Vec<String>> = rows
+                .iter()
+                .map(|(m, t, p)| {
+                    vec![
+                        m.clone(),
+                        t.clone(),
+                        p.partition_index.to_string(),
+                        p.source_offset.to_string(),
+                        p.destination_offset.to_string(),
+                        p.lag.to_string(),
+                        p.state_value.clone(),
+                        p.error_message.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print!(
+                "{}",
+                table(
+                    &["MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "ERROR"],
+                    &[2, 3, 4, 5],
+                    &cells
+                )
             );
-            for (m, t, p) in &rows {
-                let extra = p.error_message.as_deref().map(|e| format!("  {e}")).unwrap_or_default();
-                println!(
-                    "{:<16} {:<32} {:>9} {:>13} {:>18} {:>8} {}{extra}",
-                    m, t, p.partition_index, p.source_offset, p.destination_offset, p.lag, p.state_value
-                );
-            }
             print_sync(&d.mirrors);
         }
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
@@ -236,11 +279,13 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 json!({"error_code": resp.error_code, "error": errors::name(resp.error_code), "message": resp.error_message})
             );
         } else {
-            println!(
-                "{}{}",
-                errors::name(resp.error_code),
-                resp.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
-            );
+            let verb = if a.create { "created" } else { "deleted" };
+            let mirror = a.mirror.as_deref().unwrap_or_default();
+            if resp.error_code == 0 {
+                println!("mirror {mirror}: {verb}");
+            } else {
+                println!("mirror {mirror}: not {verb}: {}", outcome(resp.error_code, resp.error_message.as_deref()));
+            }
         }
         return Ok(if resp.error_code == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -272,8 +317,18 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(|e| e.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default();
+    let verb = if a.start {
+        "started"
+    } else if a.stop {
+        "stopped"
+    } else if a.pause {
+        "paused"
+    } else {
+        "resumed"
+    };
+    let patterns_kept = include.clone();
     let req = TopicsRequest {
-        mirror_name: mirror,
+        mirror_name: mirror.clone(),
         topics,
         patterns: include,
         exclude_patterns: exclude,
@@ -291,19 +346,99 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
             .collect();
         println!("{}", json!({ "error_code": resp.error_code, "results": v }));
     } else {
-        for t in &resp.topics {
-            println!(
-                "{:<32} {}{}",
-                t.name,
-                errors::name(t.error_code),
-                t.error_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
-            );
-        }
-        if resp.topics.is_empty() && resp.error_code != 0 {
-            println!("{}: {}", errors::name(resp.error_code), resp.error_message.unwrap_or_default());
+        let results: Vec<(String, i16, Option<String>)> = resp.topics.iter().map(|t| (t.name.clone(), t.error_code, t.error_message.clone())).collect();
+        let whole = (resp.error_code != 0).then(|| outcome(resp.error_code, resp.error_message.as_deref()));
+        for line in topics_summary(&mirror, verb, &results, whole.as_deref(), &patterns_kept) {
+            println!("{line}");
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Why `addr` is not a kafka-mirror-proxy, judged by the APIs it announced (`None`: it is one).
+fn not_a_mirror_proxy(addr: &str, announced: &[(i16, i16, i16)]) -> Option<String> {
+    let has = |key| announced.iter().any(|&(k, _, _)| k == key);
+    if api::ANSWERED.iter().all(|&(k, _, _)| has(k)) {
+        return None;
+    }
+    Some(format!(
+        "{addr} answered as a Kafka broker but does not support the cluster mirror API: it is not a kafka-mirror-proxy \
+         (point --bootstrap-server at the proxy's bootstrap listener)"
+    ))
+}
+
+/// An error code with its message: `UNKNOWN_CLUSTER_MIRROR: no mirror m`.
+fn outcome(code: i16, message: Option<&str>) -> String {
+    match message.filter(|m| !m.is_empty()) {
+        Some(m) => format!("{}: {m}", errors::name(code)),
+        None => errors::name(code).to_owned(),
+    }
+}
+
+/// The lines a start/stop/pause/resume prints: one for the topics it applied to, one per
+/// topic it did not (with the reason), and the request's own error if any.
+fn topics_summary(mirror: &str, verb: &str, results: &[(String, i16, Option<String>)], whole: Option<&str>, patterns: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(why) = whole {
+        out.push(format!("mirror {mirror}: nothing {verb}: {why}"));
+    }
+    let done: Vec<&str> = results.iter().filter(|(_, code, _)| *code == 0).map(|(t, _, _)| t.as_str()).collect();
+    if !done.is_empty() {
+        out.push(format!("mirror {mirror}: {verb} topics {}", done.join(", ")));
+    }
+    for (t, code, message) in results.iter().filter(|(_, code, _)| *code != 0) {
+        out.push(format!("mirror {mirror}: topic {t} not {verb}: {}", outcome(*code, message.as_deref())));
+    }
+    if whole.is_none() && !patterns.is_empty() {
+        out.push(format!(
+            "mirror {mirror}: include patterns {} kept; matching topics are {verb} as they appear",
+            patterns.join(", ")
+        ));
+    }
+    if out.is_empty() {
+        out.push(format!("mirror {mirror}: no topics {verb}"));
+    }
+    out
+}
+
+/// A text table: columns as wide as their widest cell, `right` (column indexes) right-aligned,
+/// two spaces between columns, no trailing blanks.
+fn table(headers: &[&str], right: &[usize], rows: &[Vec<String>]) -> String {
+    let columns = headers.len();
+    let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| {
+            rows.iter()
+                .map(|r| cell(r, i).chars().count())
+                .chain([headers[i].chars().count()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cells: Vec<String>| {
+        let mut l = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            let pad = widths[i].saturating_sub(c.chars().count());
+            if right.contains(&i) {
+                l.push_str(&" ".repeat(pad));
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                if i + 1 < cells.len() {
+                    l.push_str(&" ".repeat(pad));
+                }
+            }
+        }
+        l.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(headers.iter().map(|h| (*h).to_owned()).collect());
+    for r in rows {
+        out.push_str(&line((0..columns).map(|i| cell(r, i)).collect()));
+    }
+    out
 }
 
 /// Splits `--topics` of --start into plain topic names and include patterns (anything with a
@@ -390,25 +525,115 @@ fn print_sync(mirrors: &[api::DescribedMirror]) {
         }
     };
     println!();
-    println!(
-        "{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} LAST-ERROR",
-        "MIRROR", "SYNC", "INTERVAL-MS", "LAST-RUN", "LAST-SUCCESS", "SYNCED", "SKIPPED-ACTIVE", "APPLIED", "ERRORS"
-    );
-    for m in mirrors {
-        for e in &m.sync {
-            println!(
-                "{:<16} {:<14} {:>11} {:>12} {:>12} {:>7} {:>14} {:>8} {:>6} {}",
-                m.mirror_name,
-                e.kind,
-                e.interval_ms,
+    let rows: Vec<Vec<String>> = mirrors
+        .iter()
+        .flat_map(|m| m.sync.iter().map(move |e| (m, e)))
+        .map(|(m, e)| {
+            vec![
+                m.mirror_name.clone(),
+                e.kind.clone(),
+                e.interval_ms.to_string(),
                 ago(e.last_run_ms),
                 ago(e.last_success_ms),
-                e.synced,
-                e.skipped_active,
-                e.applied_total,
-                e.errors_total,
-                e.last_error.as_deref().unwrap_or("-")
-            );
+                e.synced.to_string(),
+                e.skipped_active.to_string(),
+                e.applied_total.to_string(),
+                e.errors_total.to_string(),
+                e.last_error.clone().unwrap_or_else(|| "-".to_owned()),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(
+            &[
+                "MIRROR",
+                "SYNC",
+                "INTERVAL-MS",
+                "LAST-RUN",
+                "LAST-SUCCESS",
+                "SYNCED",
+                "SKIPPED-ACTIVE",
+                "APPLIED",
+                "ERRORS",
+                "LAST-ERROR"
+            ],
+            &[2, 3, 4, 5, 6, 7, 8],
+            &rows
+        )
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_columns_are_as_wide_as_their_widest_cell() {
+        let rows = vec![
+            vec![
+                "m".to_owned(),
+                "a-rather-long-topic-name-that-overflows-32-chars".to_owned(),
+                "0".to_owned(),
+                "MIRRORING".to_owned(),
+            ],
+            vec!["mirror-two".to_owned(), "t".to_owned(), "12345".to_owned(), "FAILED".to_owned()],
+        ];
+        let text = table(&["MIRROR", "TOPIC", "PARTITION", "STATE"], &[2], &rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "MIRROR      TOPIC                                             PARTITION  STATE",
+                "m           a-rather-long-topic-name-that-overflows-32-chars          0  MIRRORING",
+                "mirror-two  t                                                     12345  FAILED",
+            ]
+        );
+        // Every column starts at the same place on every line.
+        let starts = |l: &str| l.find("MIRRORING").or_else(|| l.find("FAILED")).or_else(|| l.find("STATE"));
+        assert!(lines.iter().map(|l| starts(l)).collect::<Vec<_>>().windows(2).all(|w| w[0] == w[1]));
+        assert_eq!(table(&["A", "B"], &[], &[vec!["x".into(), String::new()]]), "A  B\nx\n", "no trailing blanks");
+    }
+
+    #[test]
+    fn a_successful_mutation_says_what_happened_never_none() {
+        let ok = vec![("a".to_owned(), 0, None), ("b".to_owned(), 0, None)];
+        assert_eq!(topics_summary("m", "paused", &ok, None, &[]), ["mirror m: paused topics a, b"]);
+        let mixed = vec![
+            ("a".to_owned(), 0, None),
+            ("c".to_owned(), errors::MIRROR_TOPIC_NOT_PAUSED, Some("c is not paused".to_owned())),
+        ];
+        assert_eq!(
+            topics_summary("m", "resumed", &mixed, None, &[]),
+            [
+                "mirror m: resumed topics a",
+                "mirror m: topic c not resumed: MIRROR_TOPIC_NOT_PAUSED: c is not paused"
+            ]
+        );
+        assert_eq!(
+            topics_summary("m", "started", &[], None, &["t.*".to_owned()]),
+            ["mirror m: include patterns t.* kept; matching topics are started as they appear"]
+        );
+        let whole = outcome(errors::UNKNOWN_CLUSTER_MIRROR, Some("no mirror m"));
+        assert_eq!(
+            topics_summary("m", "paused", &[], Some(&whole), &[]),
+            ["mirror m: nothing paused: UNKNOWN_CLUSTER_MIRROR: no mirror m"]
+        );
+        for line in topics_summary("m", "paused", &ok, None, &[]) {
+            assert!(!line.contains("NONE"), "{line}");
         }
+    }
+
+    #[test]
+    fn a_plain_broker_is_told_apart_from_a_proxy() {
+        let broker = vec![(0, 0, 11), (3, 0, 12), (18, 0, 4)];
+        let why = not_a_mirror_proxy("localhost:9092", &broker).expect("a broker is not a proxy");
+        assert!(
+            why.contains("localhost:9092") && why.contains("not a kafka-mirror-proxy") && why.contains("mirror API"),
+            "{why}"
+        );
+        let mut proxy = broker.clone();
+        proxy.extend_from_slice(api::ANSWERED);
+        assert_eq!(not_a_mirror_proxy("localhost:9192", &proxy), None);
     }
 }

@@ -50,6 +50,7 @@ enum Command {
     /// Print the audited API version table; with --check-upstream, compare it with a broker's
     /// ApiVersions and exit 1 if the broker announces anything unaudited.
     Versions {
+        /// A broker's host:port to compare the audited table with.
         #[arg(long)]
         check_upstream: Option<String>,
     },
