@@ -30,7 +30,6 @@ mirrors' lag phases added since (2 x 100,000), never reaches the expected count 
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -43,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from wan_bench import copy  # noqa: E402  (also puts tests/, tests/harness, tests/integration on sys.path)
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
-from kmp_common import free_port_block  # noqa: E402
+from kmp_common import free_port_block, tcp_sockets  # noqa: E402
 from latency import LatencyRelay  # noqa: E402
 from mirror_bench import create_topic, delete_topic, mm2_config, producer_perf, watermarks  # noqa: E402
 
@@ -61,23 +60,8 @@ DEBUG_LOGGERS = ("org.apache.kafka.connect.mirror", "org.apache.kafka.clients.co
 
 def sockets(pid: int) -> list[tuple[str, int, int, str]]:
     """(local, local port, remote port, state) of the TCP sockets of ``pid`` (IPv4/6, from /proc)."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[9] in inodes:
-                lport = int(f[1].rsplit(":", 1)[1], 16)
-                rport = int(f[2].rsplit(":", 1)[1], 16)
-                out.append((f[1], lport, rport, {"01": "ESTABLISHED", "0A": "LISTEN", "06": "TIME_WAIT", "08": "CLOSE_WAIT"}.get(f[3], f[3])))
-    return out
+    states = {"01": "ESTABLISHED", "0A": "LISTEN", "06": "TIME_WAIT", "08": "CLOSE_WAIT"}
+    return [(f[1], int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), states.get(f[3], f[3])) for f in tcp_sockets(pid)]
 
 
 def main() -> int:

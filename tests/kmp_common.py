@@ -35,8 +35,8 @@ PROXY_READY_TIMEOUT_S = 30
 DEFAULT_TEST_ENV = {"KMP_MIRROR_SOURCE_ALLOW": "127.0.0.1:*,localhost:*"}
 
 
-def established(pid: int, ports: set[int]) -> int:
-    """Established TCP connections of process ``pid`` to any of ``ports`` (read from /proc)."""
+def tcp_sockets(pid: int) -> list[list[str]]:
+    """The /proc/net/tcp and tcp6 rows (split into fields) of the TCP sockets process ``pid`` holds."""
     inodes = set()
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
@@ -45,13 +45,13 @@ def established(pid: int, ports: set[int]) -> int:
             continue
         if link.startswith("socket:["):
             inodes.add(link[8:-1])
-    n = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "01" and f[9] in inodes and int(f[2].rsplit(":", 1)[1], 16) in ports:  # 01 = ESTABLISHED
-                n += 1
-    return n
+    rows = (line.split() for table in ("/proc/net/tcp", "/proc/net/tcp6") for line in Path(table).read_text().splitlines()[1:])
+    return [f for f in rows if f[9] in inodes]
+
+
+def established(pid: int, ports: set[int]) -> int:
+    """Established TCP connections of process ``pid`` to any of ``ports`` (read from /proc)."""
+    return sum(1 for f in tcp_sockets(pid) if f[3] == "01" and int(f[2].rsplit(":", 1)[1], 16) in ports)  # 01 = ESTABLISHED
 
 
 def free_port() -> int:
