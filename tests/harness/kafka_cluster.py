@@ -379,6 +379,39 @@ class KafkaCluster:
         return {i: p.pid for i, p in self.procs.items()}
 
 
+def _stop_groups(pids: list[int], timeout: float = 30) -> None:
+    """SIGTERM to each process group, then wait until every group leader is gone; SIGKILL to
+    what is still running after ``timeout`` s. Returns only when none is left."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + timeout
+
+    def alive(pid: int) -> bool:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return False
+        try:  # an exited broker not yet reaped by its new parent is a zombie: it is gone
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except (FileNotFoundError, IndexError):
+            return True
+
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if alive(pid):
+            print(f"broker process group {pid} did not stop within {timeout:.0f}s; killing it", file=sys.stderr)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    while any(alive(p) for p in pids):
+        time.sleep(0.1)
+
+
 def _main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["up", "down", "jars"])
@@ -393,20 +426,21 @@ def _main() -> int:
     if args.action == "down":
         if state.exists():
             info = json.loads(state.read_text())
-            for c in info.values():
-                for pid in c["pids"].values():
-                    try:
-                        os.killpg(pid, signal.SIGTERM)
-                    except ProcessLookupError:
-                        pass
+            _stop_groups([pid for c in info.values() for pid in c["pids"].values()])
             state.unlink()
         return 0
     Path(args.dir).mkdir(parents=True, exist_ok=True)
     src = KafkaCluster("source", 1, args.source_port, Path(args.dir))
     dst = KafkaCluster("destination", 3, args.dest_port, Path(args.dir))
     started = time.time()
-    src.start()
-    dst.start()
+    try:
+        src.start()
+        dst.start()
+    except BaseException:
+        # Nothing is recorded for `down` yet: stop what did start rather than leave it running.
+        dst.stop()
+        src.stop()
+        raise
     info = {c.name: {"bootstrap": c.bootstrap, "pids": c.pids(), "dir": str(c.dir)} for c in (src, dst)}
     state.write_text(json.dumps(info, indent=2))
     print(f"clusters up in {time.time() - started:.1f}s: source {src.bootstrap}, destination {dst.bootstrap}", file=sys.stderr)
