@@ -1,0 +1,179 @@
+"""What an operator reads (issue #15, points 4 to 6): `/readyz` is 503 with the reason while a
+broker's node listener cannot be bound (that broker is hidden from clients) and while the mirror
+engine cannot open its state topic, and 200 once the cause is gone; the `mirrors` CLI says what a
+mutation did (never `NONE`), tells a plain Kafka broker apart from a proxy, and has help for
+every flag of every subcommand; the demo names a port it cannot have before starting anything,
+and the cluster harness's `down` returns only once every broker has exited."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from conftest import PROXY_BIN, ProxyProcess, free_port_block, unique
+from test_mirror_engine import create, produce_plain, wait_caught_up
+from test_mirror_faults import mirror_config
+
+
+def spawn(proxy: ProxyProcess) -> ProxyProcess:
+    """Starts the proxy without waiting for /readyz (which is the point of these tests)."""
+    log = open(proxy.log_path, "ab")
+    proxy.proc = subprocess.Popen(proxy.args, stdout=log, stderr=subprocess.STDOUT, env=proxy.env)
+    deadline = time.time() + 15
+    while proxy.http("/healthz")[0] != 200:
+        assert proxy.proc.poll() is None, f"proxy exited early:\n{proxy.log()}"
+        assert time.time() < deadline, f"admin endpoint up:\n{proxy.log()}"
+        time.sleep(0.1)
+    return proxy
+
+
+def wait_readyz(proxy: ProxyProcess, status: int, needle: str = "", timeout: float = 30) -> str:
+    deadline = time.time() + timeout
+    while True:
+        got, body = proxy.http("/readyz")
+        if got == status and needle in body:
+            return body
+        assert time.time() < deadline, f"/readyz {status} with {needle!r}; last {got}: {body!r}\n{proxy.log()[-3000:]}"
+        time.sleep(0.2)
+
+
+def test_readyz_is_503_naming_the_broker_while_its_node_listener_cannot_bind(destination, workdir):
+    config = workdir / f"{unique('refresh')}.toml"
+    config.write_text("[upstream]\nmetadata_refresh_interval_ms = 500\n")
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)])
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", proxy.node_port(2)))
+    squatter.listen(1)
+    try:
+        spawn(proxy)
+        body = wait_readyz(proxy, 503, "broker 2 is hidden from clients")
+        assert f"127.0.0.1:{proxy.node_port(2)}" in body and "in use" in body.lower(), body
+        squatter.close()
+        assert wait_readyz(proxy, 200) == "ready\n"
+    finally:
+        squatter.close()
+        assert proxy.stop() == 0
+
+
+def test_readyz_is_503_with_the_reason_while_the_state_topic_cannot_be_opened(destination, workdir):
+    # Kafka refuses a topic whose name collides with an existing one once '.' and '_' are
+    # treated alike: an existing `kmp_state_x` makes `kmp.state.x` impossible to create.
+    blocker = unique("kmp_state").replace("-", "_")
+    state_topic = blocker.replace("_", ".")
+    admin = AdminClient({"bootstrap.servers": destination.bootstrap})
+    admin.create_topics([NewTopic(blocker, 1, 1)])[blocker].result(30)
+    config = workdir / f"{unique('state')}.toml"
+    config.write_text(f'[engine]\nstate_topic = "{state_topic}"\n')
+    proxy = spawn(ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)]))
+    try:
+        body = wait_readyz(proxy, 503, "cannot open the mirror state topic")
+        assert state_topic in body and "InvalidTopicException" in body, body
+        admin.delete_topics([blocker])[blocker].result(30)
+        assert wait_readyz(proxy, 200, timeout=60) == "ready\n"
+    finally:
+        assert proxy.stop() == 0
+
+
+def cli(bootstrap: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", bootstrap, *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_cli_pointed_at_a_plain_broker_says_it_is_not_a_proxy(destination):
+    broker = destination.bootstrap.split(",")[0]
+    for action in (["--list"], ["--pause", "--mirror", "m", "--topics", "t"]):
+        out = cli(broker, *action)
+        assert out.returncode == 1, out
+        assert f"{broker} answered as a Kafka broker but does not support the cluster mirror API: it is not a kafka-mirror-proxy" \
+            in out.stderr, out.stderr
+        assert "closed the connection" not in out.stderr + out.stdout
+
+
+def test_pause_and_resume_print_what_they_did_never_none(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-msg")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 10)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="msg")).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        for action, verb in (("--pause", "paused"), ("--resume", "resumed")):
+            out = cli(proxy.bootstrap, action, "--mirror", "msg", "--topics", topic)
+            assert out.returncode == 0, out
+            assert out.stdout == f"mirror msg: {verb} topics {topic}\n", out.stdout
+            assert "NONE" not in out.stdout + out.stderr
+        stranger = unique("not-mirrored")
+        out = cli(proxy.bootstrap, "--pause", "--mirror", "msg", "--topics", stranger)
+        assert out.returncode == 1 and re.fullmatch(f"mirror msg: topic {stranger} not paused: [A-Z_]+: .+\n", out.stdout), out
+        assert "NONE" not in out.stdout
+        out = cli(proxy.bootstrap, "--describe", "--mirror", "msg")
+        lines = [l for l in out.stdout.splitlines() if l.strip()]
+        header = lines[0]
+        row = next(l for l in lines if topic in l)
+        # Columns line up: each header word starts where its cell does (left) or ends where it ends (right).
+        assert row.index(topic) == header.index("TOPIC"), out.stdout
+        at = header.index("STATE")
+        assert row[at - 1] == " " and re.match(r"[A-Z_]{4,}\b", row[at:]), out.stdout  # e.g. MIRRORING, starting under STATE
+        assert row[header.index("LAG") + len("LAG") - 1] == "0", out.stdout  # lag 0, right-aligned under LAG
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_every_flag_of_every_subcommand_has_help():
+    top = subprocess.run([str(PROXY_BIN), "--help"], capture_output=True, text=True, check=True).stdout
+    subcommands = re.findall(r"^  ([a-z][a-z-]+)\s", top.split("Commands:")[1].split("Options:")[0], re.M)
+    assert {"run", "versions", "mirrors", "scram-credential"} <= set(subcommands), top
+    for sub in [s for s in subcommands if s != "help"]:
+        # --help shows each flag on its own line and its help indented on the next.
+        text = subprocess.run([str(PROXY_BIN), sub, "--help"], capture_output=True, text=True, check=True).stdout
+        lines = text.split("Options:")[1].splitlines()
+        for i, line in enumerate(lines):
+            if re.match(r"^\s+(-\w, )?--[a-z]", line):
+                flag = line.strip()
+                inline = re.split(r"\s{2,}", flag, maxsplit=1)
+                described = len(inline) == 2 and inline[1].strip() or (
+                    i + 1 < len(lines) and lines[i + 1].startswith(" " * 10) and not lines[i + 1].strip().startswith("-"))
+                assert described, f"`{sub} {flag}` has no help:\n{text}"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_demo_names_a_taken_port_and_starts_nothing(tmp_path):
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    try:
+        env = {**os.environ, "KMP_DEMO_PORT": str(port), "KMP_DEMO_DIR": str(tmp_path / "demo")}
+        out = subprocess.run(["bash", str(REPO / "scripts/demo.sh")], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        squatter.close()
+    assert out.returncode == 1, out
+    assert f"demo: port {port} is already in use; it is needed for the proxy's bootstrap listener (KMP_DEMO_PORT)" in out.stderr, out.stderr
+    assert "==> building" not in out.stdout and not (tmp_path / "demo").exists(), "nothing built or started"
+
+
+def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):
+    source_port, dest_port = free_port_block(101), free_port_block(104)
+    harness = [sys.executable, str(REPO / "tests/harness/kafka_cluster.py")]
+    d = str(tmp_path / "clusters")
+    subprocess.run([*harness, "up", "--dir", d, "--source-port", str(source_port), "--dest-port", str(dest_port)], check=True, timeout=180)
+    pids = [pid for c in json.loads((tmp_path / "clusters" / "clusters.json").read_text()).values() for pid in c["pids"].values()]
+    assert len(pids) == 4
+    try:
+        started = time.time()
+        subprocess.run([*harness, "down", "--dir", d], check=True, timeout=120)
+        left = [p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert not left, f"brokers still running after `down` ({time.time() - started:.1f}s): {left}"
+    finally:
+        for p in pids:
+            try:
+                os.killpg(p, 9)
+            except ProcessLookupError:
+                pass
