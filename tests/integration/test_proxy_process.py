@@ -11,7 +11,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire as wire
-from conftest import PROXY_BIN, ProxyProcess, free_port, unique, wait_for_leader
+from conftest import PROXY_BIN, ProxyProcess, free_port, free_port_block, unique, wait_for_leader
 
 
 def test_sigterm_drains_an_in_flight_long_poll_fetch_and_exits_zero(destination, workdir):
@@ -66,10 +66,13 @@ def test_invalid_configuration_reports_every_error_and_exits_2(tmp_path):
 
 def test_flags_and_env_configure_the_proxy_without_a_file(destination, workdir):
     port, admin = free_port(), free_port()
+    # Node ports base+1..base+3, checked free (an arbitrary offset from `port` collided with another
+    # suite's listener on a shared machine: that broker was then rightly hidden from clients).
+    node_base = free_port_block(3) - 1
     env = {"KMP_UPSTREAM": destination.bootstrap, "KMP_ADVERTISED_HOST": "localhost", "PATH": "/usr/bin:/bin"}
     log = open(workdir / "env-proxy.log", "wb")
     proc = subprocess.Popen([str(PROXY_BIN), "run", "--listen", f"127.0.0.1:{port}", "--admin-listen", f"127.0.0.1:{admin}",
-                             "--node-port-base", str(port + 1000)], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "--node-port-base", str(node_base)], env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 30
         brokers = {}
@@ -79,7 +82,7 @@ def test_flags_and_env_configure_the_proxy_without_a_file(destination, workdir):
                 brokers = {b.id: (b.host, b.port) for b in md.brokers.values()}
             except Exception:  # noqa: BLE001 - not up yet
                 time.sleep(0.2)
-        assert brokers == {i: ("localhost", port + 1000 + i) for i in (1, 2, 3)}, (
+        assert brokers == {i: ("localhost", node_base + i) for i in (1, 2, 3)}, (
             f"advertised host from env, node ports from the flag: {brokers}")
     finally:
         proc.send_signal(signal.SIGTERM)
