@@ -92,7 +92,8 @@ pub(crate) struct Upstream<R> {
     no_pipe: bool,
     /// Bytes moved by `splice` since [`Upstream::take_spliced`] was last called.
     spliced: u64,
-    /// The response being streamed goes socket to socket: the buffer grows to
+    /// The response being streamed goes socket to socket (both sides plain TCP and a pipe to be
+    /// had; decided once per response in [`Upstream::stream`]): the buffer grows to
     /// [`MIN_SPLICE_BYTES`] only, so a read takes little more than the fields that must be looked
     /// at and most of every record set stays in the kernel for `splice`.
     splicing: bool,
@@ -314,7 +315,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
     /// `false`: not possible here, nothing was done.
     async fn spliced(&mut self, n: usize) -> Result<bool, CopyError> {
         let buffered = self.up.tail - self.up.head;
-        if buffered >= n || self.up.inner.splice_socket().is_none() || self.w.splice_socket().is_none() || self.up.no_pipe {
+        if buffered >= n || !self.up.splicing {
             return Ok(false);
         }
         if self.up.pipe.is_none() {
@@ -323,6 +324,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
                 Err(e) => {
                     tracing::debug!(error = %e, "no pipe for splice; copying responses through the buffer");
                     self.up.no_pipe = true;
+                    self.up.splicing = false;
                     return Ok(false);
                 }
             }
