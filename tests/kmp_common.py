@@ -54,6 +54,18 @@ def established(pid: int, ports: set[int]) -> int:
     return sum(1 for f in tcp_sockets(pid) if f[3] == "01" and int(f[2].rsplit(":", 1)[1], 16) in ports)  # 01 = ESTABLISHED
 
 
+def wait_until(what: str, check, timeout: float, interval: float = 0.1):
+    """Calls ``check`` every ``interval`` s until it returns something truthy and returns that;
+    fails the test naming ``what`` (and the last value seen) after ``timeout`` s."""
+    deadline = time.time() + timeout
+    while True:
+        last = check()
+        if last:
+            return last
+        assert time.time() < deadline, f"{what}: not within {timeout}s (last: {last!r})"
+        time.sleep(interval)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

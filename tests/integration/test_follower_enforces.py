@@ -15,6 +15,7 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
+from kmp_common import wait_until
 from test_broker_changes import leader_of
 from test_mirror_cli import cli, cli_json
 from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
@@ -31,16 +32,6 @@ def shared_config(workdir, state_topic: str):
     path = workdir / f"{unique('follow-cfg')}.toml"
     path.write_text(f'[engine]\nstate_topic = "{state_topic}"\nstate_flush_interval_ms = 500\n')
     return ["--config", str(path)]
-
-
-def wait_for(what: str, check, timeout: float = 30, every: float = 0.1):
-    deadline = time.time() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.time() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(every)
 
 
 def described(proxy, mirror: str, topic: str) -> list[tuple]:
@@ -81,7 +72,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert any(r[2] == FILLER_KEY for r in direct), "the destination log holds fillers (the premise of the masking check)"
 
         # List: the follower learned the new mirror and its topic from the state topic while running.
-        wait_for("the follower lists the mirror the engine instance created", lambda: listed(follower) == listed(engine), timeout=15)
+        wait_until("the follower lists the mirror the engine instance created", lambda: listed(follower) == listed(engine), timeout=15)
         assert (mirror, (topic,)) in listed(follower), f"the follower lists {mirror} with {topic}: {listed(follower)}"
 
         # Produce: refused exactly as through the engine instance (by name: librdkafka).
@@ -109,7 +100,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         # last state write, every 500 ms here).
         want = described(engine, mirror, topic)
         assert [p[1] for p in want] == ["MIRRORING"] * PARTITIONS, f"the engine instance mirrors every partition: {want}"
-        wait_for("the follower describes the mirror as the engine instance does", lambda: described(follower, mirror, topic) == want, timeout=15)
+        wait_until("the follower describes the mirror as the engine instance does", lambda: described(follower, mirror, topic) == want, timeout=15)
 
         # Hostile state records (written to the destination directly, bypassing the proxies):
         # the follower reads past them, ignores them and changes nothing.
@@ -120,8 +111,9 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
                            (f"mirror/{mirror}".encode(), b'{"origin":"api","definition":{"name":"other","source_bootstrap_servers":["x:1"]}}')]:
             forger.produce(state_topic, key=key, value=value)
         assert forger.flush(30) == 0, "the forged records reached the state topic"
-        wait_for("the follower read past the forged records",
-                 lambda: follower.metric("kmp_state_follower_position") >= end_before + 5 and follower.metric("kmp_state_follower_caught_up") == 1)
+        wait_until("the follower read past the forged records",
+                 lambda: follower.metric("kmp_state_follower_position") >= end_before + 5 and follower.metric("kmp_state_follower_caught_up") == 1,
+                 timeout=30)
         assert "state topic entry ignored" in follower.log(), "ignoring forged entries is logged"
         assert listed(follower) == listed(engine), f"forged records changed nothing: {listed(follower)} vs {listed(engine)}"
         err, _ = produce_one(follower.bootstrap, topic, 0)
@@ -170,7 +162,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert accepted["offset"] == ends[1], f"the follower's producer writes at the next offset after the mirrored data ({ends[1]}): {accepted}"
         err, offset = produce_one(engine.bootstrap, topic, 1)
         assert err is None and offset == ends[1] + 1, f"the engine instance accepts the next write too: {err} {offset}"
-        wait_for("the follower describes the partitions as STOPPED",
+        wait_until("the follower describes the partitions as STOPPED",
                  lambda: [p[1] for p in described(follower, mirror, topic)] == ["STOPPED"] * PARTITIONS, timeout=15)
     finally:
         codes = {"follower": follower.stop(), "engine": engine.stop() if engine else 0}
@@ -203,7 +195,7 @@ def test_a_follower_keeps_following_when_the_state_topic_leader_is_killed(cluste
         status, r = call(engine, "POST", f"/v1/mirrors/{mirror}/start", {"topics": [topic]})
         assert status == 200 and r["results"][0]["error_code"] == 0, f"topic started through the engine instance: {r}"
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
-        wait_for("the follower lists the mirror", lambda: (mirror, (topic,)) in listed(follower), timeout=15)
+        wait_until("the follower lists the mirror", lambda: (mirror, (topic,)) in listed(follower), timeout=15)
 
         victim = leader_of(destination.bootstrap, state_topic, 0)
         destination.kill_broker(victim, signal.SIGKILL)

@@ -20,6 +20,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import kmp_common
 from kmp_common import PROXY_BIN, ProxyProcess, unique
 
 CATCH_UP_TIMEOUT_S = 60
@@ -426,10 +427,5 @@ class HostileBroker(TcpServer):
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.time() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.time() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(interval)
+    """``kmp_common.wait_until`` with this suite's argument order."""
+    return kmp_common.wait_until(what, predicate, timeout, interval)

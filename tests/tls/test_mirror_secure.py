@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
-from kmp_common import PROXY_BIN, ProxyProcess, unique
+from kmp_common import PROXY_BIN, ProxyProcess, unique, wait_until
 from tls.tls_clients import consume_in_group, create_topic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
@@ -90,13 +90,7 @@ def sasl_tls_socket(proxy: ProxyProcess, ca: Path, user: str, password: str) -> 
 
 
 def wait_for(what: str, check, timeout: float = 90):
-    deadline, last = time.time() + timeout, None
-    while time.time() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout}s (last: {last!r})")
+    return wait_until(what, check, timeout, interval=0.5)
 
 
 def test_a_sasl_ssl_source_is_mirrored_into_a_sasl_ssl_destination_through_its_whole_life_cycle(
