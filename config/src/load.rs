@@ -65,6 +65,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_NODE_PORT_BASE", "listener.node_port_base"),
     ("KMP_ADMIN_LISTEN", "admin.listen"),
     ("KMP_ADMIN_TOKEN", "admin.token"),
+    ("KMP_ADMIN_TOKEN_FILE", "admin.token read from this file (same as KMP_ADMIN_TOKEN=file:<path>)"),
     ("KMP_MIRROR_SOURCE_ALLOW", "security.mirror_source_allow (comma-separated host:port patterns)"),
     ("KMP_ENGINE_ROLE", "engine.role (`engine` or `follower`)"),
 ];
@@ -104,8 +105,15 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     apply(&mut config, &env_flags);
     apply(&mut config, flags);
     // A secret: only from the file or the environment (never a flag, which `ps` would show).
-    if let Some(t) = env.var("KMP_ADMIN_TOKEN") {
-        config.admin.token = Some(t);
+    // `KMP_ADMIN_TOKEN_FILE` (the container-secrets convention) is `KMP_ADMIN_TOKEN=file:<path>`.
+    match (env.var("KMP_ADMIN_TOKEN"), env.var("KMP_ADMIN_TOKEN_FILE")) {
+        (Some(_), Some(_)) => errors.push(ConfigError {
+            key: "KMP_ADMIN_TOKEN_FILE".into(),
+            message: "KMP_ADMIN_TOKEN is set too: give the admin token one way".into(),
+        }),
+        (Some(t), None) => config.admin.token = Some(t),
+        (None, Some(path)) => config.admin.token = Some(format!("file:{path}")),
+        (None, None) => {}
     }
     // `file:`/`env:` references (like every secret): resolved once, here.
     if let Some(t) = config.admin.token.clone() {
@@ -434,6 +442,34 @@ mod secrets {
         let c = super::load(None, &env, &super::Overrides::default()).expect("valid");
         assert_eq!(c.admin.token.as_deref(), Some("s3cret"));
         assert!(!format!("{c:?}").contains("s3cret"), "Debug redacts the token");
+    }
+
+    #[test]
+    fn the_admin_token_file_variable_reads_the_token_from_that_file() {
+        let file = std::env::temp_dir().join(format!("kmp-token-file-{}", std::process::id()));
+        let path = file.display().to_string();
+        let load = |pairs: &[(&str, &str)]| {
+            let env: std::collections::HashMap<String, String> = [("KMP_UPSTREAM", "d:1"), ("KMP_ADMIN_TOKEN_FILE", path.as_str())]
+                .iter()
+                .chain(pairs)
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            super::load(None, &env, &super::Overrides::default())
+        };
+        std::fs::write(&file, "from-a-file\n").unwrap();
+        let read = load(&[]);
+        let both = load(&[("KMP_ADMIN_TOKEN", "x")]);
+        std::fs::write(&file, "\n").unwrap();
+        let empty = load(&[]);
+        let _ = std::fs::remove_file(&file);
+        let missing = load(&[]);
+        assert_eq!(read.expect("valid").admin.token.as_deref(), Some("from-a-file"), "one trailing newline dropped");
+        let both = both.expect_err("both set").to_string();
+        assert!(both.contains("KMP_ADMIN_TOKEN_FILE") && both.contains("one way"), "{both}");
+        let empty = empty.expect_err("empty file").to_string();
+        assert!(empty.contains("admin.token") && empty.contains("empty"), "{empty}");
+        let missing = missing.expect_err("missing file").to_string();
+        assert!(missing.contains("cannot read secret file") && missing.contains(&path), "{missing}");
     }
 }
 

@@ -117,6 +117,7 @@ pub struct AdminConfig {
     pub listen: Option<String>,
     /// Bearer token that authorizes mutating `/v1` routes from non-loopback callers
     /// (`Authorization: Bearer <token>`). Default: unset — only loopback callers may mutate.
+    /// Inline, `file:<path>` or `env:<NAME>`; env `KMP_ADMIN_TOKEN`, or `KMP_ADMIN_TOKEN_FILE=<path>`.
     /// A secret: never logged or returned.
     pub token: Option<String>,
     /// HTTPS for the admin endpoint (`[admin.tls]`, same options as `[listener.tls]`; a client CA
