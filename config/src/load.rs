@@ -67,7 +67,9 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_ADMIN_TOKEN", "admin.token"),
     ("KMP_ADMIN_TOKEN_FILE", "admin.token read from this file (same as KMP_ADMIN_TOKEN=file:<path>)"),
     ("KMP_MIRROR_SOURCE_ALLOW", "security.mirror_source_allow (comma-separated host:port patterns)"),
-    ("KMP_ENGINE_ROLE", "engine.role (`engine` or `follower`)"),
+    ("KMP_ENGINE_ROLE", "engine.role (`engine`, `follower` or `auto`)"),
+    ("KMP_INSTANCE_ID", "engine.instance_id"),
+    ("KMP_ENGINE_SESSION_TIMEOUT_MS", "engine.session_timeout_ms"),
 ];
 
 /// Loads file (optional) + env + flags and validates the result.
@@ -140,7 +142,19 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
             Some(r) => config.engine.role = r,
             None => errors.push(ConfigError {
                 key: "KMP_ENGINE_ROLE".into(),
-                message: format!("`{role}` is not a role: `engine` or `follower`"),
+                message: format!("`{role}` is not a role: `engine`, `follower` or `auto`"),
+            }),
+        }
+    }
+    if let Some(id) = env.var("KMP_INSTANCE_ID") {
+        config.engine.instance_id = id;
+    }
+    if let Some(ms) = env.var("KMP_ENGINE_SESSION_TIMEOUT_MS") {
+        match ms.trim().parse() {
+            Ok(v) => config.engine.session_timeout_ms = v,
+            Err(_) => errors.push(ConfigError {
+                key: "KMP_ENGINE_SESSION_TIMEOUT_MS".into(),
+                message: format!("`{ms}` is not a number of milliseconds"),
             }),
         }
     }

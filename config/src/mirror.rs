@@ -40,8 +40,28 @@ pub struct EngineConfig {
     /// answered from it, a stop (failover) done through the engine instance seen within about a
     /// second — and refuses the mutating mirror RPCs with NOT_CONTROLLER (41). Run exactly one
     /// `engine` per destination cluster (and state topic); `[[mirrors]]` declared on a follower
-    /// are ignored (the engine instance records them).
+    /// are ignored (the engine instance records them). `auto`: every instance enforces like a
+    /// follower, and the instances elect one *active* engine among themselves through a Kafka
+    /// group on the destination (`group_id`); a standby takes over within about
+    /// `session_timeout_ms` when the active one dies. Run several `auto` instances (never beside
+    /// an `engine` one) for high availability; see docs/high-availability.md.
     pub role: EngineRole,
+    /// `role = "auto"`: the Kafka group (classic group protocol, protocol type
+    /// `kmp-mirror-engine`) the instances elect the active engine in. Default (empty): derived
+    /// from `state_topic` as `kmp-engine.<state_topic>`, so instances sharing a state topic meet.
+    pub group_id: String,
+    /// `role = "auto"`: this instance's name in the group, shown in `/readyz`, `/metrics` and
+    /// logs (`KMP_INSTANCE_ID`). Default (empty): `<hostname>-<process id>`.
+    pub instance_id: String,
+    /// `role = "auto"`: milliseconds without a heartbeat after which the destination's group
+    /// coordinator drops an instance and a standby takes over; the active instance itself stops
+    /// writing once this long has passed since its last acknowledged heartbeat was sent
+    /// (`KMP_ENGINE_SESSION_TIMEOUT_MS`). Bounded by the brokers'
+    /// `group.min/max.session.timeout.ms` (6000..1800000 by default). Default 6000.
+    pub session_timeout_ms: u64,
+    /// `role = "auto"`: milliseconds between heartbeats to the group coordinator. Must be below a
+    /// third of `session_timeout_ms`. Default 1000.
+    pub heartbeat_interval_ms: u64,
     /// Compacted topic on the destination holding mirror definitions, topic ownership and
     /// per-partition state. Created on first start (compacted, one partition, the
     /// destination's default replication factor). Default `__kmp_mirror_state`.
@@ -60,6 +80,13 @@ pub struct EngineConfig {
     pub state_flush_interval_ms: u64,
 }
 
+impl EngineConfig {
+    /// The election group of `role = "auto"` (`group_id`, or one derived from the state topic).
+    pub fn effective_group_id(&self) -> String {
+        if self.group_id.is_empty() { format!("kmp-engine.{}", self.state_topic) } else { self.group_id.clone() }
+    }
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
@@ -69,6 +96,10 @@ impl Default for EngineConfig {
             max_buffer_bytes: 256 * 1024 * 1024,
             max_in_flight_per_partition: 5,
             state_flush_interval_ms: 5_000,
+            group_id: String::new(),
+            instance_id: String::new(),
+            session_timeout_ms: 6_000,
+            heartbeat_interval_ms: 1_000,
         }
     }
 }
@@ -82,14 +113,17 @@ pub enum EngineRole {
     Engine,
     /// Follows the state topic and enforces it; copies and writes nothing.
     Follower,
+    /// Enforces like a follower and runs the engine while elected active among its peers.
+    Auto,
 }
 
 impl EngineRole {
-    /// The role named `s` (`engine` or `follower`).
+    /// The role named `s` (`engine`, `follower` or `auto`).
     pub fn parse(s: &str) -> Option<Self> {
         match s.trim() {
             "engine" => Some(Self::Engine),
             "follower" => Some(Self::Follower),
+            "auto" => Some(Self::Auto),
             _ => None,
         }
     }

@@ -101,11 +101,23 @@ impl Config {
         if e.state_flush_interval_ms < 100 {
             err("engine.state_flush_interval_ms", "must be at least 100".to_owned());
         }
-        if !e.enabled && e.role == crate::EngineRole::Follower {
+        if !e.enabled && e.role != crate::EngineRole::Engine {
             err(
                 "engine.role",
-                "`follower` needs engine.enabled = true (enabled = false turns mirroring off: nothing is refused or masked)".to_owned(),
+                "`follower` and `auto` need engine.enabled = true (enabled = false turns mirroring off: nothing is refused or masked)".to_owned(),
             );
+        }
+        if e.session_timeout_ms < 1_000 || e.session_timeout_ms > 1_800_000 {
+            err("engine.session_timeout_ms", "must be between 1000 and 1800000".to_owned());
+        }
+        if e.heartbeat_interval_ms == 0 || e.heartbeat_interval_ms.saturating_mul(3) > e.session_timeout_ms {
+            err(
+                "engine.heartbeat_interval_ms",
+                format!("must be at least 1 and at most a third of session_timeout_ms ({})", e.session_timeout_ms),
+            );
+        }
+        if e.group_id.len() > 249 {
+            err("engine.group_id", "longer than 249 characters".to_owned());
         }
         if !e.enabled && !self.mirrors.is_empty() {
             err("engine.enabled", "mirrors are declared but the engine is disabled".to_owned());

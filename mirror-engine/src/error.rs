@@ -45,6 +45,10 @@ pub enum MirrorError {
     /// skipped or written twice); nothing of it was written.
     #[error("engine invariant violated, nothing written: {0}")]
     Invariant(String),
+    /// This instance's lease to write ended (another instance is, or may be, the active
+    /// engine): nothing more is written; the partition stops without failing.
+    #[error("writes fenced: this instance is no longer the active mirror engine")]
+    Fenced,
 }
 
 /// Kafka error codes that clear up by themselves (leader moves, restarts, timeouts).
@@ -166,7 +170,7 @@ impl MirrorError {
     /// Whether retrying with backoff can help.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Self::Source(_) | Self::Destination(_) => true,
+            Self::Source(_) | Self::Destination(_) | Self::Fenced => true,
             Self::Broker { code, .. } => RETRIABLE.contains(code),
             Self::OffsetMismatch { .. }
             | Self::DestinationConflict { .. }

@@ -59,6 +59,8 @@ impl Catalog {
             Some(("topic", topic)) => self.topic(key, topic, value),
             Some(("former", topic)) => self.former(key, topic, value),
             Some(("partition", rest)) => self.partition(key, rest, value),
+            // The engine's producer identity: nothing a follower enforces or shows.
+            Some(("engine", "producer")) => Applied::Changed,
             _ => Applied::Ignored(format!("unknown key {key:?}")),
         };
         match &applied {

@@ -14,13 +14,16 @@
 mod boot_gate;
 mod budget;
 mod cluster;
+mod auto;
 mod control;
+mod election;
 mod error;
 mod fetch_session;
 mod follow;
 mod followed;
 mod io_stats;
 mod landed;
+mod lease;
 mod lifecycle;
 mod links;
 mod mirror_settings;
@@ -28,6 +31,7 @@ mod mirrors;
 mod partition;
 mod plan;
 mod produce_mux;
+mod producer_id;
 mod registry;
 mod select;
 mod sink;
@@ -47,12 +51,14 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+pub use auto::{ElectionView, EngineSlot, auto};
 pub use budget::Budget;
 pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
 pub use follow::FollowProgress;
 pub use io_stats::{IoCounters, io_counters};
+pub use lease::Lease;
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
@@ -86,8 +92,14 @@ impl Engine {
     }
 
     fn unbooted(engine: &EngineConfig) -> Self {
+        Self::unbooted_with(engine, MirrorTopics::default())
+    }
+
+    /// An engine not booted yet that enforces through `topics` (shared across the terms of an
+    /// elected instance, so nothing becomes writable while one term hands over to the next).
+    fn unbooted_with(engine: &EngineConfig, topics: MirrorTopics) -> Self {
         let (_, done) = watch::channel(());
-        let (status, topics) = (StatusBoard::default(), MirrorTopics::default());
+        let status = StatusBoard::default();
         let control = Control::new(status.clone(), topics.clone());
         Self {
             status,
@@ -120,10 +132,37 @@ pub fn start(
     source_allow: Vec<String>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
+    let sources = Sources {
+        destination_bootstrap,
+        destination_security,
+        timeout,
+        source_allow,
+    };
+    start_term(engine, mirrors, sources, MirrorTopics::default(), Lease::forever(), stop)
+}
+
+/// Where the engine writes and what it may read from.
+#[derive(Clone)]
+pub(crate) struct Sources {
+    pub(crate) destination_bootstrap: Vec<String>,
+    pub(crate) destination_security: Arc<kmp_protocol::security::ClientSecurity>,
+    pub(crate) timeout: Duration,
+    pub(crate) source_allow: Vec<String>,
+}
+
+/// Starts the engine as [`start`] does, enforcing through `topics` and writing only while `lease`
+/// holds (one term of an elected instance, or a lone engine's whole life).
+pub(crate) fn start_term(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, sources: Sources, topics: MirrorTopics, lease: Lease, stop: watch::Receiver<bool>) -> Engine {
+    let Sources {
+        destination_bootstrap,
+        destination_security,
+        timeout,
+        source_allow,
+    } = sources;
     let (done_tx, done) = watch::channel(());
     let handle = Engine {
         done,
-        ..Engine::unbooted(engine)
+        ..Engine::unbooted_with(engine, topics)
     };
     handle.control.set_source_allow(source_allow);
     let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
@@ -134,7 +173,8 @@ pub fn start(
         topics: handle.topics.clone(),
         control: handle.control.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
-        producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default()),
+        producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
+        lease,
         stop,
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
@@ -154,7 +194,13 @@ pub fn follow(
     timeout: Duration,
     stop: watch::Receiver<bool>,
 ) -> Engine {
-    let mut handle = Engine::unbooted(engine);
+    let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
+    follow_with(engine, destination, MirrorTopics::default(), stop)
+}
+
+/// Starts a follower as [`follow`] does, enforcing through `topics`.
+pub(crate) fn follow_with(engine: &EngineConfig, destination: ClusterClient, topics: MirrorTopics, stop: watch::Receiver<bool>) -> Engine {
+    let mut handle = Engine::unbooted_with(engine, topics);
     let (views, topics) = (StatusBoard::default(), handle.topics.clone());
     handle.control = Control::new(views, topics.clone());
     handle.control.set_follower(&engine.state_topic);
@@ -165,7 +211,7 @@ pub fn follow(
     });
     handle.follow = Some(watched);
     let follower = follow::Follower {
-        destination: ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security)),
+        destination,
         topic: engine.state_topic.clone(),
         registry: topics,
         control: handle.control.clone(),
@@ -186,6 +232,8 @@ pub(crate) struct Shared {
     pub(crate) max_in_flight: usize,
     /// The destination's produce lanes, one per broker, shared by every mirror.
     pub(crate) producers: produce_mux::Producers,
+    /// Writing (data, state, group offsets, configs) is allowed only while this holds.
+    pub(crate) lease: Lease,
     pub(crate) stop: watch::Receiver<bool>,
 }
 
@@ -193,9 +241,16 @@ pub(crate) struct Shared {
 async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
     let mut backoff = Duration::from_millis(200);
     let store = loop {
-        match StateStore::open(shared.destination.clone(), &state_topic).await {
-            Ok(s) => {
+        let opened = async {
+            let store = StateStore::open(shared.destination.clone(), &state_topic, shared.lease.clone()).await?;
+            let producer = producer_id::load_or_allocate(&store, &shared.destination).await?;
+            Ok::<_, MirrorError>((store, producer))
+        };
+        match opened.await {
+            Ok((s, producer)) => {
                 shared.control.set_boot_problem(None);
+                shared.producers.set_identity(producer);
+                info!(producer_id = producer.producer_id, "engine producer identity loaded");
                 break Arc::new(s);
             }
             Err(e) => {

@@ -131,6 +131,10 @@ impl PartitionTask {
             let Some(result) = result else { continue };
             match result {
                 Ok(()) => return,
+                Err(MirrorError::Fenced) => {
+                    info!("writes fenced: this instance is no longer the active mirror engine; partition stops here");
+                    return;
+                }
                 Err(e) if e.is_retriable() => {
                     warn!(error = %e, ?backoff, "retrying");
                     self.status.update(&self.key, |s| {
@@ -217,7 +221,8 @@ impl PartitionTask {
         let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
-        let sink = slot.insert(PartitionSink::open(dest_conn, self.producers.clone(), topic, partition, self.max_in_flight).await?);
+        let producer = self.producers.identity()?;
+        let sink = slot.insert(PartitionSink::open(dest_conn, self.producers.clone(), producer, topic, partition, self.max_in_flight));
         self.stream(sink, dest_log_start, next).await
     }
 
@@ -405,6 +410,7 @@ impl PartitionTask {
                     s.records_mirrored += w.records as u64;
                     s.bytes_mirrored += w.bytes as u64;
                     s.record_write(w.max_timestamp, now);
+                    s.rate.add(now, w.records as u64, w.bytes as u64);
                 }
                 s.destination_next_offset = s.destination_next_offset.max(w.base + i64::from(w.records));
             }

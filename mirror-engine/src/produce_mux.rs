@@ -4,6 +4,9 @@
 //! in flight. Each partition gets its own outcome back; what it means (offset checks, retries)
 //! belongs to `sink` and `partition`.
 //!
+//! Fencing: no batch is handed to a broker unless the engine's lease (`lease`) holds at that
+//! moment — checked when a sink submits and again just before the request is written.
+//!
 //! Order: a partition's batches go out in the order they were handed over, one per request, and
 //! requests reach the broker in the order they were built, so a partition's sequence numbers
 //! arrive in order. A batch whose partition withdrew (its sink gave up) is never sent.
@@ -20,7 +23,9 @@ use tracing::{Instrument, debug, info_span};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 use crate::io_stats;
+use crate::lease::Lease;
 use crate::links::{Lane, Tasks};
+use crate::producer_id::EngineProducer;
 
 pub(crate) const PRODUCE_VERSION: i16 = 9;
 /// Broker-side timeout of the engine's acks=all Produce and DeleteRecords requests (ms).
@@ -76,24 +81,49 @@ struct Inner {
     client: ClusterClient,
     settings: ProduceSettings,
     brokers: Tasks<Item>,
+    /// Writing is allowed only while this holds.
+    lease: Lease,
+    /// Who the engine writes as (`producer_id`); set once at boot, before any mirror starts.
+    identity: std::sync::OnceLock<EngineProducer>,
 }
 
 impl Producers {
-    pub fn new(client: ClusterClient, settings: ProduceSettings) -> Self {
+    pub fn new(client: ClusterClient, settings: ProduceSettings, lease: Lease) -> Self {
         Self {
             inner: Arc::new(Inner {
                 client,
                 settings,
                 brokers: Tasks::default(),
+                lease,
+                identity: std::sync::OnceLock::new(),
             }),
         }
     }
+
+    /// Sets the producer identity every partition writes with (the first call wins).
+    pub(crate) fn set_identity(&self, p: EngineProducer) {
+        let _ = self.inner.identity.set(p);
+    }
+
+    /// The producer identity, once the engine booted.
+    pub(crate) fn identity(&self) -> Result<EngineProducer, MirrorError> {
+        self.inner
+            .identity
+            .get()
+            .copied()
+            .ok_or_else(|| MirrorError::Invariant("no producer identity before boot".into()))
+    }
+
 
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {
         let lane = crate::fetch_session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
         let (tx, rx) = oneshot::channel();
+        if !self.inner.lease.holds() {
+            let _ = tx.send(Err(MirrorError::Fenced));
+            return rx;
+        }
         let item = Item {
             topic,
             partition,
@@ -114,6 +144,7 @@ impl Producers {
             lane,
             client: self.inner.client.clone(),
             settings: self.inner.settings,
+            lease: self.inner.lease.clone(),
         };
         tokio::spawn(task.run(rx).instrument(info_span!("produce_lane", broker = %addr, lane)));
         tx
@@ -125,6 +156,7 @@ struct BrokerLane {
     lane: u8,
     client: ClusterClient,
     settings: ProduceSettings,
+    lease: Lease,
 }
 
 /// Fails every batch of `batch` with `e` (whether they were written is unknown).
@@ -166,6 +198,12 @@ impl BrokerLane {
             queue.retain(|i| !i.reply.is_closed());
             let batch = self.take_batch(&mut queue);
             if batch.is_empty() {
+                continue;
+            }
+            if !self.lease.holds() {
+                for i in batch {
+                    let _ = i.reply.send(Err(MirrorError::Fenced));
+                }
                 continue;
             }
             let req = request(&batch);
@@ -305,6 +343,7 @@ mod tests {
                 max_in_flight_requests: 5,
                 request_max_bytes: limit,
             },
+            lease: Lease::forever(),
         }
     }
 

@@ -1,5 +1,6 @@
-//! Writing to a destination partition with the engine's own idempotent producer: a producer id
-//! from the destination (InitProducerId), batches handed to the destination broker's produce lane
+//! Writing to a destination partition with the engine's own idempotent producer: the engine-wide
+//! producer id with sequence numbers derived from destination offsets (`producer_id`: every write
+//! is conditional on the log end), batches handed to the destination broker's produce lane
 //! (`produce_mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
 //! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
 //! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
@@ -16,13 +17,14 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
-use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, InitProducerIdRequest, ProducerId, TopicName};
+use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::oneshot;
 
 use crate::error::MirrorError;
 use crate::produce_mux::{PRODUCE_TIMEOUT_MS, Producers, Reply};
+use crate::producer_id::{EngineProducer, sequence_at};
 
 /// One produced batch, reported back once the destination acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,9 +49,7 @@ pub struct PartitionSink {
     producers: Producers,
     topic: TopicName,
     partition: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    next_sequence: i32,
+    producer: EngineProducer,
     max_in_flight: usize,
     /// The broker acknowledged a batch of this producer since it was opened or records were
     /// deleted: it holds the producer's sequence, so batches may be pipelined.
@@ -59,71 +59,56 @@ pub struct PartitionSink {
 }
 
 impl PartitionSink {
-    /// Initialises a producer id on the destination and binds it to the partition's leader.
-    pub async fn open(conn: SharedConnection, producers: Producers, topic: &str, partition: i32, max_in_flight: usize) -> Result<Self, MirrorError> {
-        let mut req = InitProducerIdRequest::default();
-        // kafka-protocol defaults this to Some(""), which brokers reject as INVALID_REQUEST.
-        req.transactional_id = None;
-        req.transaction_timeout_ms = i32::MAX; // no transaction: what the Java idempotent producer sends
-        req.producer_id = ProducerId(-1);
-        req.producer_epoch = -1;
-        let resp = conn.call(&req, 4).await.map_err(MirrorError::Destination)?;
-        if resp.error_code != 0 {
-            return Err(MirrorError::Broker {
-                side: "destination",
-                what: "InitProducerId".into(),
-                code: resp.error_code,
-            });
-        }
-        Ok(Self {
+    /// A producer for the partition whose leader `conn` reaches, writing as `producer`.
+    pub fn open(conn: SharedConnection, producers: Producers, producer: EngineProducer, topic: &str, partition: i32, max_in_flight: usize) -> Self {
+        Self {
             conn,
             producers,
             topic: TopicName(StrBytes::from_string(topic.to_owned())),
             partition,
-            producer_id: resp.producer_id.0,
-            producer_epoch: resp.producer_epoch,
-            next_sequence: 0,
+            producer,
             max_in_flight: max_in_flight.max(1),
             confirmed: false,
             in_flight: VecDeque::new(),
             acknowledged: Vec::new(),
-        })
+        }
     }
 
-    fn fields(&self) -> ProducerFields {
+    /// The header fields of a batch that must land at `base`.
+    fn fields(&self, base: i64) -> ProducerFields {
         ProducerFields {
-            producer_id: self.producer_id,
-            producer_epoch: self.producer_epoch,
-            base_sequence: self.next_sequence,
+            producer_id: self.producer.producer_id,
+            producer_epoch: self.producer.producer_epoch,
+            base_sequence: sequence_at(base),
         }
     }
 
     /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
     pub async fn write_batch(&mut self, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
-        let out = batch::rewrite_for_produce(batch, self.fields()).map_err(MirrorError::Source)?;
+        let out = batch::rewrite_for_produce(batch, self.fields(base)).map_err(MirrorError::Source)?;
         let w = Written {
             base,
             records,
             bytes: out.len(),
             max_timestamp,
             filler: false,
-            producer_id: self.producer_id,
-            sequence: self.next_sequence,
+            producer_id: self.producer.producer_id,
+            sequence: sequence_at(base),
         };
         self.produce(out, w).await
     }
 
     /// Sends `count` filler records starting at `base`.
     pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
-        let out = batch::filler_batch(count, timestamp, self.fields()).map_err(MirrorError::Destination)?;
+        let out = batch::filler_batch(count, timestamp, self.fields(base)).map_err(MirrorError::Destination)?;
         let w = Written {
             base,
             records: count,
             bytes: out.len(),
             max_timestamp: timestamp,
             filler: true,
-            producer_id: self.producer_id,
-            sequence: self.next_sequence,
+            producer_id: self.producer.producer_id,
+            sequence: sequence_at(base),
         };
         self.produce(out, w).await
     }
@@ -135,7 +120,6 @@ impl PartitionSink {
             self.ack_oldest().await?;
         }
         let reply = self.producers.submit(self.conn.addr(), self.topic.clone(), self.partition, records_blob);
-        self.next_sequence = self.next_sequence.wrapping_add(w.records);
         self.in_flight.push_back((reply, w));
         Ok(())
     }

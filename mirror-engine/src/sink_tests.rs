@@ -1,7 +1,9 @@
 //! The sink against a fake destination leader that behaves like Kafka where it matters here: it
 //! refuses the first `refuse` batches (NOT_LEADER_OR_FOLLOWER, as a broker that was fenced while
 //! frozen) and appends every later one at its log end, accepting any sequence as the first batch
-//! of a producer it holds no state for.
+//! of a producer it holds no state for; later batches must continue the sequence (a repeat of
+//! the last batch is answered as a duplicate with its offset, anything else is refused with
+//! OUT_OF_ORDER_SEQUENCE_NUMBER), as Kafka's ProducerStateManager does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -23,7 +25,8 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let log: Log = Arc::default();
-    let state = Arc::new(Mutex::new((0usize, 0i64))); // (batches seen, log end)
+    // (batches seen, log end, the last appended batch: first sequence, last sequence, offset)
+    let state = Arc::new(Mutex::new((0usize, 0i64, None::<(i32, i32, i64)>)));
     let appended = log.clone();
     tokio::spawn(async move {
         loop {
@@ -52,13 +55,23 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
                                 pr.index = p.index;
                                 let mut st = state.lock().unwrap();
                                 st.0 += 1;
-                                if st.0 <= refuse {
-                                    pr.error_code = 6;
-                                    pr.base_offset = -1;
-                                } else {
-                                    pr.base_offset = st.1;
-                                    log.lock().unwrap().push((st.1, header.base_sequence));
-                                    st.1 += i64::from(header.records_count);
+                                let (first, last) = (header.base_sequence, header.base_sequence + header.last_offset_delta);
+                                match st.2 {
+                                    _ if st.0 <= refuse => {
+                                        pr.error_code = 6;
+                                        pr.base_offset = -1;
+                                    }
+                                    Some((f, l, at)) if (f, l) == (first, last) => pr.base_offset = at, // duplicate
+                                    Some((_, l, _)) if first != l + 1 => {
+                                        pr.error_code = 45;
+                                        pr.base_offset = -1;
+                                    }
+                                    _ => {
+                                        pr.base_offset = st.1;
+                                        log.lock().unwrap().push((st.1, header.base_sequence));
+                                        st.2 = Some((first, last, st.1));
+                                        st.1 += i64::from(header.last_offset_delta) + 1;
+                                    }
                                 }
                                 tr.partition_responses.push(pr);
                             }
@@ -76,9 +89,13 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
 
 async fn sink_to(addr: &str, max_in_flight: usize) -> PartitionSink {
     let client = ClusterClient::new("destination", vec![addr.to_owned()], Duration::from_secs(5));
-    let producers = Producers::new(client.clone(), ProduceSettings::default());
+    let producers = Producers::new(client.clone(), ProduceSettings::default(), crate::lease::Lease::forever());
     let conn = SharedConnection::new(client.connect_to(addr, "t").await.unwrap());
-    PartitionSink::open(conn, producers, "t", 0, max_in_flight).await.unwrap()
+    let producer = EngineProducer {
+        producer_id: 12,
+        producer_epoch: 0,
+    };
+    PartitionSink::open(conn, producers, producer, "t", 0, max_in_flight)
 }
 
 #[tokio::test]
@@ -117,4 +134,26 @@ async fn once_the_first_batch_is_acknowledged_the_rest_are_pipelined_in_order() 
     assert_eq!(*log.lock().unwrap(), vec![(0, 0), (10, 10), (20, 20), (30, 30)]);
     let acked: Vec<_> = sink.take_acknowledged().iter().map(|w| (w.base, w.sequence, w.producer_id)).collect();
     assert_eq!(acked, vec![(0, 0, 12), (10, 10, 12), (20, 20, 12), (30, 30, 12)]);
+}
+
+#[tokio::test]
+async fn a_second_writer_that_planned_for_an_older_log_end_is_refused_and_appends_nothing() {
+    let (addr, log) = fake_leader(0).await;
+    let mut active = sink_to(&addr, 5).await;
+    let mut stale = sink_to(&addr, 5).await;
+    for base in [0, 10] {
+        active.write_fillers(10, 1_000, base).await.expect("written");
+    }
+    active.flush().await.expect("acknowledged");
+    // A former active engine woke up believing the log ends at 10: its batch for 10..19 repeats
+    // the last one exactly (answered as the duplicate it is), its next one for 15 does not fit.
+    stale.write_fillers(10, 1_000, 10).await.expect("sent");
+    stale.flush().await.expect("a repeat of the last batch is acknowledged at its own offset");
+    stale.write_fillers(10, 1_000, 15).await.expect("sent");
+    let e = stale.flush().await.expect_err("a batch not at the log end is refused");
+    assert!(matches!(e, MirrorError::Broker { code: 45, .. }), "{e}");
+    // The writer that is right goes on.
+    active.write_fillers(10, 1_000, 20).await.expect("written");
+    active.flush().await.expect("acknowledged");
+    assert_eq!(*log.lock().unwrap(), vec![(0, 0), (10, 10), (20, 20)], "every offset written once, in order");
 }

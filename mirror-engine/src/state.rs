@@ -158,17 +158,22 @@ impl PartitionRecord {
     }
 }
 
+/// State key of the engine's producer identity.
+const ENGINE_PRODUCER_KEY: &str = "engine/producer";
+
 /// The loaded state plus a connection for writing more.
 pub struct StateStore {
     destination: ClusterClient,
     topic: String,
     entries: std::sync::Mutex<HashMap<String, Bytes>>,
     writer: Mutex<Option<Connection>>,
+    /// Nothing is written unless this holds (an instance no longer the active engine).
+    lease: crate::lease::Lease,
 }
 
 impl StateStore {
     /// Creates the state topic if needed and reads it to the end.
-    pub async fn open(destination: ClusterClient, topic: &str) -> Result<Self, MirrorError> {
+    pub async fn open(destination: ClusterClient, topic: &str, lease: crate::lease::Lease) -> Result<Self, MirrorError> {
         let spec = TopicSpec {
             name: topic,
             partitions: 1,
@@ -188,6 +193,7 @@ impl StateStore {
             topic: topic.to_owned(),
             entries: Default::default(),
             writer: Mutex::new(None),
+            lease,
         };
         store.load().await?;
         Ok(store)
@@ -259,6 +265,16 @@ impl StateStore {
         self.get(&format!("partition/{topic}/{partition}"))
     }
 
+    /// The producer identity every engine instance writes mirrored data with (`producer_id`).
+    pub(crate) fn engine_producer(&self) -> Option<crate::producer_id::EngineProducer> {
+        self.get(ENGINE_PRODUCER_KEY)
+    }
+
+    /// Stores the engine's producer identity.
+    pub(crate) async fn put_engine_producer(&self, p: &crate::producer_id::EngineProducer) -> Result<(), MirrorError> {
+        self.write(vec![(ENGINE_PRODUCER_KEY.to_owned(), Some(json(p)?))]).await
+    }
+
     /// Every stored mirror definition.
     pub fn mirrors(&self) -> Vec<MirrorRecord> {
         let keys: Vec<String> = self.lock().keys().filter(|k| k.starts_with("mirror/")).cloned().collect();
@@ -293,6 +309,9 @@ impl StateStore {
     async fn write(&self, entries: Vec<(String, Option<Bytes>)>) -> Result<(), MirrorError> {
         if entries.is_empty() {
             return Ok(());
+        }
+        if !self.lease.holds() {
+            return Err(MirrorError::Fenced);
         }
         let encoded: Vec<(Bytes, Option<Bytes>)> = entries.iter().map(|(k, v)| (Bytes::from(k.clone()), v.clone())).collect();
         let blob = records::encode(&encoded, now_ms()).map_err(MirrorError::Destination)?;

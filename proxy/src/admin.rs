@@ -124,7 +124,7 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         read_open: shared.config.security.admin_read_open,
     };
     if req.uri().path().starts_with("/v1/") {
-        return crate::rest::handle(req, peer, auth, &shared.mirrors.control).await;
+        return crate::rest::handle(req, peer, auth, &shared.mirrors.control()).await;
     }
     if req.uri().path() == "/metrics"
         && let Some(refused) = auth.refuse_read(req.headers(), peer)
@@ -138,22 +138,28 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
     match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
-            let engine = if let Some(follow) = &shared.mirrors.follow {
+            let engine = if let Some(follow) = &shared.mirrors.follow() {
                 EngineReadiness::Follower(crate::follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms()))
-            } else if shared.mirrors.control.is_booted() {
+            } else if shared.mirrors.control().is_booted() {
                 EngineReadiness::Booted
             } else {
-                EngineReadiness::Loading(shared.mirrors.control.boot_problem())
+                EngineReadiness::Loading(shared.mirrors.control().boot_problem())
             };
-            let (ready, body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine);
+            let (ready, mut body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine);
+            if let Some(election) = shared.mirrors.election() {
+                body.push_str(&crate::election_status::readiness_line(&election));
+            }
             text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
         }
         "/metrics" => {
             let mut body = shared.metrics.encode();
             // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
-            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors);
-            if let Some(follow) = &shared.mirrors.follow {
+            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors.get());
+            if let Some(follow) = &shared.mirrors.follow() {
                 mirrors.push_str(&crate::follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
+            }
+            if let Some(election) = shared.mirrors.election() {
+                mirrors.push_str(&crate::election_status::render(&election));
             }
             match body.rfind("# EOF") {
                 Some(at) => body.insert_str(at, &mirrors),

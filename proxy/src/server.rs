@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
+use kmp_mirror_engine::EngineSlot;
 use kmp_config::{AuthMode, Config, EngineRole, PropsOrigin};
 use kmp_protocol::security::ClientSecurity;
 use tokio::net::TcpListener;
@@ -54,23 +55,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mirrors = if !config.engine.enabled {
-        kmp_mirror_engine::Engine::idle(&config.engine)
-    } else if config.engine.role == EngineRole::Follower {
-        if !config.mirrors.is_empty() {
-            info!(
-                mirrors = config.mirrors.len(),
-                "engine.role = follower: the declared mirrors are run by the engine instance; this one follows the state topic"
-            );
-        }
-        kmp_mirror_engine::follow(
-            &config.engine,
-            config.upstream.bootstrap_servers.clone(),
-            security.upstream.clone(),
-            Duration::from_millis(config.upstream.connect_timeout_ms),
-            stop_rx.clone(),
-        )
-    } else {
-        kmp_mirror_engine::start(
+        EngineSlot::fixed(kmp_mirror_engine::Engine::idle(&config.engine))
+    } else if config.engine.role == EngineRole::Auto {
+        kmp_mirror_engine::auto(
             &config.engine,
             config.mirrors.clone(),
             config.upstream.bootstrap_servers.clone(),
@@ -79,6 +66,30 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             config.security.mirror_source_allow.clone(),
             stop_rx.clone(),
         )
+    } else if config.engine.role == EngineRole::Follower {
+        if !config.mirrors.is_empty() {
+            info!(
+                mirrors = config.mirrors.len(),
+                "engine.role = follower: the declared mirrors are run by the engine instance; this one follows the state topic"
+            );
+        }
+        EngineSlot::fixed(kmp_mirror_engine::follow(
+            &config.engine,
+            config.upstream.bootstrap_servers.clone(),
+            security.upstream.clone(),
+            Duration::from_millis(config.upstream.connect_timeout_ms),
+            stop_rx.clone(),
+        ))
+    } else {
+        EngineSlot::fixed(kmp_mirror_engine::start(
+            &config.engine,
+            config.mirrors.clone(),
+            config.upstream.bootstrap_servers.clone(),
+            security.upstream.clone(),
+            Duration::from_millis(config.upstream.connect_timeout_ms),
+            config.security.mirror_source_allow.clone(),
+            stop_rx.clone(),
+        ))
     };
     let shared = Arc::new(Shared {
         cluster: ClusterView::new(

@@ -21,7 +21,8 @@ pub(crate) struct Shared {
     /// Set once the upstream answered a metadata refresh; cleared when refreshes fail.
     pub(crate) ready: AtomicBool,
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
-    pub(crate) mirrors: kmp_mirror_engine::Engine,
+    /// (`engine.role = "auto"`: whichever of engine and follower runs on this instance now.)
+    pub(crate) mirrors: kmp_mirror_engine::EngineSlot,
     /// Whether the mirror policies apply — writes to mirror topics refused, Fetch responses
     /// checked for filler batches, the state topic guarded: the engine runs, or this instance
     /// follows its state topic (`engine.enabled`).

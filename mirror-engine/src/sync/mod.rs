@@ -6,7 +6,7 @@
 //! discovery loop and partition tasks, not here.
 
 mod configs;
-mod group_wire;
+pub(crate) mod group_wire;
 mod groups;
 mod share_groups;
 mod status;
@@ -74,6 +74,10 @@ async fn run(shared: Shared, name: String, kind: SyncKind) {
 
 /// One pass of `kind` over `topics` of mirror `def`, recorded on the board.
 pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, topics: &[String]) {
+    if !shared.lease.holds() {
+        // No longer the active engine: the one that is syncs.
+        return;
+    }
     let source = ClusterClient::source_of(def, shared.destination.timeout());
     let work = async {
         match kind {

@@ -45,8 +45,8 @@ impl Filter for FillerMasking {
         if !self.wants_response(api_key, api_version, conn) {
             return false;
         }
-        let registry = &conn.shared.mirrors.topics;
-        if !conn.shared.mirrors.control.is_booted() {
+        let registry = &conn.shared.mirrors.topics();
+        if !conn.shared.mirrors.control().is_booted() {
             return true;
         }
         if !registry.has_filler_topics() {
@@ -60,8 +60,8 @@ impl Filter for FillerMasking {
 
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
         let shared = &conn.shared;
-        let registry = &shared.mirrors.topics;
-        let booted = shared.mirrors.control.is_booted();
+        let registry = &shared.mirrors.topics();
+        let booted = shared.mirrors.control().is_booted();
         if booted && !registry.has_filler_topics() {
             return Ok(frame);
         }

@@ -23,7 +23,7 @@ impl super::Filter for MirrorRpc {
     }
 
     fn on_request<'a>(&'a self, x: &'a mut super::Exchange, conn: &'a super::Conn) -> super::BoxFuture<'a, Result<super::Flow, crate::error::ProxyError>> {
-        Box::pin(async move { Ok(super::Flow::Answer(Some(answer(&x.frame, &conn.shared.mirrors.control).await?))) })
+        Box::pin(async move { Ok(super::Flow::Answer(Some(answer(&x.frame, &conn.shared.mirrors.control()).await?))) })
     }
 }
 

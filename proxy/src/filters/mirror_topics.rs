@@ -34,7 +34,7 @@ pub(crate) struct MirrorTopicWrites;
 
 impl Filter for MirrorTopicWrites {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
-        let topics = &conn.shared.mirrors.topics;
+        let topics = &conn.shared.mirrors.topics();
         if !conn.shared.masks_fillers || topics.is_empty() {
             return false;
         }
@@ -51,7 +51,7 @@ impl Filter for MirrorTopicWrites {
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let topics = MirrorTopicGuard(&conn.shared.mirrors.topics);
+            let topics = MirrorTopicGuard(&conn.shared.mirrors.topics());
             let decision = if x.api_key == ApiKey::Produce as i16 {
                 readonly::check(&x.frame, x.api_version, &topics)?
             } else {

@@ -52,7 +52,7 @@ impl Filter for StateTopicGuard {
             return false;
         }
         let name = conn.shared.config.engine.state_topic.as_bytes();
-        let id = conn.shared.mirrors.topics.state_topic_id();
+        let id = conn.shared.mirrors.topics().state_topic_id();
         if x.api_key == ApiKey::Produce as i16 {
             // A malformed request is decoded (and refused with its error) by `on_request`.
             return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
@@ -68,7 +68,7 @@ impl Filter for StateTopicGuard {
         Box::pin(async move {
             let topic = StateTopic {
                 name: &conn.shared.config.engine.state_topic,
-                id: conn.shared.mirrors.topics.state_topic_id(),
+                id: conn.shared.mirrors.topics().state_topic_id(),
             };
             let decision = match ApiKey::try_from(x.api_key) {
                 Ok(ApiKey::Produce) => readonly::check(&x.frame, x.api_version, &topic)?,

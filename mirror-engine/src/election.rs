@@ -1,0 +1,502 @@
+//! Electing the one active engine among the instances of `engine.role = "auto"`: a Kafka group
+//! on the destination (classic group protocol, as Kafka Connect uses it; protocol type
+//! `kmp-mirror-engine`). Every instance joins; the group leader names one member active — the
+//! one already active if it is still a member, so a joining instance never moves the work —
+//! and every member learns the choice from SyncGroup. Heartbeats keep the active member's
+//! [`Lease`] alive (see `lease`): it ends at the send time of the last acknowledged heartbeat
+//! plus the session timeout minus a margin, so an active instance that cannot reach the
+//! coordinator, or was frozen, stops writing before the coordinator drops it and elects
+//! another. What the active instance runs is `auto`'s; this module only decides who.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use kmp_protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kmp_protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kmp_protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kmp_protocol::kafka_protocol::messages::{GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::ProtocolError;
+use kmp_protocol::client::Connection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::cluster::ClusterClient;
+use crate::error::MirrorError;
+use crate::lease::Lease;
+
+/// The group's protocol type: only instances of this proxy meet in it.
+pub const PROTOCOL_TYPE: &str = "kmp-mirror-engine";
+const PROTOCOL_NAME: &str = "active-standby-v1";
+const JOIN_VERSION: i16 = 9;
+const SYNC_VERSION: i16 = 5;
+const HEARTBEAT_VERSION: i16 = 4;
+const LEAVE_VERSION: i16 = 5;
+
+const ILLEGAL_GENERATION: i16 = 22;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+const REBALANCE_IN_PROGRESS: i16 = 27;
+const MEMBER_ID_REQUIRED: i16 = 79;
+
+/// How an instance takes part in the election (from `[engine]`).
+#[derive(Debug, Clone)]
+pub struct ElectionSettings {
+    pub group_id: String,
+    pub instance_id: String,
+    pub session_timeout: Duration,
+    pub heartbeat_interval: Duration,
+}
+
+impl ElectionSettings {
+    /// How long an acknowledged heartbeat lets the active instance write: the session timeout
+    /// less a tenth of it (at least 200 ms), so it stops before the coordinator gives up on it.
+    fn lease_for(&self) -> Duration {
+        let margin = (self.session_timeout / 10).max(Duration::from_millis(200));
+        self.session_timeout.saturating_sub(margin)
+    }
+}
+
+/// What the election decided for this instance.
+#[derive(Debug, Clone)]
+pub enum Role {
+    /// Not (or no longer) the active engine.
+    Standby { generation: i32, active_instance: String },
+    /// The active engine of `generation`, writing while `lease` holds.
+    Active { generation: i32, lease: Lease },
+}
+
+/// What a member announces when it joins.
+#[derive(Debug, Serialize, Deserialize)]
+struct MemberMetadata {
+    instance: String,
+    /// Whether it is the active engine right now (the leader keeps it so).
+    active: bool,
+}
+
+/// What the leader hands every member.
+#[derive(Debug, Serialize, Deserialize)]
+struct Assignment {
+    active_member: String,
+    active_instance: String,
+}
+
+/// Takes part in the election until `leave` turns true, then leaves the group (so a peer takes
+/// over at once instead of after the session timeout). Decisions go to `role`.
+pub(crate) async fn run(destination: ClusterClient, settings: ElectionSettings, role: watch::Sender<Role>, mut leave: watch::Receiver<bool>) {
+    let mut member = Member {
+        destination,
+        settings,
+        member_id: String::new(),
+        generation: -1,
+        lease: None,
+        role,
+    };
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let session = tokio::select! {
+            r = member.session() => r,
+            _ = leave.changed() => break,
+        };
+        // Whatever ended the session, an active term whose lease is over ends now.
+        member.demote_if_lapsed();
+        match session {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(e) => {
+                // Coordinator moving or still loading: expected around broker restarts.
+                if matches!(e, MirrorError::Broker { code: 14..=16, .. }) {
+                    debug!(error = %e, ?backoff, "engine election: coordinator not ready; retrying");
+                } else {
+                    warn!(error = %e, group = %member.settings.group_id, ?backoff, "engine election: lost the group coordinator; rejoining");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = leave.changed() => break,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+    member.demote("leaving the group");
+    member.leave().await;
+}
+
+struct Member {
+    destination: ClusterClient,
+    settings: ElectionSettings,
+    member_id: String,
+    generation: i32,
+    /// The lease of the current active term, if this instance is active.
+    lease: Option<Lease>,
+    role: watch::Sender<Role>,
+}
+
+impl Member {
+    /// One stay with a coordinator: join, sync, heartbeat until the group rebalances (Ok, to
+    /// rejoin at once) or the coordinator is lost (Err).
+    async fn session(&mut self) -> Result<(), MirrorError> {
+        let coordinator = self.coordinator().await?;
+        let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
+        let mut beats = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
+        loop {
+            let outcome = {
+                let active = self.lease.is_some();
+                let join = join_group(&self.destination, &self.settings, &self.member_id, active, &mut conn);
+                tokio::pin!(join);
+                // Keep the session (and an active lease) alive while the rebalance waits for
+                // the other members.
+                let mut tick = tokio::time::interval(self.settings.heartbeat_interval);
+                tick.tick().await;
+                loop {
+                    tokio::select! {
+                        r = &mut join => break r,
+                        _ = tick.tick() => {
+                            if let (Some(lease), true) = (&self.lease, self.generation >= 0) {
+                                let sent = Instant::now();
+                                if let Ok(code) = heartbeat(&mut beats, &self.settings, &self.member_id, self.generation).await
+                                    && (code == 0 || code == REBALANCE_IN_PROGRESS)
+                                {
+                                    lease.extend_from(sent, self.settings.lease_for());
+                                }
+                            }
+                        }
+                    }
+                }
+            }?;
+            let Some(joined) = self.joined(outcome) else { continue };
+            let (assignment, sync_sent) = match self.sync(&mut conn, &joined).await? {
+                Some(a) => a,
+                None => continue,
+            };
+            self.apply(&assignment, sync_sent);
+            // Heartbeats until the group needs a rebalance.
+            loop {
+                tokio::time::sleep(self.settings.heartbeat_interval).await;
+                self.demote_if_lapsed();
+                let sent = Instant::now();
+                let code = match tokio::time::timeout(self.settings.session_timeout, heartbeat(&mut beats, &self.settings, &self.member_id, self.generation)).await {
+                    Ok(r) => r?,
+                    Err(_) => return Err(MirrorError::aborted("destination", "heartbeat unanswered for a session timeout")),
+                };
+                match code {
+                    0 => {
+                        if let Some(lease) = &self.lease {
+                            lease.extend_from(sent, self.settings.lease_for());
+                        }
+                    }
+                    REBALANCE_IN_PROGRESS => {
+                        if let Some(lease) = &self.lease {
+                            lease.extend_from(sent, self.settings.lease_for());
+                        }
+                        break;
+                    }
+                    UNKNOWN_MEMBER_ID | ILLEGAL_GENERATION => {
+                        self.demote("the coordinator no longer counts this instance in the group");
+                        if code == UNKNOWN_MEMBER_ID {
+                            self.member_id.clear();
+                        }
+                        self.generation = -1;
+                        break;
+                    }
+                    code => {
+                        return Err(MirrorError::Broker {
+                            side: "destination",
+                            what: "Heartbeat".into(),
+                            code,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    async fn coordinator(&self) -> Result<String, MirrorError> {
+        let found = crate::sync::group_wire::coordinators(&self.destination, std::slice::from_ref(&self.settings.group_id)).await?;
+        match found.get(&self.settings.group_id) {
+            Some(Ok(addr)) => Ok(addr.clone()),
+            Some(Err(code)) => Err(MirrorError::Broker {
+                side: "destination",
+                what: "FindCoordinator".into(),
+                code: *code,
+            }),
+            None => Err(MirrorError::Broker {
+                side: "destination",
+                what: "FindCoordinator".into(),
+                code: 15,
+            }),
+        }
+    }
+
+    /// Takes in what a JoinGroup answered; `None` when it must simply be sent again.
+    fn joined(&mut self, outcome: JoinOutcome) -> Option<Joined> {
+        match outcome {
+            JoinOutcome::Joined { member_id, generation, joined } => {
+                self.member_id = member_id;
+                self.generation = generation;
+                debug!(generation, leader = joined.leader, members = joined.members.len(), "joined the engine election group");
+                Some(joined)
+            }
+            JoinOutcome::MemberId(id) => {
+                self.member_id = id;
+                None
+            }
+            JoinOutcome::UnknownMember => {
+                self.demote("the coordinator no longer knows this member");
+                self.member_id.clear();
+                None
+            }
+            JoinOutcome::Again => None,
+        }
+    }
+
+    /// SyncGroup: the leader hands out its choice; everyone gets it back.
+    async fn sync(&mut self, conn: &mut Connection, joined: &Joined) -> Result<Option<(Assignment, Instant)>, MirrorError> {
+        let mut req = SyncGroupRequest::default();
+        req.group_id = GroupId(StrBytes::from_string(self.settings.group_id.clone()));
+        req.generation_id = self.generation;
+        req.member_id = StrBytes::from_string(self.member_id.clone());
+        req.protocol_type = Some(StrBytes::from_static_str(PROTOCOL_TYPE));
+        req.protocol_name = Some(StrBytes::from_static_str(PROTOCOL_NAME));
+        if joined.leader {
+            let choice = choose(&joined.members);
+            let blob = Bytes::from(serde_json::to_vec(&choice).map_err(|e| MirrorError::Unsupported(format!("election assignment: {e}")))?);
+            req.assignments = joined
+                .members
+                .iter()
+                .map(|(id, _)| {
+                    let mut a = SyncGroupRequestAssignment::default();
+                    a.member_id = StrBytes::from_string(id.clone());
+                    a.assignment = blob.clone();
+                    a
+                })
+                .collect();
+        }
+        let sent = Instant::now();
+        let resp = conn.send(&req, SYNC_VERSION).await.map_err(|e| self.destination.wrap(e))?;
+        match resp.error_code {
+            0 => {}
+            REBALANCE_IN_PROGRESS | ILLEGAL_GENERATION => return Ok(None),
+            UNKNOWN_MEMBER_ID => {
+                self.demote("the coordinator no longer knows this member");
+                self.member_id.clear();
+                return Ok(None);
+            }
+            code => {
+                return Err(MirrorError::Broker {
+                    side: "destination",
+                    what: "SyncGroup".into(),
+                    code,
+                });
+            }
+        }
+        match serde_json::from_slice::<Assignment>(&resp.assignment) {
+            Ok(a) => Ok(Some((a, sent))),
+            Err(e) => {
+                // Another program in our group, or a newer version: never act on it.
+                warn!(error = %e, "engine election: unreadable assignment; rejoining");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Becomes (or stays) active or standby as `a` says.
+    fn apply(&mut self, a: &Assignment, sync_sent: Instant) {
+        if a.active_member == self.member_id {
+            let lease = self.lease.get_or_insert_with(|| {
+                info!(instance = %self.settings.instance_id, generation = self.generation, "elected the active mirror engine");
+                Lease::expired()
+            });
+            lease.extend_from(sync_sent, self.settings.lease_for());
+            let lease = lease.clone();
+            self.role.send_replace(Role::Active {
+                generation: self.generation,
+                lease,
+            });
+        } else {
+            self.demote("another instance is the active engine");
+            self.role.send_replace(Role::Standby {
+                generation: self.generation,
+                active_instance: a.active_instance.clone(),
+            });
+        }
+    }
+
+    /// Ends an active term whose lease ran out (no acknowledged heartbeat for too long).
+    fn demote_if_lapsed(&mut self) {
+        if self.lease.as_ref().is_some_and(|l| !l.holds()) {
+            self.demote("no heartbeat acknowledged within the session timeout");
+        }
+    }
+
+    /// Ends the active term, if any.
+    fn demote(&mut self, why: &str) {
+        if let Some(lease) = self.lease.take() {
+            lease.revoke();
+            warn!(instance = %self.settings.instance_id, why, "no longer the active mirror engine");
+            self.role.send_replace(Role::Standby {
+                generation: self.generation,
+                active_instance: String::new(),
+            });
+        }
+    }
+
+    async fn leave(&self) {
+        if self.member_id.is_empty() {
+            return;
+        }
+        let left = async {
+            let coordinator = self.coordinator().await?;
+            let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
+            let mut who = MemberIdentity::default();
+            who.member_id = StrBytes::from_string(self.member_id.clone());
+            who.reason = Some(StrBytes::from_static_str("instance shutting down"));
+            let mut req = LeaveGroupRequest::default();
+            req.group_id = GroupId(StrBytes::from_string(self.settings.group_id.clone()));
+            req.members = vec![who];
+            conn.send(&req, LEAVE_VERSION).await.map_err(|e| self.destination.wrap(e))
+        };
+        match tokio::time::timeout(Duration::from_secs(5), left).await {
+            Ok(Ok(_)) => info!(group = %self.settings.group_id, "left the engine election group"),
+            Ok(Err(e)) => warn!(error = %e, "could not leave the engine election group; peers take over after the session timeout"),
+            Err(_) => warn!("leaving the engine election group timed out; peers take over after the session timeout"),
+        }
+    }
+}
+
+/// What one JoinGroup came back with.
+enum JoinOutcome {
+    Joined { member_id: String, generation: i32, joined: Joined },
+    /// The coordinator assigned a member id: join again with it.
+    MemberId(String),
+    UnknownMember,
+    Again,
+}
+
+/// One JoinGroup (it waits for the rebalance to complete).
+async fn join_group(destination: &ClusterClient, settings: &ElectionSettings, member_id: &str, active: bool, conn: &mut Connection) -> Result<JoinOutcome, MirrorError> {
+    let metadata = serde_json::to_vec(&MemberMetadata {
+        instance: settings.instance_id.clone(),
+        active,
+    })
+    .map_err(|e| MirrorError::Unsupported(format!("election metadata: {e}")))?;
+    let mut proto = JoinGroupRequestProtocol::default();
+    proto.name = StrBytes::from_static_str(PROTOCOL_NAME);
+    proto.metadata = Bytes::from(metadata);
+    let mut req = JoinGroupRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(settings.group_id.clone()));
+    req.session_timeout_ms = millis(settings.session_timeout);
+    req.rebalance_timeout_ms = millis(settings.session_timeout);
+    req.member_id = StrBytes::from_string(member_id.to_owned());
+    req.protocol_type = StrBytes::from_static_str(PROTOCOL_TYPE);
+    req.protocols = vec![proto];
+    req.reason = Some(StrBytes::from_static_str("kafka-mirror-proxy engine election"));
+    let resp = conn.send(&req, JOIN_VERSION).await.map_err(|e| destination.wrap(e))?;
+    match resp.error_code {
+        0 => {}
+        MEMBER_ID_REQUIRED => return Ok(JoinOutcome::MemberId(resp.member_id.as_str().to_owned())),
+        UNKNOWN_MEMBER_ID => return Ok(JoinOutcome::UnknownMember),
+        REBALANCE_IN_PROGRESS => return Ok(JoinOutcome::Again),
+        code => {
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what: "JoinGroup".into(),
+                code,
+            });
+        }
+    }
+    let member_id = resp.member_id.as_str().to_owned();
+    let leader = resp.leader.as_str() == member_id;
+    let members = resp
+        .members
+        .iter()
+        .map(|m| (m.member_id.as_str().to_owned(), serde_json::from_slice::<MemberMetadata>(&m.metadata).ok()))
+        .collect();
+    Ok(JoinOutcome::Joined {
+        member_id,
+        generation: resp.generation_id,
+        joined: Joined { leader, members },
+    })
+}
+
+struct Joined {
+    leader: bool,
+    members: Vec<(String, Option<MemberMetadata>)>,
+}
+
+/// The leader's choice: the member already active if there is one (the lowest member id if
+/// several claim it), else the member with the lowest id. Members whose metadata cannot be read
+/// are never chosen.
+fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
+    let readable = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m)));
+    let pick = readable
+        .clone()
+        .filter(|(_, m)| m.active)
+        .min_by(|a, b| a.0.cmp(b.0))
+        .or_else(|| readable.min_by(|a, b| a.0.cmp(b.0)));
+    match pick {
+        Some((id, m)) => Assignment {
+            active_member: id.clone(),
+            active_instance: m.instance.clone(),
+        },
+        None => Assignment {
+            active_member: String::new(),
+            active_instance: String::new(),
+        },
+    }
+}
+
+async fn heartbeat(conn: &mut Connection, settings: &ElectionSettings, member_id: &str, generation: i32) -> Result<i16, MirrorError> {
+    let mut req = HeartbeatRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(settings.group_id.clone()));
+    req.generation_id = generation;
+    req.member_id = StrBytes::from_string(member_id.to_owned());
+    let resp = conn
+        .send(&req, HEARTBEAT_VERSION)
+        .await
+        .map_err(|e: ProtocolError| MirrorError::Destination(e))?;
+    Ok(resp.error_code)
+}
+
+fn millis(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(id: &str, instance: &str, active: bool) -> (String, Option<MemberMetadata>) {
+        (
+            id.to_owned(),
+            Some(MemberMetadata {
+                instance: instance.to_owned(),
+                active,
+            }),
+        )
+    }
+
+    #[test]
+    fn the_active_member_stays_active_when_others_join_and_the_lowest_id_wins_otherwise() {
+        let a = choose(&[m("c", "i3", false), m("b", "i2", true), m("a", "i1", false)]);
+        assert_eq!((a.active_member.as_str(), a.active_instance.as_str()), ("b", "i2"), "sticky");
+        let a = choose(&[m("c", "i3", false), m("b", "i2", false)]);
+        assert_eq!(a.active_member, "b", "nobody active: the lowest member id");
+        let a = choose(&[m("c", "i3", true), m("b", "i2", true)]);
+        assert_eq!(a.active_member, "b", "two claims (a split that healed): one of them, deterministically");
+        let a = choose(&[("x".to_owned(), None), m("y", "i2", false)]);
+        assert_eq!(a.active_member, "y", "an unreadable member is never chosen");
+    }
+
+    #[test]
+    fn the_lease_ends_before_the_coordinator_gives_up() {
+        let s = |ms| ElectionSettings {
+            group_id: "g".into(),
+            instance_id: "i".into(),
+            session_timeout: Duration::from_millis(ms),
+            heartbeat_interval: Duration::from_millis(ms / 6),
+        };
+        assert_eq!(s(6_000).lease_for(), Duration::from_millis(5_400));
+        assert_eq!(s(1_000).lease_for(), Duration::from_millis(800));
+    }
+}

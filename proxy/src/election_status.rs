@@ -1,0 +1,65 @@
+//! How an `engine.role = "auto"` instance shows where the election stands: the `/readyz` line
+//! and the `kmp_engine_*` gauges of `/metrics`. Deciding is the engine's (`election`); serving
+//! the endpoints is `admin`'s.
+
+use std::fmt::Write;
+
+use kmp_mirror_engine::ElectionView;
+
+/// The `/readyz` line: `engine: active (instance i, generation n)` or
+/// `engine: standby (instance i, generation n; active: j)`.
+pub(crate) fn readiness_line(v: &ElectionView) -> String {
+    if v.active {
+        format!("engine: active (instance {}, generation {})\n", v.instance_id, v.generation)
+    } else {
+        let active = if v.active_instance.is_empty() { "unknown" } else { v.active_instance.as_str() };
+        format!("engine: standby (instance {}, generation {}; active: {active})\n", v.instance_id, v.generation)
+    }
+}
+
+/// The election gauges in OpenMetrics text (instance and group as labels).
+pub(crate) fn render(v: &ElectionView) -> String {
+    let labels = format!("instance=\"{}\",group=\"{}\"", escape(&v.instance_id), escape(&v.group_id));
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP kmp_engine_active 1 while this instance is the elected active mirror engine, 0 while standby.");
+    let _ = writeln!(out, "# TYPE kmp_engine_active gauge");
+    let _ = writeln!(out, "kmp_engine_active{{{labels}}} {}", u8::from(v.active));
+    let _ = writeln!(out, "# HELP kmp_engine_generation Generation of the engine election group at the last decision.");
+    let _ = writeln!(out, "# TYPE kmp_engine_generation gauge");
+    let _ = writeln!(out, "kmp_engine_generation{{{labels}}} {}", v.generation);
+    let _ = writeln!(out, "# HELP kmp_engine_takeovers Times this instance became the active mirror engine.");
+    let _ = writeln!(out, "# TYPE kmp_engine_takeovers counter");
+    let _ = writeln!(out, "kmp_engine_takeovers_total{{{labels}}} {}", v.takeovers);
+    out
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(active: bool) -> ElectionView {
+        ElectionView {
+            instance_id: "kmp-\"a\"".into(),
+            group_id: "g".into(),
+            active,
+            generation: 7,
+            active_instance: if active { "kmp-\"a\"".into() } else { String::new() },
+            takeovers: 2,
+        }
+    }
+
+    #[test]
+    fn readiness_and_gauges_name_the_instance_role_and_generation() {
+        assert_eq!(readiness_line(&view(true)), "engine: active (instance kmp-\"a\", generation 7)\n");
+        assert_eq!(readiness_line(&view(false)), "engine: standby (instance kmp-\"a\", generation 7; active: unknown)\n");
+        let text = render(&view(false));
+        assert!(text.contains("kmp_engine_active{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"), "{text}");
+        assert!(text.contains("kmp_engine_generation{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 7\n"), "{text}");
+        assert!(text.contains("kmp_engine_takeovers_total{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 2\n"), "{text}");
+    }
+}
