@@ -16,6 +16,7 @@ mod filters;
 mod follower_status;
 mod limits;
 pub mod listen;
+pub mod logging;
 mod metrics;
 mod mirror_metrics;
 mod refresh;

@@ -1,5 +1,5 @@
-//! The `kafka-mirror-proxy` binary: command-line parsing, logging setup, binding the configured
-//! listeners and running the server until SIGTERM or Ctrl-C.
+//! The `kafka-mirror-proxy` binary: command-line parsing, installing logging (`logging`),
+//! binding the configured listeners and running the server until SIGTERM or Ctrl-C.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -43,9 +43,13 @@ enum Command {
         /// Admin HTTP endpoint host:port (/healthz, /readyz, /metrics).
         #[arg(long)]
         admin_listen: Option<String>,
-        /// Log filter (tracing EnvFilter syntax), also read from RUST_LOG.
+        /// Log filter (tracing EnvFilter syntax), also read from RUST_LOG; changeable while
+        /// running through `PUT /v1/log-level` on the admin endpoint.
         #[arg(long, default_value = "info")]
         log: String,
+        /// Log line format: `text` or `json` (one JSON object per line).
+        #[arg(long, value_enum, env = "KMP_LOG_FORMAT", default_value = "text")]
+        log_format: kafka_mirror_proxy::logging::LogFormat,
     },
     /// Print the audited API version table; with --check-upstream, compare it with a broker's
     /// ApiVersions and exit 1 if the broker announces anything unaudited.
@@ -105,8 +109,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             node_port_base,
             admin_listen,
             log,
+            log_format,
         } => {
-            init_logging(&log);
+            if let Err(e) = kafka_mirror_proxy::logging::init(log_format, &log) {
+                eprintln!("{e}");
+                return Ok(ExitCode::from(2));
+            }
             let flags = Overrides {
                 upstream,
                 listen,
@@ -239,16 +247,6 @@ fn log_fd_limit(outcome: FdLimit) {
             tracing::warn!(soft, ?hard, %error, "cannot raise the soft open-file limit; each client connection needs two descriptors")
         }
     }
-}
-
-fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 async fn shutdown_signal() {

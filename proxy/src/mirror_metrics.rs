@@ -26,6 +26,11 @@ pub(crate) fn render(engine: &Engine) -> String {
             b.peak(),
         ),
         ("kmp_mirror_buffer_limit_bytes", "engine.max_buffer_bytes", b.limit()),
+        (
+            "kmp_mirror_engine_booted",
+            "1 once the mirror engine has loaded its stored state and runs its mirrors, 0 while it cannot (see /readyz)",
+            u64::from(engine.control.is_booted()),
+        ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
     }

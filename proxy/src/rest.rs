@@ -1,5 +1,6 @@
 //! Mirror management over HTTP on the admin endpoint, under `/v1`: create, list, describe and
-//! delete mirrors, start / pause / resume / stop (failover) mirror topics, and the OpenAPI document
+//! delete mirrors, start / pause / resume / stop (failover) mirror topics, show and change the
+//! log filter (`/v1/log-level`, owned by `logging`), and the OpenAPI document
 //! (`/v1/openapi.json`). Every route needs a loopback caller (IPv4, IPv6 or IPv4-mapped) or
 //! `Authorization: Bearer <admin.token>` ([`AdminAuth`]); reads are open to everyone with
 //! `security.admin_read_open`. The operations and their KIP-1279 error codes are the
@@ -44,6 +45,14 @@ struct CreateBody {
     name: String,
     /// KIP-1279 mirror configs (`bootstrap.servers`, `mirror.topics.include`, …).
     configs: std::collections::BTreeMap<String, String>,
+}
+
+/// Body of `PUT /v1/log-level`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogLevelBody {
+    /// The new filter, tracing `EnvFilter` syntax (`info,kafka_mirror_engine=debug`).
+    filter: String,
 }
 
 /// Who may use the admin endpoint. Loopback callers (IPv4-mapped ones on a `[::]` listener
@@ -136,7 +145,7 @@ where
     // Who may ask comes first: nothing (not even "still loading") is told to others.
     let refused = match *req.method() {
         Method::GET => auth.refuse_read(req.headers(), peer),
-        Method::POST | Method::DELETE => auth.refuse_mutation(req.headers(), peer),
+        Method::POST | Method::PUT | Method::DELETE => auth.refuse_mutation(req.headers(), peer),
         _ => Some(error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json")),
     };
     if let Some(refused) = refused {
@@ -148,6 +157,21 @@ where
     }
     match (req.method().clone(), path.as_slice()) {
         (Method::GET, ["openapi.json"]) => json_response(StatusCode::OK, serde_json::from_str(OPENAPI).unwrap_or(Value::Null)),
+        (Method::GET, ["log-level"]) => log_level(crate::logging::current()),
+        (Method::PUT, ["log-level"]) => {
+            // Per process, so a follower changes its own too (never refused as a mirror change).
+            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
+            };
+            match serde_json::from_slice::<LogLevelBody>(&body) {
+                Ok(b) => log_level(crate::logging::set(&b.filter)),
+                Err(e) => error(
+                    StatusCode::BAD_REQUEST,
+                    &format!("body must be {{\"filter\": \"info,kafka_mirror_engine=debug\"}}: {e}"),
+                ),
+            }
+        }
         (Method::GET, ["mirrors"]) => json_response(StatusCode::OK, list(control)),
         (Method::GET, ["mirrors", name]) => describe(control, name),
         (method @ (Method::POST | Method::DELETE), rest) => {
@@ -271,6 +295,7 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
     if !control.has_mirror(name) {
         return mirror_unknown(name);
     }
+    let now = kmp_mirror_engine::now_ms();
     let topics: Vec<Value> = control
         .describe(name)
         .into_iter()
@@ -279,6 +304,7 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
                 .iter()
                 .map(|p| {
                     let s = &p.status;
+                    let recent = s.rate.recent(now);
                     json!({
                         "partition": p.partition,
                         "state": s.state.as_str(),
@@ -288,6 +314,10 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
                         "lag": s.lag_records(),
                         "records": s.records_mirrored,
                         "fillers": s.filler_records,
+                        "bytes": s.bytes_mirrored,
+                        "records_per_sec": recent.records_per_sec(),
+                        "bytes_per_sec": recent.bytes_per_sec(),
+                        "rate_window_ms": recent.span_ms,
                         "last_error": s.last_error,
                     })
                 })
@@ -314,6 +344,17 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
         })
         .collect();
     json_response(StatusCode::OK, json!({ "name": name, "topics": topics, "sync": sync }))
+}
+
+/// The answer of `/v1/log-level`: the filter in force, 400 for an invalid one, 503 when this
+/// process did not set up its logging (embedded).
+fn log_level(outcome: Result<String, crate::logging::LoggingError>) -> Response<Full<Bytes>> {
+    use crate::logging::LoggingError;
+    match outcome {
+        Ok(filter) => json_response(StatusCode::OK, json!({ "filter": filter })),
+        Err(e @ LoggingError::InvalidFilter { .. }) => error(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e @ (LoggingError::NotInstalled | LoggingError::Subscriber(_))) => error(StatusCode::SERVICE_UNAVAILABLE, &e.to_string()),
+    }
 }
 
 fn result_json(r: &TopicResult) -> Value {
@@ -413,6 +454,28 @@ mod tests {
         assert_eq!(status, StatusCode::FORBIDDEN);
         let (status, _, _) = call("DELETE", "/v1/mirrors/x", "", REMOTE, Some("let-me-in"), open).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "the token lets a mutation in");
+    }
+
+    #[tokio::test]
+    async fn the_log_level_route_has_the_read_and_mutation_rules_of_the_other_routes() {
+        let (status, _, _) = call("GET", "/v1/log-level", "", REMOTE, None, WITH_TOKEN).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "a remote read without the token");
+        for (bearer, auth) in [(None, WITH_TOKEN), (Some("wrong"), WITH_TOKEN), (None, NO_TOKEN)] {
+            let (status, _, body) = call("PUT", "/v1/log-level", r#"{"filter":"debug"}"#, REMOTE, bearer, auth).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "a remote change with {bearer:?}: {body}");
+        }
+        // Let in (loopback, or the token): this test process set up no logging, so 503 says so;
+        // an invalid body or filter is the caller's error first.
+        let (status, _, body) = call("PUT", "/v1/log-level", r#"{"filter":"debug"}"#, REMOTE, Some("let-me-in"), WITH_TOKEN).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        assert!(body.contains("not set up"), "{body}");
+        let (status, _, body) = call("GET", "/v1/log-level", "", "127.0.0.1:1", None, NO_TOKEN).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let (status, _, body) = call("PUT", "/v1/log-level", r#"{"level":"debug"}"#, "127.0.0.1:1", None, NO_TOKEN).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(body.contains("filter"), "{body}");
+        let (status, _, _) = call("PUT", "/v1/mirrors", "{}", "127.0.0.1:1", None, NO_TOKEN).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "PUT is only the log level's");
     }
 
     #[tokio::test]
