@@ -6,6 +6,8 @@ brokers through the real binary. Helpers (ProxyProcess, unique, ...) live in kmp
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -19,9 +21,41 @@ from kmp_common import KafkaCluster, ProxyProcess, classpath, free_port_block  #
 
 
 @pytest.fixture(scope="session")
-def workdir():
+def workdir(request):
+    """The session's directory for broker data, proxy logs and generated configs (kmp-it-* under
+    the temporary directory, several hundred MB after a full run). Removed when the session ends
+    with every test passed; kept, and named in the summary, when one failed or the run was
+    interrupted, or always with KMP_KEEP_WORKDIR=1."""
     d = Path(tempfile.mkdtemp(prefix="kmp-it-"))
+    request.config.stash[WORKDIR_KEY] = d
     yield d
+
+
+WORKDIR_KEY = pytest.StashKey[Path]()
+KEPT_KEY = pytest.StashKey[str]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Runs last, after the runner tore down every fixture (brokers and proxies stopped), so the
+    outcome is final."""
+    d = session.config.stash.get(WORKDIR_KEY, None)
+    if d is None or not d.exists():
+        return
+    if os.environ.get("KMP_KEEP_WORKDIR") == "1":
+        session.config.stash[KEPT_KEY] = f"{d} kept (KMP_KEEP_WORKDIR=1)"
+    elif session.testsfailed or exitstatus not in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.config.stash[KEPT_KEY] = (f"{d} kept because the run did not pass (exit {int(exitstatus)}): "
+                                          "broker logs <cluster>/broker-N.log, proxy logs proxy-<port>.log")
+    else:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    kept = terminalreporter.config.stash.get(KEPT_KEY, None)
+    if kept:
+        terminalreporter.write_sep("-", "kmp test directory")
+        terminalreporter.write_line(kept)
 
 
 @pytest.fixture(scope="session")
