@@ -1,6 +1,8 @@
 //! Per-partition progress and state, shared between the partition tasks (writers) and whoever
-//! reports it (the proxy's `/metrics`, later describe output). Nothing here does I/O.
+//! reports it (the proxy's `/metrics`, the describe answers), including the recent copy rate
+//! ([`RateWindow`]). Nothing here does I/O.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -84,6 +86,8 @@ pub struct PartitionStatus {
     pub last_error: Option<String>,
     /// FAILED for a reason that survives restarts (see `MirrorError::is_sticky`).
     pub sticky: bool,
+    /// Source records and bytes written over the last [`RATE_WINDOW_MS`] (the copy rate).
+    pub rate: RateWindow,
 }
 
 impl Default for PartitionStatus {
@@ -102,6 +106,7 @@ impl Default for PartitionStatus {
             replication_latency_ms: 0,
             last_error: None,
             sticky: false,
+            rate: RateWindow::default(),
         }
     }
 }
@@ -127,6 +132,92 @@ impl PartitionStatus {
             self.last_mirrored_timestamp_ms = max_timestamp;
         }
         self.replication_latency_ms = (now_ms - max_timestamp).max(0);
+    }
+}
+
+/// Span of the copy rate: records and bytes written in the last 10 s (or since the first write
+/// when that is more recent).
+pub const RATE_WINDOW_MS: i64 = 10_000;
+/// Granularity of the rate window: writes within one second share a bucket.
+const BUCKET_MS: i64 = 1_000;
+
+/// Source records and bytes written per one-second bucket over the last [`RATE_WINDOW_MS`]:
+/// the exact amount written recently, from which a rate follows. Fillers are not counted.
+#[derive(Debug, Clone, Default)]
+pub struct RateWindow {
+    /// `(bucket start ms, records, bytes)`, oldest first, at most one per second of the window.
+    buckets: VecDeque<(i64, u64, u64)>,
+    /// Time of the first write this window saw (the window is shorter until 10 s after it).
+    first_ms: Option<i64>,
+}
+
+/// What a [`RateWindow`] saw: `records` and `bytes` written during the last `span_ms`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recent {
+    pub span_ms: i64,
+    pub records: u64,
+    pub bytes: u64,
+}
+
+impl Recent {
+    /// Records per second (0 when nothing was written or no time passed).
+    pub fn records_per_sec(&self) -> f64 {
+        per_sec(self.records, self.span_ms)
+    }
+
+    /// Bytes per second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        per_sec(self.bytes, self.span_ms)
+    }
+}
+
+fn per_sec(n: u64, span_ms: i64) -> f64 {
+    if span_ms <= 0 { 0.0 } else { n as f64 * 1000.0 / span_ms as f64 }
+}
+
+impl RateWindow {
+    /// Notes `records` source records of `bytes` bytes written at `now_ms`.
+    pub fn add(&mut self, now_ms: i64, records: u64, bytes: u64) {
+        let start = now_ms - now_ms.rem_euclid(BUCKET_MS);
+        while self.buckets.front().is_some_and(|b| b.0 + BUCKET_MS <= now_ms - RATE_WINDOW_MS) {
+            self.buckets.pop_front();
+        }
+        if self.buckets.is_empty() {
+            // First write, or the first after a pause longer than the window: the rate is
+            // measured from here, not diluted over the idle time.
+            self.first_ms = Some(now_ms);
+        }
+        match self.buckets.back_mut() {
+            Some(b) if b.0 == start => {
+                b.1 += records;
+                b.2 += bytes;
+            }
+            _ => self.buckets.push_back((start, records, bytes)),
+        }
+    }
+
+    /// Records and bytes written in the window ending at `now_ms`: the buckets that overlap the
+    /// last [`RATE_WINDOW_MS`], over the time they cover (from the first write if that is newer,
+    /// at least one second so a single burst does not read as a huge rate).
+    pub fn recent(&self, now_ms: i64) -> Recent {
+        let Some(first) = self.first_ms else {
+            return Recent::default();
+        };
+        let from = now_ms - RATE_WINDOW_MS;
+        let (mut records, mut bytes) = (0, 0);
+        for b in self.buckets.iter().filter(|b| b.0 + BUCKET_MS > from && b.0 <= now_ms) {
+            records += b.1;
+            bytes += b.2;
+        }
+        // The oldest counted bucket may have started before the window: the span starts at the
+        // older of the window start and that bucket, so its writes are not read as faster.
+        let oldest = self.buckets.iter().find(|b| b.0 + BUCKET_MS > from).map_or(from, |b| b.0.min(from));
+        let start = oldest.max(first - first.rem_euclid(BUCKET_MS));
+        Recent {
+            span_ms: (now_ms - start).max(BUCKET_MS),
+            records,
+            bytes,
+        }
     }
 }
 
@@ -184,5 +275,37 @@ mod tests {
         s.source_last_stable_offset = 20;
         assert_eq!(s.lag_records(), 10);
         assert_eq!(s.lag_seconds(5_000), 4.0);
+    }
+
+    #[test]
+    fn the_rate_counts_what_was_written_in_the_last_ten_seconds() {
+        let mut w = RateWindow::default();
+        assert_eq!(w.recent(5_000), Recent::default(), "nothing written: no rate");
+        // 100 records (10 kB) per second for 20 s, starting at t = 100 s.
+        for i in 0..20 {
+            w.add(100_000 + i * 1_000 + 500, 100, 10_000);
+        }
+        let r = w.recent(119_900);
+        assert_eq!(r.span_ms, 10_900, "ten seconds plus the partly covered oldest bucket");
+        assert_eq!((r.records, r.bytes), (1_100, 110_000), "the 11 buckets overlapping the window");
+        assert!((r.records_per_sec() - 100.9).abs() < 0.1, "≈100 records/s: {}", r.records_per_sec());
+        assert!((r.bytes_per_sec() / r.records_per_sec() - 100.0).abs() < 1e-9, "100 bytes per record");
+        assert!(w.buckets.len() <= 11, "old buckets are dropped: {}", w.buckets.len());
+    }
+
+    #[test]
+    fn a_young_window_measures_from_the_first_write_and_an_idle_one_decays_to_zero() {
+        let mut w = RateWindow::default();
+        w.add(50_200, 300, 3_000);
+        w.add(51_700, 300, 3_000);
+        let r = w.recent(52_000);
+        assert_eq!((r.span_ms, r.records), (2_000, 600), "measured since the first write's second, not over 10 s");
+        assert_eq!(w.recent(50_300).span_ms, 1_000, "at least one second: one burst is not an infinite rate");
+        let idle = w.recent(70_000);
+        assert_eq!((idle.records, idle.records_per_sec()), (0, 0.0), "nothing in the last 10 s: rate 0");
+        // Writing again after the pause measures from the restart, not over the idle time.
+        w.add(80_000, 500, 5_000);
+        assert_eq!(w.recent(80_500).span_ms, 1_000);
+        assert_eq!(w.recent(80_500).records, 500);
     }
 }

@@ -174,6 +174,27 @@ pub struct PartitionDetail {
     pub state_value: String,
     pub retry_attempt: i16,
     pub error_message: Option<String>,
+    /// Proxy extension, tagged field [`PARTITION_PROGRESS_TAG`] of the partition entry (readers
+    /// that do not know it skip it): copy counters and the recent rate.
+    pub progress: Option<PartitionProgress>,
+}
+
+/// Tag of the proxy's copy progress in a DescribeClusterMirrors partition entry (next to
+/// [`SYNC_STATUS_TAG`], far above the KIP's tags).
+pub const PARTITION_PROGRESS_TAG: u32 = 10_001;
+
+/// Copy progress of one described partition: totals since the mirror started, and what was
+/// written over the last `window_ms` (the rate is `window_records / window_ms`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionProgress {
+    /// Source records written to the destination (fillers not counted).
+    pub records_mirrored: i64,
+    /// Record batch bytes of those records.
+    pub bytes_mirrored: i64,
+    /// Span of the recent window, ms (0 = nothing written yet).
+    pub window_ms: i64,
+    pub window_records: i64,
+    pub window_bytes: i64,
 }
 
 /// DescribeClusterMirrors mirror entry.
@@ -380,7 +401,21 @@ impl DescribeResponse {
                         .i64(p.destination_offset)
                         .i64(p.lag)
                         .str(&p.state_value);
-                    w.i16(p.retry_attempt).nstr(p.error_message.as_deref()).tags();
+                    w.i16(p.retry_attempt).nstr(p.error_message.as_deref());
+                    match &p.progress {
+                        None => w.tags(),
+                        Some(g) => {
+                            let mut inner = W::default();
+                            inner
+                                .i64(g.records_mirrored)
+                                .i64(g.bytes_mirrored)
+                                .i64(g.window_ms)
+                                .i64(g.window_records)
+                                .i64(g.window_bytes)
+                                .tags();
+                            w.tagged(PARTITION_PROGRESS_TAG, inner)
+                        }
+                    };
                 }
                 w.tags();
             }
@@ -515,7 +550,7 @@ impl DescribeResponse {
                 let name = r.str()?;
                 let mut parts = Vec::new();
                 for _ in 0..r.array_len()? {
-                    parts.push(PartitionDetail {
+                    let mut p = PartitionDetail {
                         partition_index: r.i32()?,
                         source_offset: r.i64()?,
                         destination_offset: r.i64()?,
@@ -523,8 +558,21 @@ impl DescribeResponse {
                         state_value: r.str()?,
                         retry_attempt: r.i16()?,
                         error_message: r.nstr()?,
-                    });
-                    r.tags()?;
+                        progress: None,
+                    };
+                    for (tag, bytes) in r.tags()? {
+                        if tag == PARTITION_PROGRESS_TAG {
+                            let mut inner = R::new(bytes, 0, Side::Broker);
+                            p.progress = Some(PartitionProgress {
+                                records_mirrored: inner.i64()?,
+                                bytes_mirrored: inner.i64()?,
+                                window_ms: inner.i64()?,
+                                window_records: inner.i64()?,
+                                window_bytes: inner.i64()?,
+                            });
+                        }
+                    }
+                    parts.push(p);
                 }
                 r.tags()?;
                 topics.push((name, parts));
@@ -673,6 +721,7 @@ mod tests {
                         state_value: "MIRRORING".into(),
                         retry_attempt: 0,
                         error_message: None,
+                        progress: None,
                     }],
                 )],
                 sync: Vec::new(),
@@ -696,6 +745,14 @@ mod tests {
             errors_total: 1,
             last_error: Some("x".into()),
         }];
+        // … and the copy progress extension on its partition.
+        two.mirrors[0].topics[0].1[0].progress = Some(PartitionProgress {
+            records_mirrored: 1_000,
+            bytes_mirrored: 64_000,
+            window_ms: 10_000,
+            window_records: 500,
+            window_bytes: 32_000,
+        });
         two.mirrors.push(DescribedMirror {
             mirror_name: "other".into(),
             ..d.mirrors[0].clone()

@@ -1,6 +1,10 @@
 //! `kafka-mirror-proxy mirrors`: the KIP-1279 `kafka-cluster-mirrors.sh` flags, speaking the
 //! mirror RPCs (`kmp_protocol::mirror_api`) to a proxy's bootstrap address. Human tables by
-//! default, `--output json` for scripts. What the RPCs do is the proxy's.
+//! default, `--output json` for scripts. What the RPCs do is the proxy's; table layout is
+//! [`table`]'s, copy progress (remaining, rate, ETA, the wait's progress line) [`progress`]'s.
+
+mod progress;
+mod table;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -13,6 +17,7 @@ use kmp_protocol::mirror_api::{
 };
 use kmp_protocol::security::ClientSecurity;
 use serde_json::json;
+use table::table;
 
 /// Flags of `mirrors` (one action).
 #[derive(Args, Debug)]
@@ -30,7 +35,8 @@ pub struct MirrorsArgs {
     /// List the mirrors: name, topic count, source cluster id and bootstrap servers.
     #[arg(long)]
     list: bool,
-    /// Show every partition of the mirror's topics (offsets, lag, state) and the metadata syncs.
+    /// Show every partition of the mirror's topics (offsets, lag, state), each topic's copy
+    /// progress (records and ≈bytes remaining, rate, ETA) and the metadata syncs.
     #[arg(long)]
     describe: bool,
     /// Failover: stop mirroring the topics and make them writable.
@@ -57,7 +63,8 @@ pub struct MirrorsArgs {
     /// Comma-separated exclude patterns (with --start).
     #[arg(long)]
     exclude: Option<String>,
-    /// With --stop: first wait (at most this many ms) until every partition has zero lag.
+    /// With --stop: first wait (at most this many ms) until every partition has zero lag,
+    /// showing the remaining records and ETA on stderr (redrawn on a terminal).
     #[arg(long)]
     graceful_timeout_ms: Option<u64>,
     /// With --describe: only FAILED partitions.
@@ -200,8 +207,11 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
             let v: Vec<_> = rows
                 .iter()
                 .map(|(m, t, p)| json!({"mirror": m, "topic": t, "partition": p.partition_index, "source_offset": p.source_offset,
-                    "destination_offset": p.destination_offset, "lag": p.lag, "state": p.state_value, "retry_attempt": p.retry_attempt, "error": p.error_message}))
+                    "destination_offset": p.destination_offset, "lag": p.lag, "state": p.state_value, "retry_attempt": p.retry_attempt, "error": p.error_message,
+                    "records_mirrored": p.progress.map(|g| g.records_mirrored), "bytes_mirrored": p.progress.map(|g| g.bytes_mirrored),
+                    "records_per_sec": p.progress.map(|g| per_sec(g.window_records, g.window_ms)), "bytes_per_sec": p.progress.map(|g| per_sec(g.window_bytes, g.window_ms))}))
                 .collect();
+            let topics: Vec<_> = progress::per_topic(&d.mirrors, |_| true).iter().map(progress::TopicProgress::json).collect();
             let sync: serde_json::Map<String, serde_json::Value> = d
                 .mirrors
                 .iter()
@@ -218,7 +228,7 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                     (m.mirror_name.clone(), serde_json::Value::Object(kinds))
                 })
                 .collect();
-            println!("{}", json!({ "partitions": v, "sync": sync }));
+            println!("{}", json!({ "partitions": v, "topics": topics, "sync": sync }));
         } else {
             let cells: Vec<Vec<String>> = rows
                 .iter()
@@ -243,7 +253,10 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                     &cells
                 )
             );
-            print_sync(&d.mirrors);
+            if !a.failed {
+                progress::print_table(&d.mirrors);
+            }
+            table::print_sync(&d.mirrors);
         }
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
@@ -401,46 +414,6 @@ fn topics_summary(mirror: &str, verb: &str, results: &[(String, i16, Option<Stri
     out
 }
 
-/// A text table: columns as wide as their widest cell, `right` (column indexes) right-aligned,
-/// two spaces between columns, no trailing blanks.
-fn table(headers: &[&str], right: &[usize], rows: &[Vec<String>]) -> String {
-    let columns = headers.len();
-    let cell = |r: &Vec<String>, i: usize| r.get(i).cloned().unwrap_or_default();
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| {
-            rows.iter()
-                .map(|r| cell(r, i).chars().count())
-                .chain([headers[i].chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<String>| {
-        let mut l = String::new();
-        for (i, c) in cells.iter().enumerate() {
-            if i > 0 {
-                l.push_str("  ");
-            }
-            let pad = widths[i].saturating_sub(c.chars().count());
-            if right.contains(&i) {
-                l.push_str(&" ".repeat(pad));
-                l.push_str(c);
-            } else {
-                l.push_str(c);
-                if i + 1 < cells.len() {
-                    l.push_str(&" ".repeat(pad));
-                }
-            }
-        }
-        l.trim_end().to_owned() + "\n"
-    };
-    let mut out = line(headers.iter().map(|h| (*h).to_owned()).collect());
-    for r in rows {
-        out.push_str(&line((0..columns).map(|i| cell(r, i)).collect()));
-    }
-    out
-}
-
 /// Splits `--topics` of --start into plain topic names and include patterns (anything with a
 /// character a topic name cannot have).
 fn split_names(csv: &str) -> (Vec<String>, Vec<String>) {
@@ -487,113 +460,46 @@ async fn match_topics(c: &mut Client, mirror: &str, patterns: &str) -> anyhow::R
     Ok(out)
 }
 
+/// Waits until every partition of `topics` is MIRRORING with zero lag, showing the progress.
 async fn wait_caught_up(c: &mut Client, mirror: &str, topics: &[String], limit: Duration) -> anyhow::Result<()> {
     let deadline = Instant::now() + limit;
+    let mut shown = progress::WaitProgress::new();
     loop {
         let d = c.describe(vec![mirror.to_owned()]).await?;
-        let lagging = d
-            .mirrors
-            .iter()
-            .flat_map(|m| m.topics.iter())
-            .filter(|(t, _)| topics.contains(t))
-            .flat_map(|(_, parts)| parts.iter())
-            .any(|p| p.lag != 0 || p.state_value != "MIRRORING");
-        if !lagging {
+        let parts = || {
+            d.mirrors
+                .iter()
+                .flat_map(|m| m.topics.iter())
+                .filter(|(t, _)| topics.contains(t))
+                .flat_map(|(_, parts)| parts.iter())
+        };
+        let not_mirroring = parts().filter(|p| p.state_value != "MIRRORING").count();
+        if not_mirroring == 0 && parts().all(|p| p.lag == 0) {
+            shown.finish(&format!("mirror {mirror}: caught up"));
             return Ok(());
         }
+        let line = progress::wait_line(mirror, &progress::per_topic(&d.mirrors, |t| topics.iter().any(|x| x == t)), not_mirroring);
         if Instant::now() >= deadline {
+            shown.finish(&line);
             bail!("the topics still lag after {limit:?}; not stopped (run without --graceful-timeout-ms to fail over anyway)");
         }
+        shown.show(&line);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
-/// The metadata sync table under `--describe` (one row per mirror and sync kind).
-#[allow(clippy::print_stdout, reason = "CLI output")]
-fn print_sync(mirrors: &[api::DescribedMirror]) {
-    if mirrors.iter().all(|m| m.sync.is_empty()) {
-        return;
+/// `n` per second over `window_ms` (0 for an empty window), one decimal.
+fn per_sec(n: i64, window_ms: i64) -> f64 {
+    if window_ms <= 0 {
+        0.0
+    } else {
+        (n as f64 * 10_000.0 / window_ms as f64).round() / 10.0
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    let ago = |ms: i64| {
-        if ms <= 0 {
-            "never".to_owned()
-        } else {
-            format!("{:.1}s ago", (now - ms) as f64 / 1000.0)
-        }
-    };
-    println!();
-    let rows: Vec<Vec<String>> = mirrors
-        .iter()
-        .flat_map(|m| m.sync.iter().map(move |e| (m, e)))
-        .map(|(m, e)| {
-            vec![
-                m.mirror_name.clone(),
-                e.kind.clone(),
-                e.interval_ms.to_string(),
-                ago(e.last_run_ms),
-                ago(e.last_success_ms),
-                e.synced.to_string(),
-                e.skipped_active.to_string(),
-                e.applied_total.to_string(),
-                e.errors_total.to_string(),
-                e.last_error.clone().unwrap_or_else(|| "-".to_owned()),
-            ]
-        })
-        .collect();
-    print!(
-        "{}",
-        table(
-            &[
-                "MIRROR",
-                "SYNC",
-                "INTERVAL-MS",
-                "LAST-RUN",
-                "LAST-SUCCESS",
-                "SYNCED",
-                "SKIPPED-ACTIVE",
-                "APPLIED",
-                "ERRORS",
-                "LAST-ERROR"
-            ],
-            &[2, 3, 4, 5, 6, 7, 8],
-            &rows
-        )
-    );
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn table_columns_are_as_wide_as_their_widest_cell() {
-        let rows = vec![
-            vec![
-                "m".to_owned(),
-                "a-rather-long-topic-name-that-overflows-32-chars".to_owned(),
-                "0".to_owned(),
-                "MIRRORING".to_owned(),
-            ],
-            vec!["mirror-two".to_owned(), "t".to_owned(), "12345".to_owned(), "FAILED".to_owned()],
-        ];
-        let text = table(&["MIRROR", "TOPIC", "PARTITION", "STATE"], &[2], &rows);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(
-            lines,
-            [
-                "MIRROR      TOPIC                                             PARTITION  STATE",
-                "m           a-rather-long-topic-name-that-overflows-32-chars          0  MIRRORING",
-                "mirror-two  t                                                     12345  FAILED",
-            ]
-        );
-        // Every column starts at the same place on every line.
-        let starts = |l: &str| l.find("MIRRORING").or_else(|| l.find("FAILED")).or_else(|| l.find("STATE"));
-        assert!(lines.iter().map(|l| starts(l)).collect::<Vec<_>>().windows(2).all(|w| w[0] == w[1]));
-        assert_eq!(table(&["A", "B"], &[], &[vec!["x".into(), String::new()]]), "A  B\nx\n", "no trailing blanks");
-    }
 
     #[test]
     fn a_successful_mutation_says_what_happened_never_none() {

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
-    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, SimpleResponse,
-    SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail,
+    PartitionProgress, SimpleResponse, SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
 /// The filter answering the mirror RPCs.
@@ -214,6 +214,7 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
                     ..Default::default()
                 };
             }
+            let now = kmp_mirror_engine::now_ms();
             let topics = control
                 .describe(&name)
                 .into_iter()
@@ -223,6 +224,14 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
                         .map(|p| {
                             let s = p.status;
                             let (state, retry_attempt) = kip_state(s.state);
+                            let recent = s.rate.recent(now);
+                            let progress = PartitionProgress {
+                                records_mirrored: i64::try_from(s.records_mirrored).unwrap_or(i64::MAX),
+                                bytes_mirrored: i64::try_from(s.bytes_mirrored).unwrap_or(i64::MAX),
+                                window_ms: recent.span_ms,
+                                window_records: i64::try_from(recent.records).unwrap_or(i64::MAX),
+                                window_bytes: i64::try_from(recent.bytes).unwrap_or(i64::MAX),
+                            };
                             PartitionDetail {
                                 partition_index: p.partition,
                                 source_offset: s.source_high_watermark,
@@ -231,6 +240,7 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
                                 state_value: state.to_owned(),
                                 retry_attempt,
                                 error_message: s.last_error,
+                                progress: Some(progress),
                             }
                         })
                         .collect();
