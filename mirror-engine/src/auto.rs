@@ -60,22 +60,26 @@ impl EngineSlot {
 
     /// The engine (or follower) running now.
     pub fn get(&self) -> Engine {
-        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.read().clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The registry of mirror topics the running engine (or follower) enforces.
     pub fn topics(&self) -> crate::MirrorTopics {
-        self.get().topics
+        self.read().topics.clone()
     }
 
     /// Management of the running engine (or the follower's views).
     pub fn control(&self) -> crate::Control {
-        self.get().control
+        self.read().control.clone()
     }
 
     /// Where reading the state topic stands, on a follower (or an `auto` standby).
     pub fn follow(&self) -> Option<watch::Receiver<crate::FollowProgress>> {
-        self.get().follow
+        self.read().follow.clone()
     }
 
     /// The election's last decision (`auto` only).
