@@ -124,7 +124,7 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         read_open: shared.config.security.admin_read_open,
     };
     if req.uri().path().starts_with("/v1/") {
-        return crate::rest::handle(req, peer, auth, &shared.mirrors.control()).await;
+        return crate::rest::handle(req, peer, auth, &shared.mirrors.control(), shared.mirrors.election()).await;
     }
     if req.uri().path() == "/metrics"
         && let Some(refused) = auth.refuse_read(req.headers(), peer)

@@ -128,7 +128,14 @@ impl AdminAuth<'_> {
 }
 
 /// Handles a `/v1/…` request.
-pub(crate) async fn handle<B>(req: Request<B>, peer: SocketAddr, auth: AdminAuth<'_>, control: &Control) -> Response<Full<Bytes>>
+/// `election`: where this instance stands in the engine election (`engine.role = "auto"`).
+pub(crate) async fn handle<B>(
+    req: Request<B>,
+    peer: SocketAddr,
+    auth: AdminAuth<'_>,
+    control: &Control,
+    election: Option<kmp_mirror_engine::ElectionView>,
+) -> Response<Full<Bytes>>
 where
     B: Body,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
@@ -158,6 +165,7 @@ where
     match (req.method().clone(), path.as_slice()) {
         (Method::GET, ["openapi.json"]) => json_response(StatusCode::OK, serde_json::from_str(OPENAPI).unwrap_or(Value::Null)),
         (Method::GET, ["log-level"]) => log_level(crate::logging::current()),
+        (Method::GET, ["engine"]) => json_response(StatusCode::OK, engine_json(control, election.as_ref())),
         (Method::PUT, ["log-level"]) => {
             // Per process, so a follower changes its own too (never refused as a mirror change).
             let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
@@ -361,6 +369,24 @@ fn result_json(r: &TopicResult) -> Value {
     json!({ "topic": r.topic, "error_code": r.error_code, "error": mirror_api::errors::name(r.error_code), "message": r.message })
 }
 
+/// This instance's part in running the engine: its role, and for `auto` the election's view.
+fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionView>) -> Value {
+    match election {
+        Some(e) => json!({
+            "role": "auto",
+            "instance_id": e.instance_id,
+            "group_id": e.group_id,
+            "active": e.active,
+            "generation": e.generation,
+            "active_instance": if e.active_instance.is_empty() { Value::Null } else { Value::from(e.active_instance.clone()) },
+            "takeovers": e.takeovers,
+        }),
+        None => json!({
+            "role": if control.follower_refusal().is_some() { "follower" } else { "engine" },
+        }),
+    }
+}
+
 fn mirror_unknown(name: &str) -> Response<Full<Bytes>> {
     json_response(
         StatusCode::NOT_FOUND,
@@ -401,7 +427,7 @@ mod tests {
             req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
         }
         let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-        let resp = handle(req, peer.parse().unwrap(), auth, &control()).await;
+        let resp = handle(req, peer.parse().unwrap(), auth, &control(), None).await;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await.unwrap().to_bytes();
         (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
@@ -486,5 +512,29 @@ mod tests {
             assert!(text.contains("pattern"), "{text}");
         }
         assert_eq!(check_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
+    }
+}
+
+#[cfg(test)]
+mod engine_route_tests {
+    use super::*;
+
+    #[test]
+    fn the_engine_route_names_the_role_and_for_auto_the_instance_and_generation() {
+        let control = kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control;
+        assert_eq!(engine_json(&control, None), json!({"role": "engine"}));
+        let view = kmp_mirror_engine::ElectionView {
+            instance_id: "p2".into(),
+            group_id: "kmp-engine.s".into(),
+            active: false,
+            generation: 4,
+            active_instance: "p1".into(),
+            takeovers: 1,
+        };
+        let v = engine_json(&control, Some(&view));
+        assert_eq!(
+            v,
+            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1})
+        );
     }
 }
