@@ -182,7 +182,7 @@ mod tests {
 
     #[test]
     fn an_invalid_or_empty_filter_is_refused_with_the_reason_and_the_old_one_stays() {
-        let (_, handle) = build(LogFormat::Text, parse_filter("warn").unwrap(), false, Captured::default());
+        let (_subscriber, handle) = build(LogFormat::Text, parse_filter("warn").unwrap(), false, Captured::default());
         for bad in ["kafka_mirror_engine=loud", "info,[{", " "] {
             let err = swap(&handle, bad).expect_err(bad).to_string();
             assert!(err.contains("invalid log filter"), "{bad}: {err}");
