@@ -83,7 +83,11 @@ pub struct EngineConfig {
 impl EngineConfig {
     /// The election group of `role = "auto"` (`group_id`, or one derived from the state topic).
     pub fn effective_group_id(&self) -> String {
-        if self.group_id.is_empty() { format!("kmp-engine.{}", self.state_topic) } else { self.group_id.clone() }
+        if self.group_id.is_empty() {
+            format!("kmp-engine.{}", self.state_topic)
+        } else {
+            self.group_id.clone()
+        }
     }
 }
 

@@ -249,7 +249,14 @@ impl Supervisor {
             let _ = f.send(true);
         }
         let (stop, stopped) = watch::channel(false);
-        let engine = start_term(&self.config, self.mirrors.clone(), self.sources.clone(), self.topics.clone(), lease.clone(), stopped);
+        let engine = start_term(
+            &self.config,
+            self.mirrors.clone(),
+            self.sources.clone(),
+            self.topics.clone(),
+            lease.clone(),
+            stopped,
+        );
         self.slot.set(engine.clone());
         self.view.send_modify(|v| {
             v.active = true;

@@ -11,13 +11,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use kmp_protocol::ProtocolError;
+use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kmp_protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kmp_protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kmp_protocol::kafka_protocol::messages::{GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
-use kmp_protocol::ProtocolError;
-use kmp_protocol::client::Connection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -175,7 +175,12 @@ impl Member {
                 tokio::time::sleep(self.settings.heartbeat_interval).await;
                 self.demote_if_lapsed();
                 let sent = Instant::now();
-                let code = match tokio::time::timeout(self.settings.session_timeout, heartbeat(&mut beats, &self.settings, &self.member_id, self.generation)).await {
+                let code = match tokio::time::timeout(
+                    self.settings.session_timeout,
+                    heartbeat(&mut beats, &self.settings, &self.member_id, self.generation),
+                )
+                .await
+                {
                     Ok(r) => r?,
                     Err(_) => return Err(MirrorError::aborted("destination", "heartbeat unanswered for a session timeout")),
                 };
@@ -234,7 +239,12 @@ impl Member {
             JoinOutcome::Joined { member_id, generation, joined } => {
                 self.member_id = member_id;
                 self.generation = generation;
-                debug!(generation, leader = joined.leader, members = joined.members.len(), "joined the engine election group");
+                debug!(
+                    generation,
+                    leader = joined.leader,
+                    members = joined.members.len(),
+                    "joined the engine election group"
+                );
                 Some(joined)
             }
             JoinOutcome::MemberId(id) => {
@@ -366,7 +376,11 @@ impl Member {
 
 /// What one JoinGroup came back with.
 enum JoinOutcome {
-    Joined { member_id: String, generation: i32, joined: Joined },
+    Joined {
+        member_id: String,
+        generation: i32,
+        joined: Joined,
+    },
     /// The coordinator assigned a member id: join again with it.
     MemberId(String),
     UnknownMember,
@@ -374,7 +388,13 @@ enum JoinOutcome {
 }
 
 /// One JoinGroup (it waits for the rebalance to complete).
-async fn join_group(destination: &ClusterClient, settings: &ElectionSettings, member_id: &str, active: bool, conn: &mut Connection) -> Result<JoinOutcome, MirrorError> {
+async fn join_group(
+    destination: &ClusterClient,
+    settings: &ElectionSettings,
+    member_id: &str,
+    active: bool,
+    conn: &mut Connection,
+) -> Result<JoinOutcome, MirrorError> {
     let metadata = serde_json::to_vec(&MemberMetadata {
         instance: settings.instance_id.clone(),
         active,

@@ -58,7 +58,9 @@ impl Lease {
     /// coordinator just acknowledged was sent (never later than it received it). Never moves
     /// the end earlier, and does nothing once revoked.
     pub fn extend_from(&self, sent: Instant, valid_for: std::time::Duration) {
-        let until = self.elapsed_ms(sent).saturating_add(u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX - 1));
+        let until = self
+            .elapsed_ms(sent)
+            .saturating_add(u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX - 1));
         self.0.until_ms.fetch_max(until.min(u64::MAX - 1), Ordering::AcqRel);
     }
 

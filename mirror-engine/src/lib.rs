@@ -11,10 +11,10 @@
 //! instance that runs no mirrors following the state topic, [`follow`]). Client-facing proxying
 //! does not belong here.
 
+mod auto;
 mod boot_gate;
 mod budget;
 mod cluster;
-mod auto;
 mod control;
 mod election;
 mod error;
@@ -152,7 +152,14 @@ pub(crate) struct Sources {
 
 /// Starts the engine as [`start`] does, enforcing through `topics` and writing only while `lease`
 /// holds (one term of an elected instance, or a lone engine's whole life).
-pub(crate) fn start_term(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, sources: Sources, topics: MirrorTopics, lease: Lease, stop: watch::Receiver<bool>) -> Engine {
+pub(crate) fn start_term(
+    engine: &EngineConfig,
+    mirrors: Vec<MirrorConfig>,
+    sources: Sources,
+    topics: MirrorTopics,
+    lease: Lease,
+    stop: watch::Receiver<bool>,
+) -> Engine {
     let Sources {
         destination_bootstrap,
         destination_security,

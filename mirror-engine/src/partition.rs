@@ -222,7 +222,14 @@ impl PartitionTask {
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
         let producer = self.producers.identity()?;
-        let sink = slot.insert(PartitionSink::open(dest_conn, self.producers.clone(), producer, topic, partition, self.max_in_flight));
+        let sink = slot.insert(PartitionSink::open(
+            dest_conn,
+            self.producers.clone(),
+            producer,
+            topic,
+            partition,
+            self.max_in_flight,
+        ));
         self.stream(sink, dest_log_start, next).await
     }
 

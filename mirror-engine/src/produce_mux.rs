@@ -114,7 +114,6 @@ impl Producers {
             .ok_or_else(|| MirrorError::Invariant("no producer identity before boot".into()))
     }
 
-
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {

@@ -12,7 +12,11 @@ pub(crate) fn readiness_line(v: &ElectionView) -> String {
     if v.active {
         format!("engine: active (instance {}, generation {})\n", v.instance_id, v.generation)
     } else {
-        let active = if v.active_instance.is_empty() { "unknown" } else { v.active_instance.as_str() };
+        let active = if v.active_instance.is_empty() {
+            "unknown"
+        } else {
+            v.active_instance.as_str()
+        };
         format!("engine: standby (instance {}, generation {}; active: {active})\n", v.instance_id, v.generation)
     }
 }
@@ -21,10 +25,16 @@ pub(crate) fn readiness_line(v: &ElectionView) -> String {
 pub(crate) fn render(v: &ElectionView) -> String {
     let labels = format!("instance=\"{}\",group=\"{}\"", escape(&v.instance_id), escape(&v.group_id));
     let mut out = String::new();
-    let _ = writeln!(out, "# HELP kmp_engine_active 1 while this instance is the elected active mirror engine, 0 while standby.");
+    let _ = writeln!(
+        out,
+        "# HELP kmp_engine_active 1 while this instance is the elected active mirror engine, 0 while standby."
+    );
     let _ = writeln!(out, "# TYPE kmp_engine_active gauge");
     let _ = writeln!(out, "kmp_engine_active{{{labels}}} {}", u8::from(v.active));
-    let _ = writeln!(out, "# HELP kmp_engine_generation Generation of the engine election group at the last decision.");
+    let _ = writeln!(
+        out,
+        "# HELP kmp_engine_generation Generation of the engine election group at the last decision."
+    );
     let _ = writeln!(out, "# TYPE kmp_engine_generation gauge");
     let _ = writeln!(out, "kmp_engine_generation{{{labels}}} {}", v.generation);
     let _ = writeln!(out, "# HELP kmp_engine_takeovers Times this instance became the active mirror engine.");
@@ -56,10 +66,16 @@ mod tests {
     #[test]
     fn readiness_and_gauges_name_the_instance_role_and_generation() {
         assert_eq!(readiness_line(&view(true)), "engine: active (instance kmp-\"a\", generation 7)\n");
-        assert_eq!(readiness_line(&view(false)), "engine: standby (instance kmp-\"a\", generation 7; active: unknown)\n");
+        assert_eq!(
+            readiness_line(&view(false)),
+            "engine: standby (instance kmp-\"a\", generation 7; active: unknown)\n"
+        );
         let text = render(&view(false));
         assert!(text.contains("kmp_engine_active{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"), "{text}");
         assert!(text.contains("kmp_engine_generation{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 7\n"), "{text}");
-        assert!(text.contains("kmp_engine_takeovers_total{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 2\n"), "{text}");
+        assert!(
+            text.contains("kmp_engine_takeovers_total{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 2\n"),
+            "{text}"
+        );
     }
 }

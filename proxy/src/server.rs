@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use kmp_mirror_engine::EngineSlot;
 use kmp_config::{AuthMode, Config, EngineRole, PropsOrigin};
+use kmp_mirror_engine::EngineSlot;
 use kmp_protocol::security::ClientSecurity;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
