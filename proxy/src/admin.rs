@@ -2,8 +2,9 @@
 //! cluster answered the last metadata refresh, every known broker's node listener is bound and the
 //! mirror engine has loaded its stored state, 503 with the reasons otherwise —
 //! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
-//! `/metrics` (Prometheus text format) and the
-//! mirror management routes under `/v1` (owned by `rest`). Metrics are owned by `metrics`,
+//! `/metrics` (Prometheus text format), the
+//! mirror management routes under `/v1` (owned by `rest`) and the live dashboard under
+//! `/dashboard/` (owned by `dashboard`; its data has the `/v1` read rules). Metrics are owned by `metrics`,
 //! readiness by `refresh`. `/healthz` and `/readyz` answer anyone; `/metrics` and every `/v1`
 //! route need a loopback caller or the admin token (`rest::AdminAuth`), reads unless
 //! `security.admin_read_open`. A client has `limits.http_header_read_timeout_ms` to send its
@@ -125,6 +126,9 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
     };
     if req.uri().path().starts_with("/v1/") {
         return crate::rest::handle(req, peer, auth, &shared.mirrors.control(), shared.mirrors.election()).await;
+    }
+    if crate::dashboard::owns(req.uri().path()) {
+        return crate::dashboard::handle(req.method(), req.uri().path(), req.headers(), peer, auth, &shared.mirrors.control()).await;
     }
     if req.uri().path() == "/metrics"
         && let Some(refused) = auth.refuse_read(req.headers(), peer)

@@ -10,6 +10,7 @@
 mod accept;
 mod admin;
 mod cluster;
+mod dashboard;
 mod election_status;
 mod error;
 mod filters;
