@@ -32,7 +32,13 @@ say() { echo "==> [$((SECONDS - t0))s] $*"; }
 unmount() { for m in dev/pts dev sys proc; do mountpoint -q "$root/$m" && umount -l "$root/$m"; done; return 0; }
 finish() {
   unmount
-  if ((keep)); then echo "fresh-install-proof: kept $root"; else rm -rf "$root"; fi
+  if ((keep)); then
+    echo "fresh-install-proof: kept $root"
+  elif grep -q " $root/" /proc/mounts; then
+    echo "fresh-install-proof: something is still mounted under $root; not removing it" >&2
+  else
+    rm -rf "$root"
+  fi
 }
 trap finish EXIT
 
@@ -40,7 +46,7 @@ if [[ ! -x "$root/usr/bin/apt-get" ]]; then
   say "debootstrap --variant=minbase bookworm $root $mirror"
   debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
 fi
-say "clean root: $(du -sh "$root" | cut -f1); $(chroot "$root" sh -c 'for c in rustc cargo go java javac mvn python3 curl cc; do command -v $c >/dev/null && echo -n "$c "; done; echo "present (of rustc cargo go java javac mvn python3 curl cc)"')"
+say "clean root: $(du -shx "$root" | cut -f1); $(chroot "$root" sh -c 'for c in rustc cargo go java javac mvn python3 curl cc; do command -v $c >/dev/null && echo -n "$c "; done; echo "present of: rustc cargo go java javac mvn python3 curl cc"')"
 for m in proc sys dev dev/pts; do mountpoint -q "$root/$m" || mount --bind "/$m" "$root/$m"; done
 cp /etc/resolv.conf "$root/etc/resolv.conf"
 # A TLS-intercepting egress proxy (this sandbox has one) signs with a CA the host trusts: give the
@@ -65,7 +71,7 @@ if run bash /work/main/.ci/run --install-only; then echo "fresh-install-proof: .
 
 say "2. KMP_CI_INSTALL_RUST=1 .ci/run --install-only"
 run env KMP_CI_INSTALL_RUST=1 bash /work/main/.ci/run --install-only
-say "installed: $(du -sh "$root" | cut -f1) root filesystem; $(run sh -c 'du -sh /root/.rustup /root/.cargo /root/.cache/kafka-mirror-proxy /root/.m2 /root/go /work/main/target/ci-venv 2>/dev/null' | tr '\n\t' '; ')"
+say "installed: $(du -shx "$root" | cut -f1) root filesystem; $(run sh -c 'du -shx /root/.rustup /root/.cargo /root/.cache/kafka-mirror-proxy /root/.m2 /root/go /work/main/target/ci-venv /usr /var/cache/apt 2>/dev/null' | tr '\n\t' '; ')"
 
 if [[ -n "$suite" ]]; then
   say "3. cargo build, then pytest $suite"
