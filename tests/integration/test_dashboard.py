@@ -155,8 +155,7 @@ def test_pause_and_resume_clicked_on_the_page_change_the_partition_states_live(d
     assert "PAUSED" in view["desired"], f"desired state PAUSED shown: {view['desired']}"
     assert rest_states(proxy, mirror, topic) == {"paused"}, "the page's pause reached the engine (REST describe agrees)"
     not_reloaded(browser)
-    notice = browser.find_element(By.ID, "notice").text
-    assert "pause accepted" in notice, f"the page says the pause was accepted: {notice!r}"
+    wait_dom("the page says the pause was accepted", lambda: "pause accepted" in browser.find_element(By.ID, "notice").text, timeout=10)
 
     produce_plain(source.bootstrap, topic, 60, start=2000)
     src = high_watermarks(source.bootstrap, topic, PARTITIONS)
