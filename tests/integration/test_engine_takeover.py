@@ -51,16 +51,26 @@ ENGINE_LINE = re.compile(r"engine: (active|standby) \(instance (\S+), generation
 
 
 class Instance:
-    """One role-auto proxy with a fixed instance id; restarted on the same ports with the same id."""
+    """One role-auto proxy with a fixed instance id. A restart keeps the instance id but takes fresh
+    ports: a port the dead process held may meanwhile be some client connection's ephemeral port
+    (the proxy then rightly hides that broker and stays unready)."""
 
     def __init__(self, destination, workdir, args, instance_id: str):
         self.instance_id = instance_id
-        self.proxy = ProxyProcess(destination.bootstrap, workdir, args, env={"KMP_INSTANCE_ID": instance_id})
+        self._spawn = lambda: ProxyProcess(destination.bootstrap, workdir, args, env={"KMP_INSTANCE_ID": instance_id})
+        self.proxy = self._spawn()
+        self.logs = [self.proxy.log_path]
         self.stopped = False  # SIGSTOPped: not polled (every HTTP call would time out)
 
     def start(self) -> "Instance":
         self.proxy.start()
         return self
+
+    def restart(self) -> "Instance":
+        assert not self.proxy.alive(), f"{self.instance_id} is restarted only once it has exited"
+        self.proxy = self._spawn()
+        self.logs.append(self.proxy.log_path)
+        return self.start()
 
     @property
     def bootstrap(self) -> str:
@@ -115,15 +125,23 @@ def auto_instances(destination, workdir, n: int = INSTANCES, **config):
         for inst in instances:
             inst.start()
         yield instances
-    finally:
-        codes = {}
-        for inst in instances:
-            if inst.stopped and inst.proxy.alive():
-                os.kill(inst.proxy.pid, signal.SIGCONT)
-                inst.stopped = False
-            codes[inst.instance_id] = inst.proxy.stop()
-        logs = "\n".join(f"--- {i.instance_id}: {i.proxy.log_path}" for i in instances)
-        assert all(c == 0 for c in codes.values()), f"every instance exits 0 on SIGTERM: {codes}\n{logs}"
+    except BaseException:
+        shut_down(instances)  # the failure at hand is the one to report
+        raise
+    codes = shut_down(instances)
+    logs = "\n".join(f"--- {i.instance_id}: {', '.join(map(str, i.logs))}" for i in instances)
+    assert all(c == 0 for c in codes.values()), f"every instance exits 0 on SIGTERM: {codes}\n{logs}"
+
+
+def shut_down(instances) -> dict[str, int]:
+    """SIGCONT what is frozen, SIGTERM every instance; their exit codes by instance id."""
+    codes = {}
+    for inst in instances:
+        if inst.stopped and inst.proxy.alive():
+            os.kill(inst.proxy.pid, signal.SIGCONT)
+            inst.stopped = False
+        codes[inst.instance_id] = inst.proxy.stop()
+    return codes
 
 
 def roles(instances) -> dict[str, tuple]:
@@ -154,7 +172,7 @@ def wait_one_active(instances, what: str, timeout: float, min_generation: int = 
             return found
         assert time.time() < deadline, (f"{what}: not within {timeout}s; last seen (role, instance, generation, kmp_engine_active, "
                                          f"kmp_engine_generation, kmp_engine_takeovers_total, active named): "
-                                         f"{ {k: v for k, (_, v) in views.items()} }; logs: {[str(i.proxy.log_path) for i in instances]}")
+                                         f"{ {k: v for k, (_, v) in views.items()} }; logs: {[str(p) for i in instances for p in i.logs]}")
         time.sleep(0.05)
 
 
@@ -377,7 +395,7 @@ def test_chaos_killing_and_freezing_the_active_keeps_the_mirror_identical_to_the
                       f"(generation {new_view[2]}) after {took:.2f}s, replication stalled {stall['at'] - hit:.2f}s")
                 if action == "kill":
                     time.sleep(rng.uniform(1, 3))
-                    victim.start()  # same ports, same instance id
+                    victim.restart()  # the same instance id
                 else:
                     time.sleep(max(0.0, SESSION_TIMEOUT_MS / 1000 + rng.uniform(0.5, 2) - (time.time() - hit)))
                     os.kill(victim.proxy.pid, signal.SIGCONT)
