@@ -52,6 +52,61 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
 
 
+def run_takeovers(args, rng, seed, bound, timing, work, source, destination, takeovers, stalls) -> None:
+    """Part 1: ``--kills`` SIGKILLs and ``--graceful`` SIGTERMs of the active under load, measured
+    into ``takeovers`` and ``stalls``; the destination must then equal the source."""
+    from kmp_common import unique
+    from test_engine_takeover import SourceLoad, assert_same_log, auto_instances, start_mirror, wait_one_active
+    from test_mirror_engine import create, high_watermarks, wait_caught_up
+    topic, mirror = unique("ha-bench"), unique("hab")
+    create(source.bootstrap, topic, args.partitions)
+    with auto_instances(destination, work, **timing) as instances:
+        active, view = wait_one_active(instances, "one active instance", bound)
+        start_mirror(active, source, mirror, topic)
+        load = SourceLoad(source.bootstrap, topic, args.partitions, seed).start()
+        try:
+            for k, how in enumerate(["kill"] * args.kills + ["term"] * args.graceful):
+                active, view = wait_one_active(instances, f"one active before {how} {k + 1}", bound)
+                time.sleep(rng.uniform(2, 4))
+                if how == "kill":
+                    active.proxy.proc.kill()
+                else:
+                    active.proxy.proc.terminate()
+                hit = time.time()
+                code = active.proxy.proc.wait()
+                assert how == "kill" or code == 0, f"{active.instance_id} exited with {code} on SIGTERM ({active.proxy.log_path})"
+                time.sleep(0.3)
+                before = sum(high_watermarks(destination.bootstrap, topic, args.partitions))
+                stall = {}
+
+                def watch():
+                    while time.time() - hit < bound + 30:
+                        if sum(high_watermarks(destination.bootstrap, topic, args.partitions)) > before:
+                            stall["at"] = time.time()
+                            return
+                        time.sleep(0.05)
+
+                watcher = threading.Thread(target=watch, daemon=True)
+                watcher.start()
+                survivors = [i for i in instances if i is not active]
+                new_active, new_view = wait_one_active(survivors, f"{how} {k + 1}: a survivor becomes active", bound, min_generation=view[2])
+                took = time.time() - hit
+                watcher.join(bound + 30)
+                assert "at" in stall, f"{how} {k + 1}: the destination never grew again (seed {seed})"
+                takeovers[how].append(took)
+                stalls[how].append(stall["at"] - hit)
+                print(f"{how} {k + 1:2}: {active.instance_id} -> {new_active.instance_id} (generation {new_view[2]}): "
+                      f"active after {took:.2f}s, replication stall {stalls[how][-1]:.2f}s", flush=True)
+                active.restart()  # the same instance id (fresh ports: see Instance)
+        finally:
+            load.stop()
+        wait_one_active(instances, "one active at the end", bound)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: args.partitions})
+        assert_same_log(source, destination, topic, args.partitions, f"seed {seed}")
+        print(f"destination equals the source record for record after {args.kills} kills and {args.graceful} SIGTERMs ({load.records} records, "
+              f"transactions {load.transactions})", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=20)
@@ -72,8 +127,8 @@ def main() -> int:
     sys.path.insert(0, str(REPO / "tests" / "integration"))  # first: its conftest re-exports kmp_common's helpers
     from confluent_kafka import Producer
     from kmp_common import running_cluster, unique
-    from test_engine_takeover import SourceLoad, assert_same_log, auto_instances, start_mirror, wait_one_active
-    from test_mirror_engine import create, high_watermarks, wait_caught_up
+    from test_engine_takeover import auto_instances, start_mirror, wait_one_active
+    from test_mirror_engine import create, high_watermarks
 
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     rng = random.Random(seed)
@@ -87,54 +142,9 @@ def main() -> int:
     with running_cluster("ha-src", 1, work) as source, \
             running_cluster("ha-dst", 3, work, extra_config={"group.min.session.timeout.ms": 1000}) as destination:
         # 1. Takeovers under load.
-        topic, mirror = unique("ha-bench"), unique("hab")
-        create(source.bootstrap, topic, args.partitions)
         takeovers, stalls = {"kill": [], "term": []}, {"kill": [], "term": []}
-        with auto_instances(destination, work, **timing) as instances:
-            active, view = wait_one_active(instances, "one active instance", bound)
-            start_mirror(active, source, mirror, topic)
-            load = SourceLoad(source.bootstrap, topic, args.partitions, seed).start()
-            try:
-                for k, how in enumerate(["kill"] * args.kills + ["term"] * args.graceful):
-                    active, view = wait_one_active(instances, f"one active before {how} {k + 1}", bound)
-                    time.sleep(rng.uniform(2, 4))
-                    if how == "kill":
-                        active.proxy.proc.kill()
-                    else:
-                        active.proxy.proc.terminate()
-                    hit = time.time()
-                    code = active.proxy.proc.wait()
-                    assert how == "kill" or code == 0, f"{active.instance_id} exited with {code} on SIGTERM ({active.proxy.log_path})"
-                    time.sleep(0.3)
-                    before = sum(high_watermarks(destination.bootstrap, topic, args.partitions))
-                    stall = {}
-
-                    def watch():
-                        while time.time() - hit < bound + 30:
-                            if sum(high_watermarks(destination.bootstrap, topic, args.partitions)) > before:
-                                stall["at"] = time.time()
-                                return
-                            time.sleep(0.05)
-
-                    watcher = threading.Thread(target=watch, daemon=True)
-                    watcher.start()
-                    survivors = [i for i in instances if i is not active]
-                    new_active, new_view = wait_one_active(survivors, f"{how} {k + 1}: a survivor becomes active", bound, min_generation=view[2])
-                    took = time.time() - hit
-                    watcher.join(bound + 30)
-                    assert "at" in stall, f"{how} {k + 1}: the destination never grew again (seed {seed})"
-                    takeovers[how].append(took)
-                    stalls[how].append(stall["at"] - hit)
-                    print(f"{how} {k + 1:2}: {active.instance_id} -> {new_active.instance_id} (generation {new_view[2]}): "
-                          f"active after {took:.2f}s, replication stall {stalls[how][-1]:.2f}s", flush=True)
-                    active.restart()  # the same instance id (fresh ports: see Instance)
-            finally:
-                load.stop()
-            wait_one_active(instances, "one active at the end", bound)
-            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: args.partitions})
-            assert_same_log(source, destination, topic, args.partitions, f"seed {seed}")
-            print(f"destination equals the source record for record after {args.kills} kills and {args.graceful} SIGTERMs ({load.records} records, "
-                  f"transactions {load.transactions})", flush=True)
+        if args.kills + args.graceful:
+            run_takeovers(args, rng, seed, bound, timing, work, source, destination, takeovers, stalls)
 
         # 2. Throughput with 1, 2 and 3 instances on the same data set.
         rows = []
@@ -176,7 +186,8 @@ def main() -> int:
                           f"{mb / secs:.1f} MB/s, {args.throughput_records / secs:,.0f} records/s", flush=True)
 
     print(f"\nseed {seed}, session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms")
-    print("| event | takeovers | time to a new active p50 / p90 / max s | replication stall p50 / p90 / max s |\n|---|---|---|---|")
+    if any(takeovers.values()):
+        print("| event | takeovers | time to a new active p50 / p90 / max s | replication stall p50 / p90 / max s |\n|---|---|---|---|")
     for how, label in (("kill", "SIGKILL of the active"), ("term", "SIGTERM of the active")):
         t, st = takeovers[how], stalls[how]
         if t:
