@@ -75,6 +75,9 @@ fi
 #    resolver's nsswitch.conf, the default config). No shell, no libc, no CA bundle (TLS trust is
 #    configured per cluster with PEM files: ssl.truststore.location).
 label() { git log -1 --format="$1" 2>/dev/null || echo unknown; }
+# Exposed ports as Docker records `EXPOSE 9192 9180 9200-9299`: one "port/tcp" entry each.
+ports=()
+for p in 9192 9180 $(seq 9200 9299); do ports+=(--port "$p/tcp"); done
 ctr=$(buildah "${STORAGE[@]}" from scratch)
 trap 'buildah "${STORAGE[@]}" rm "$ctr" >/dev/null 2>&1 || true' EXIT
 buildah "${STORAGE[@]}" copy --chown 0:0 --chmod 0755 "$ctr" "$BIN" /usr/local/bin/kafka-mirror-proxy >/dev/null
@@ -83,7 +86,7 @@ buildah "${STORAGE[@]}" config \
     --user 65532:65532 \
     --workingdir / \
     --env PATH=/usr/local/bin \
-    --port 9192 --port 9180 --port 9200-9299 \
+    "${ports[@]}" \
     --entrypoint '["/usr/local/bin/kafka-mirror-proxy", "run", "--config", "/etc/kafka-mirror-proxy/config.toml"]' \
     --cmd '' \
     --stop-signal SIGTERM \
