@@ -136,6 +136,9 @@ struct Inner {
 /// The answer to a management request while the stored state is still loading (retriable).
 pub const LOADING: &str = "the mirror engine is still loading its stored state; retry";
 
+/// Connect timeout toward a mirror's source for the graceful stop's end-offset read.
+const SOURCE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a management request waits for the engine to finish booting.
 const BOOT_WAIT: Duration = Duration::from_secs(30);
 
@@ -561,35 +564,27 @@ impl Control {
         }
     }
 
+    /// Graceful stop: waits until `topic` copied what the source held when the stop arrived
+    /// (`graceful`); the topic is left as it was otherwise.
     async fn wait_caught_up(&self, mirror: &str, topic: &str, limit: Duration) -> Result<(), TopicResult> {
         let (_, partitions) = self.check(mirror, topic).await?;
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            let lagging: Vec<i32> = (0..partitions as i32)
-                .filter(|&p| {
-                    let key = (mirror.to_owned(), topic.to_owned(), p);
-                    // Caught up = copying, with a known source end, and nothing left to copy.
-                    !self
-                        .inner
-                        .status
-                        .get(&key)
-                        .is_some_and(|s| s.state == PartitionState::Mirroring && s.source_last_stable_offset >= 0 && s.lag_records() == 0)
-                })
-                .collect();
-            if lagging.is_empty() {
-                return Ok(());
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(TopicResult::err(
+        let Some(def) = self.definition(mirror) else {
+            return Err(TopicResult::err(
+                topic,
+                codes::UNKNOWN_CLUSTER_MIRROR,
+                format!("cluster mirror {mirror} does not exist"),
+            ));
+        };
+        let source = crate::cluster::ClusterClient::source_of(&def, SOURCE_TIMEOUT);
+        crate::graceful::wait_copied(&self.inner.status, &source, mirror, topic, partitions, limit)
+            .await
+            .map_err(|why| {
+                TopicResult::err(
                     topic,
                     codes::REQUEST_TIMED_OUT,
-                    format!(
-                        "partitions {lagging:?} are not mirroring with zero lag after {limit:?}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"
-                    ),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+                    format!("{why}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"),
+                )
+            })
     }
 
     async fn transition(&self, mirror: &str, topic: &str, to: Desired) -> TopicResult {

@@ -21,6 +21,7 @@ mod error;
 mod fetch_session;
 mod follow;
 mod followed;
+mod graceful;
 mod io_stats;
 mod landed;
 mod lease;
