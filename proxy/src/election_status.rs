@@ -21,9 +21,10 @@ pub(crate) fn readiness_line(v: &ElectionView) -> String {
     }
 }
 
-/// The election gauges in OpenMetrics text (instance and group as labels).
+/// The election gauges in OpenMetrics text (`engine_instance` and `group` as labels: `instance` is
+/// the label Prometheus sets for the scrape target).
 pub(crate) fn render(v: &ElectionView) -> String {
-    let labels = format!("instance=\"{}\",group=\"{}\"", escape(&v.instance_id), escape(&v.group_id));
+    let labels = format!("engine_instance=\"{}\",group=\"{}\"", escape(&v.instance_id), escape(&v.group_id));
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -71,10 +72,13 @@ mod tests {
             "engine: standby (instance kmp-\"a\", generation 7; active: unknown)\n"
         );
         let text = render(&view(false));
-        assert!(text.contains("kmp_engine_active{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"), "{text}");
-        assert!(text.contains("kmp_engine_generation{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 7\n"), "{text}");
+        assert!(text.contains("kmp_engine_active{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"), "{text}");
         assert!(
-            text.contains("kmp_engine_takeovers_total{instance=\"kmp-\\\"a\\\"\",group=\"g\"} 2\n"),
+            text.contains("kmp_engine_generation{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 7\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kmp_engine_takeovers_total{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 2\n"),
             "{text}"
         );
     }
