@@ -36,6 +36,9 @@ pub struct ElectionView {
     pub active_instance: String,
     /// How many times this instance became active.
     pub takeovers: u64,
+    /// Why the last attempt to take part in the election failed, until a decision is made again
+    /// (e.g. a destination that refuses the group: authorization, a foreign group of that id).
+    pub problem: Option<String>,
 }
 
 /// The engine the proxy reads from: fixed for the `engine` and `follower` roles, switched by
@@ -44,6 +47,7 @@ pub struct ElectionView {
 pub struct EngineSlot {
     current: Arc<RwLock<Engine>>,
     election: Option<watch::Receiver<ElectionView>>,
+    election_problem: Option<watch::Receiver<Option<String>>>,
     /// Closed once the last term wrote its final state and the group was left (`auto`).
     done: Option<watch::Receiver<()>>,
 }
@@ -54,6 +58,7 @@ impl EngineSlot {
         Self {
             current: Arc::new(RwLock::new(engine)),
             election: None,
+            election_problem: None,
             done: None,
         }
     }
@@ -84,7 +89,9 @@ impl EngineSlot {
 
     /// The election's last decision (`auto` only).
     pub fn election(&self) -> Option<ElectionView> {
-        self.election.as_ref().map(|e| e.borrow().clone())
+        let mut view = self.election.as_ref().map(|e| e.borrow().clone())?;
+        view.problem = self.election_problem.as_ref().and_then(|p| p.borrow().clone());
+        Some(view)
     }
 
     /// Resolves once the engine wrote its final state after the stop signal (and, for `auto`,
@@ -131,8 +138,10 @@ pub fn auto(
         ..ElectionView::default()
     });
     let (done_tx, done) = watch::channel(());
+    let (problem_tx, problem) = watch::channel(None);
     let slot = EngineSlot {
         election: Some(view),
+        election_problem: Some(problem),
         done: Some(done),
         ..slot
     };
@@ -142,7 +151,7 @@ pub fn auto(
     });
     let (leave, left) = watch::channel(false);
     let span = info_span!("engine-election", instance = %settings.instance_id);
-    let election = tokio::spawn(election::run(destination.clone(), settings, role_tx, left).instrument(span.clone()));
+    let election = tokio::spawn(election::run(destination.clone(), settings, role_tx, problem_tx, left).instrument(span.clone()));
     let supervisor = Supervisor {
         config: engine.clone(),
         mirrors,

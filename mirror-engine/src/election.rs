@@ -84,7 +84,14 @@ struct Assignment {
 
 /// Takes part in the election until `leave` turns true, then leaves the group (so a peer takes
 /// over at once instead of after the session timeout). Decisions go to `role`.
-pub(crate) async fn run(destination: ClusterClient, settings: ElectionSettings, role: watch::Sender<Role>, mut leave: watch::Receiver<bool>) {
+/// Why taking part fails, while it does, goes to `problem` (cleared by the next decision).
+pub(crate) async fn run(
+    destination: ClusterClient,
+    settings: ElectionSettings,
+    role: watch::Sender<Role>,
+    problem: watch::Sender<Option<String>>,
+    mut leave: watch::Receiver<bool>,
+) {
     let mut member = Member {
         destination,
         settings,
@@ -92,6 +99,7 @@ pub(crate) async fn run(destination: ClusterClient, settings: ElectionSettings, 
         generation: -1,
         lease: None,
         role,
+        problem,
     };
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -109,6 +117,7 @@ pub(crate) async fn run(destination: ClusterClient, settings: ElectionSettings, 
                     debug!(error = %e, ?backoff, "engine election: coordinator not ready; retrying");
                 } else {
                     warn!(error = %e, group = %member.settings.group_id, ?backoff, "engine election: lost the group coordinator; rejoining");
+                    member.problem.send_replace(Some(e.to_string()));
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
@@ -130,6 +139,7 @@ struct Member {
     /// The lease of the current active term, if this instance is active.
     lease: Option<Lease>,
     role: watch::Sender<Role>,
+    problem: watch::Sender<Option<String>>,
 }
 
 impl Member {
@@ -312,6 +322,7 @@ impl Member {
 
     /// Becomes (or stays) active or standby as `a` says.
     fn apply(&mut self, a: &Assignment, sync_sent: Instant) {
+        self.problem.send_replace(None);
         if a.active_member == self.member_id {
             let lease = self.lease.get_or_insert_with(|| {
                 info!(instance = %self.settings.instance_id, generation = self.generation, "elected the active mirror engine");

@@ -9,6 +9,14 @@ use kmp_mirror_engine::ElectionView;
 /// The `/readyz` line: `engine: active (instance i, generation n)` or
 /// `engine: standby (instance i, generation n; active: j)`.
 pub(crate) fn readiness_line(v: &ElectionView) -> String {
+    let line = role_line(v);
+    match &v.problem {
+        Some(p) => format!("{line}engine election failing (retrying): {p}\n"),
+        None => line,
+    }
+}
+
+fn role_line(v: &ElectionView) -> String {
     if v.active {
         format!("engine: active (instance {}, generation {})\n", v.instance_id, v.generation)
     } else {
@@ -61,6 +69,7 @@ mod tests {
             generation: 7,
             active_instance: if active { "kmp-\"a\"".into() } else { String::new() },
             takeovers: 2,
+            problem: None,
         }
     }
 
@@ -70,6 +79,15 @@ mod tests {
         assert_eq!(
             readiness_line(&view(false)),
             "engine: standby (instance kmp-\"a\", generation 7; active: unknown)\n"
+        );
+        let failing = ElectionView {
+            problem: Some("destination JoinGroup: Kafka error code 23".into()),
+            ..view(false)
+        };
+        assert!(
+            readiness_line(&failing).ends_with("engine election failing (retrying): destination JoinGroup: Kafka error code 23\n"),
+            "{}",
+            readiness_line(&failing)
         );
         let text = render(&view(false));
         assert!(text.contains("kmp_engine_active{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"), "{text}");

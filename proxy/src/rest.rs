@@ -380,6 +380,7 @@ fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionV
             "generation": e.generation,
             "active_instance": if e.active_instance.is_empty() { Value::Null } else { Value::from(e.active_instance.clone()) },
             "takeovers": e.takeovers,
+            "problem": e.problem,
         }),
         None => json!({
             "role": if control.follower_refusal().is_some() { "follower" } else { "engine" },
@@ -530,11 +531,12 @@ mod engine_route_tests {
             generation: 4,
             active_instance: "p1".into(),
             takeovers: 1,
+            problem: None,
         };
         let v = engine_json(&control, Some(&view));
         assert_eq!(
             v,
-            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1})
+            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1, "problem": null})
         );
     }
 }
