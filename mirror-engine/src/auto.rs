@@ -16,7 +16,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::election::{self, ElectionSettings, Role};
 use crate::lease::Lease;
 use crate::registry::MirrorTopics;
-use crate::{ClusterClient, Engine, Sources, follow_with, start_term};
+use crate::{ClusterClient, Engine, EngineLinks, follow_with, start_term};
 
 /// Longest wait for an ended term to write its final state before the follower takes over.
 const TERM_END_WAIT: Duration = Duration::from_secs(10);
@@ -112,16 +112,13 @@ impl EngineSlot {
 }
 
 /// Starts an `auto` instance: a follower now, the engine whenever elected.
-pub fn auto(
-    engine: &EngineConfig,
-    mirrors: Vec<MirrorConfig>,
-    destination_bootstrap: Vec<String>,
-    destination_security: Arc<kmp_protocol::security::ClientSecurity>,
-    timeout: Duration,
-    source_allow: Vec<String>,
-    stop: watch::Receiver<bool>,
-) -> EngineSlot {
-    let destination = ClusterClient::with_security("destination", destination_bootstrap.clone(), timeout, Ok(destination_security.clone()));
+pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> EngineSlot {
+    let destination = ClusterClient::with_security(
+        "destination",
+        links.destination_bootstrap.clone(),
+        links.timeout,
+        Ok(links.destination_security.clone()),
+    );
     let settings = ElectionSettings {
         group_id: engine.effective_group_id(),
         instance_id: instance_id(engine),
@@ -155,12 +152,7 @@ pub fn auto(
     let supervisor = Supervisor {
         config: engine.clone(),
         mirrors,
-        sources: Sources {
-            destination_bootstrap,
-            destination_security,
-            timeout,
-            source_allow,
-        },
+        sources: links,
         destination,
         topics,
         slot: slot.clone(),
@@ -203,7 +195,7 @@ struct Term {
 struct Supervisor {
     config: EngineConfig,
     mirrors: Vec<MirrorConfig>,
-    sources: Sources,
+    sources: EngineLinks,
     destination: ClusterClient,
     topics: MirrorTopics,
     slot: EngineSlot,

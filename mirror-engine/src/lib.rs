@@ -124,31 +124,22 @@ impl Engine {
 /// until it is reachable), records the mirror definitions, then starts every mirror's topics.
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
-pub fn start(
-    engine: &EngineConfig,
-    mirrors: Vec<MirrorConfig>,
-    destination_bootstrap: Vec<String>,
-    destination_security: Arc<kmp_protocol::security::ClientSecurity>,
-    timeout: Duration,
-    source_allow: Vec<String>,
-    stop: watch::Receiver<bool>,
-) -> Engine {
-    let sources = Sources {
-        destination_bootstrap,
-        destination_security,
-        timeout,
-        source_allow,
-    };
-    start_term(engine, mirrors, sources, MirrorTopics::default(), Lease::forever(), stop)
+pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
+    start_term(engine, mirrors, links, MirrorTopics::default(), Lease::forever(), stop)
 }
 
-/// Where the engine writes and what it may read from.
+/// Where the engine (or a follower) reaches the destination, and which sources API-created
+/// mirrors may use.
 #[derive(Clone)]
-pub(crate) struct Sources {
-    pub(crate) destination_bootstrap: Vec<String>,
-    pub(crate) destination_security: Arc<kmp_protocol::security::ClientSecurity>,
-    pub(crate) timeout: Duration,
-    pub(crate) source_allow: Vec<String>,
+pub struct EngineLinks {
+    /// The destination cluster's bootstrap brokers (`upstream.bootstrap_servers`).
+    pub destination_bootstrap: Vec<String>,
+    /// How to connect to the destination (`[upstream]` security).
+    pub destination_security: Arc<kmp_protocol::security::ClientSecurity>,
+    /// Connect timeout toward either cluster.
+    pub timeout: Duration,
+    /// `security.mirror_source_allow`.
+    pub source_allow: Vec<String>,
 }
 
 /// Starts the engine as [`start`] does, enforcing through `topics` and writing only while `lease`
@@ -156,17 +147,17 @@ pub(crate) struct Sources {
 pub(crate) fn start_term(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
-    sources: Sources,
+    links: EngineLinks,
     topics: MirrorTopics,
     lease: Lease,
     stop: watch::Receiver<bool>,
 ) -> Engine {
-    let Sources {
+    let EngineLinks {
         destination_bootstrap,
         destination_security,
         timeout,
         source_allow,
-    } = sources;
+    } = links;
     let (done_tx, done) = watch::channel(());
     let handle = Engine {
         done,
@@ -195,14 +186,8 @@ pub(crate) fn start_term(
 /// handle's registry and views show what it says (see `follow`). Mutating management requests
 /// are refused ([`Control::follower_refusal`]). Its `status` stays empty, so `/metrics` never
 /// repeats the engine instance's per-partition numbers; describe reads the followed ones.
-pub fn follow(
-    engine: &EngineConfig,
-    destination_bootstrap: Vec<String>,
-    destination_security: Arc<kmp_protocol::security::ClientSecurity>,
-    timeout: Duration,
-    stop: watch::Receiver<bool>,
-) -> Engine {
-    let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
+pub fn follow(engine: &EngineConfig, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
+    let destination = ClusterClient::with_security("destination", links.destination_bootstrap, links.timeout, Ok(links.destination_security));
     follow_with(engine, destination, MirrorTopics::default(), stop)
 }
 

@@ -54,18 +54,16 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let hangup = crate::tls::hangup_handler();
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
+    let links = kmp_mirror_engine::EngineLinks {
+        destination_bootstrap: config.upstream.bootstrap_servers.clone(),
+        destination_security: security.upstream.clone(),
+        timeout: Duration::from_millis(config.upstream.connect_timeout_ms),
+        source_allow: config.security.mirror_source_allow.clone(),
+    };
     let mirrors = if !config.engine.enabled {
         EngineSlot::fixed(kmp_mirror_engine::Engine::idle(&config.engine))
     } else if config.engine.role == EngineRole::Auto {
-        kmp_mirror_engine::auto(
-            &config.engine,
-            config.mirrors.clone(),
-            config.upstream.bootstrap_servers.clone(),
-            security.upstream.clone(),
-            Duration::from_millis(config.upstream.connect_timeout_ms),
-            config.security.mirror_source_allow.clone(),
-            stop_rx.clone(),
-        )
+        kmp_mirror_engine::auto(&config.engine, config.mirrors.clone(), links, stop_rx.clone())
     } else if config.engine.role == EngineRole::Follower {
         if !config.mirrors.is_empty() {
             info!(
@@ -73,23 +71,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
                 "engine.role = follower: the declared mirrors are run by the engine instance; this one follows the state topic"
             );
         }
-        EngineSlot::fixed(kmp_mirror_engine::follow(
-            &config.engine,
-            config.upstream.bootstrap_servers.clone(),
-            security.upstream.clone(),
-            Duration::from_millis(config.upstream.connect_timeout_ms),
-            stop_rx.clone(),
-        ))
+        EngineSlot::fixed(kmp_mirror_engine::follow(&config.engine, links, stop_rx.clone()))
     } else {
-        EngineSlot::fixed(kmp_mirror_engine::start(
-            &config.engine,
-            config.mirrors.clone(),
-            config.upstream.bootstrap_servers.clone(),
-            security.upstream.clone(),
-            Duration::from_millis(config.upstream.connect_timeout_ms),
-            config.security.mirror_source_allow.clone(),
-            stop_rx.clone(),
-        ))
+        EngineSlot::fixed(kmp_mirror_engine::start(&config.engine, config.mirrors.clone(), links, stop_rx.clone()))
     };
     let shared = Arc::new(Shared {
         cluster: ClusterView::new(
