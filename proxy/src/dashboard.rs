@@ -99,18 +99,11 @@ pub(crate) fn state(control: &Control, now_ms: i64) -> Value {
                 .sync_status(&m.name)
                 .into_iter()
                 .map(|(kind, s)| {
-                    json!({
-                        "kind": kind.as_str(),
-                        "interval_ms": s.interval_ms,
-                        "runs": s.runs,
-                        "last_run_ms": s.last_run_ms,
-                        "last_success_ms": s.last_success_ms,
-                        "synced": s.synced,
-                        "skipped_active_groups": s.skipped_active,
-                        "applied_total": s.applied_total,
-                        "errors_total": s.errors_total,
-                        "last_error": s.last_error,
-                    })
+                    let mut v = crate::rest::sync_json(&s);
+                    if let Some(o) = v.as_object_mut() {
+                        o.insert("kind".into(), Value::from(kind.as_str()));
+                    }
+                    v
                 })
                 .collect();
             json!({ "name": m.name, "source_bootstrap": m.source_bootstrap, "topics": topics, "sync": sync })

@@ -336,20 +336,7 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
     let sync: serde_json::Map<String, Value> = control
         .sync_status(name)
         .into_iter()
-        .map(|(kind, s)| {
-            let v = json!({
-                "interval_ms": s.interval_ms,
-                "runs": s.runs,
-                "last_run_ms": s.last_run_ms,
-                "last_success_ms": s.last_success_ms,
-                "synced": s.synced,
-                "skipped_active_groups": s.skipped_active,
-                "applied_total": s.applied_total,
-                "errors_total": s.errors_total,
-                "last_error": s.last_error,
-            });
-            (kind.as_str().to_owned(), v)
-        })
+        .map(|(kind, s)| (kind.as_str().to_owned(), sync_json(&s)))
         .collect();
     json_response(StatusCode::OK, json!({ "name": name, "topics": topics, "sync": sync }))
 }
@@ -386,6 +373,21 @@ fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionV
             "role": if control.follower_refusal().is_some() { "follower" } else { "engine" },
         }),
     }
+}
+
+/// One metadata sync loop's status as JSON (REST describe and the dashboard's state).
+pub(crate) fn sync_json(s: &kmp_mirror_engine::SyncStatus) -> Value {
+    json!({
+        "interval_ms": s.interval_ms,
+        "runs": s.runs,
+        "last_run_ms": s.last_run_ms,
+        "last_success_ms": s.last_success_ms,
+        "synced": s.synced,
+        "skipped_active_groups": s.skipped_active,
+        "applied_total": s.applied_total,
+        "errors_total": s.errors_total,
+        "last_error": s.last_error,
+    })
 }
 
 fn mirror_unknown(name: &str) -> Response<Full<Bytes>> {
