@@ -50,7 +50,7 @@ pub(crate) async fn wait_copied(
         }
         if tokio::time::Instant::now() >= deadline {
             return Err(format!(
-                "partitions {short:?} had not copied up to the source's end offsets {targets:?} (read when the stop arrived) after {limit:?}"
+                "partitions {short:?} are not mirroring with zero lag after {limit:?}: not copied up to the source's end offsets {targets:?} read when the stop arrived"
             ));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
