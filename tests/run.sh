@@ -11,4 +11,5 @@ cargo build --locked --workspace
 cargo test --locked --workspace
 tests/harness/kafka-jars.sh >/dev/null   # fetch Kafka's jars once (cached) before the clock starts
 tests/harness/toxiproxy.sh >/dev/null    # the WAN test's latency relay (built once from the Go module proxy)
+docker/build-image.sh >/dev/null         # the container image (a static release binary on scratch; skipped when up to date)
 python3 -m pytest tests/integration tests/security tests/tls "$@"
