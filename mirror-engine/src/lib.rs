@@ -175,6 +175,7 @@ pub(crate) fn start_term(
         producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
         lease,
         stop,
+        source_clients: Arc::default(),
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
     tokio::spawn(boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
@@ -228,6 +229,20 @@ pub(crate) struct Shared {
     /// Writing (data, state, group offsets, configs) is allowed only while this holds.
     pub(crate) lease: Lease,
     pub(crate) stop: watch::Receiver<bool>,
+    /// One client (with its shared connections) per source setting, used by a mirror's topics
+    /// and its sync passes alike, so a sync pass opens no connections of its own.
+    pub(crate) source_clients: Arc<dashmap::DashMap<String, ClusterClient>>,
+}
+
+impl Shared {
+    /// The source client of mirror `def` (one per bootstrap servers and source properties).
+    pub(crate) fn source_client(&self, def: &MirrorConfig) -> ClusterClient {
+        let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
+        self.source_clients
+            .entry(key)
+            .or_insert_with(|| ClusterClient::source_of(def, self.destination.timeout()))
+            .clone()
+    }
 }
 
 /// `done` is dropped when the final state is written (or the engine stops before starting).

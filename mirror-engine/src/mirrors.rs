@@ -49,7 +49,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
         let (source, fetchers) = match &reach {
             Some((k, source, fetchers)) if *k == key => (source.clone(), fetchers.clone()),
             _ => {
-                let source = ClusterClient::source_of(&def, shared.destination.timeout());
+                let source = shared.source_client(&def);
                 let fetchers = FetchSessions::new(source.clone(), shared.budget.clone(), SessionSettings::default());
                 reach = Some((key, source.clone(), fetchers.clone()));
                 (source, fetchers)

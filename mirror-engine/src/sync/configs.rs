@@ -78,8 +78,8 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, filter: &
     let counts: Vec<(String, u64)> = resources.iter().map(|(r, n)| (r.resource_name.as_str().to_owned(), *n)).collect();
     let mut req = IncrementalAlterConfigsRequest::default();
     req.resources = resources.into_iter().map(|(r, _)| r).collect();
-    let mut conn = destination.connect_any().await?;
-    let resp = conn.send(&req, 1).await.map_err(|e| destination.wrap(e))?;
+    let conn = destination.link_any().await?;
+    let resp = conn.call(&req, 1).await.map_err(|e| destination.wrap(e))?;
     for r in resp.responses {
         let topic = r.resource_name.as_str();
         if r.error_code == 0 {

@@ -5,7 +5,6 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kmp_protocol::kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
 use kmp_protocol::kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
@@ -13,11 +12,11 @@ use kmp_protocol::kafka_protocol::messages::{
     BrokerId, FindCoordinatorRequest, GroupId, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, TopicName,
 };
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::shared_client::SharedConnection;
 
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
-
-const CLIENT_ID: &str = "kafka-mirror-proxy-sync";
+use crate::links::Lane;
 
 /// A group as ListGroups reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,16 +39,18 @@ pub type Coordinators = HashMap<String, Result<String, i16>>;
 /// Groups that could not be handled, with the Kafka error code.
 pub type FailedGroups = Vec<(String, i16)>;
 
-async fn connect(cluster: &ClusterClient, addr: &str) -> Result<Connection, MirrorError> {
-    cluster.connect_to(addr, CLIENT_ID).await
+/// The engine's shared control connection to broker `addr`: sync passes open no connections of
+/// their own, so the engine's connection count per broker stays fixed.
+async fn connect(cluster: &ClusterClient, addr: &str) -> Result<SharedConnection, MirrorError> {
+    cluster.link(addr, Lane::Control).await
 }
 
 /// `node id → host:port` of every broker of the cluster.
 pub async fn brokers(cluster: &ClusterClient) -> Result<Vec<(i32, String)>, MirrorError> {
-    let mut conn = cluster.connect_any().await?;
+    let conn = cluster.link_any().await?;
     let mut req = MetadataRequest::default();
     req.topics = Some(Vec::new());
-    let resp = conn.send(&req, 12).await.map_err(|e| cluster.wrap(e))?;
+    let resp = conn.call(&req, 12).await.map_err(|e| cluster.wrap(e))?;
     Ok(resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect())
 }
 
@@ -58,8 +59,8 @@ pub async fn brokers(cluster: &ClusterClient) -> Result<Vec<(i32, String)>, Mirr
 pub async fn list_groups(cluster: &ClusterClient) -> Result<Vec<ListedGroup>, MirrorError> {
     let mut out = Vec::new();
     for (node, addr) in brokers(cluster).await? {
-        let mut conn = connect(cluster, &addr).await?;
-        let resp = conn.send(&ListGroupsRequest::default(), 5).await.map_err(|e| cluster.wrap(e))?;
+        let conn = connect(cluster, &addr).await?;
+        let resp = conn.call(&ListGroupsRequest::default(), 5).await.map_err(|e| cluster.wrap(e))?;
         if resp.error_code != 0 {
             return Err(MirrorError::Broker {
                 side: cluster.side(),
@@ -85,8 +86,8 @@ pub async fn coordinators(cluster: &ClusterClient, groups: &[String]) -> Result<
     let mut req = FindCoordinatorRequest::default();
     req.key_type = 0;
     req.coordinator_keys = groups.iter().map(|g| StrBytes::from_string(g.clone())).collect();
-    let mut conn = cluster.connect_any().await?;
-    let resp = conn.send(&req, 4).await.map_err(|e| cluster.wrap(e))?;
+    let conn = cluster.link_any().await?;
+    let resp = conn.call(&req, 4).await.map_err(|e| cluster.wrap(e))?;
     Ok(resp
         .coordinators
         .into_iter()
@@ -130,8 +131,8 @@ pub async fn committed_offsets(cluster: &ClusterClient, coords: &Coordinators) -
                 rg
             })
             .collect();
-        let mut conn = connect(cluster, &addr).await?;
-        let resp = conn.send(&req, 8).await.map_err(|e| cluster.wrap(e))?;
+        let conn = connect(cluster, &addr).await?;
+        let resp = conn.call(&req, 8).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
             if g.error_code != 0 {
@@ -182,8 +183,8 @@ pub async fn commit(cluster: &ClusterClient, coordinator: &str, group: &str, off
             t
         })
         .collect();
-    let mut conn = connect(cluster, coordinator).await?;
-    let resp = conn.send(&req, 8).await.map_err(|e| cluster.wrap(e))?;
+    let conn = connect(cluster, coordinator).await?;
+    let resp = conn.call(&req, 8).await.map_err(|e| cluster.wrap(e))?;
     Ok(resp
         .topics
         .iter()
@@ -210,7 +211,7 @@ pub async fn watermarks(cluster: &ClusterClient, topics: &[String]) -> Result<Ha
     }
     let mut out: HashMap<(String, i32), (i64, i64)> = HashMap::new();
     for (addr, parts) in by_leader {
-        let mut conn = connect(cluster, &addr).await?;
+        let conn = connect(cluster, &addr).await?;
         for timestamp in [-2i64, -1] {
             let mut topics: BTreeMap<&str, Vec<ListOffsetsPartition>> = BTreeMap::new();
             for (t, p) in &parts {
@@ -231,7 +232,7 @@ pub async fn watermarks(cluster: &ClusterClient, topics: &[String]) -> Result<Ha
                     lt
                 })
                 .collect();
-            let resp = conn.send(&req, 7).await.map_err(|e| cluster.wrap(e))?;
+            let resp = conn.call(&req, 7).await.map_err(|e| cluster.wrap(e))?;
             for t in &resp.topics {
                 for p in t.partitions.iter().filter(|p| p.error_code == 0) {
                     let e = out.entry((t.name.0.as_str().to_owned(), p.partition_index)).or_insert((-1, -1));

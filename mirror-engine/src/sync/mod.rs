@@ -19,7 +19,6 @@ use tracing::{Instrument, debug, info_span, warn};
 pub use status::{PassOutcome, SyncBoard, SyncKind, SyncStatus};
 
 use crate::Shared;
-use crate::cluster::ClusterClient;
 use crate::control::Desired;
 
 /// Longest a pass may take; a source that stopped answering must not hold a failover.
@@ -78,7 +77,7 @@ pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, to
         // No longer the active engine: the one that is syncs.
         return;
     }
-    let source = ClusterClient::source_of(def, shared.destination.timeout());
+    let source = shared.source_client(def);
     let work = async {
         match kind {
             SyncKind::GroupOffsets => groups::sync(&source, &shared.destination, def, topics).await.map(|r| PassOutcome {

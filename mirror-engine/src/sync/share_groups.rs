@@ -49,8 +49,8 @@ async fn start_offsets(cluster: &ClusterClient, coords: &Coordinators) -> Result
                 rg
             })
             .collect();
-        let mut conn = cluster.connect_to(addr, "kafka-mirror-proxy-sync").await?;
-        let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
+        let conn = cluster.link(addr, crate::links::Lane::Control).await?;
+        let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
             if g.error_code != 0 {
@@ -90,8 +90,8 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
             rt
         })
         .collect();
-    let mut conn = cluster.connect_to(coordinator, "kafka-mirror-proxy-sync").await?;
-    let resp = conn.send(&req, 0).await.map_err(|e| cluster.wrap(e))?;
+    let conn = cluster.link(coordinator, crate::links::Lane::Control).await?;
+    let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
     if resp.error_code != 0 {
         return Ok(Some(resp.error_code));
     }
