@@ -114,6 +114,12 @@ impl Producers {
             .ok_or_else(|| MirrorError::Invariant("no producer identity before boot".into()))
     }
 
+    /// Whether this engine may write now (its lease holds): DeleteRecords and other writes
+    /// that do not go through a lane ask here.
+    pub(crate) fn may_write(&self) -> bool {
+        self.inner.lease.holds()
+    }
+
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {

@@ -185,6 +185,9 @@ impl PartitionSink {
     /// Moves the destination log start to `offset` (DeleteRecords), following the source's.
     pub async fn delete_records_before(&mut self, offset: i64) -> Result<(), MirrorError> {
         self.flush().await?;
+        if !self.producers.may_write() {
+            return Err(MirrorError::Fenced);
+        }
         let mut p = DeleteRecordsPartition::default();
         p.partition_index = self.partition;
         p.offset = offset;
