@@ -1,6 +1,6 @@
 """A source record never becomes a filler (issue #10), against real clusters.
 
-* **Log start inside a batch before the mirror starts.** A batching producer (lz4, linger.ms=50)
+* **Log start inside a batch before the mirror starts.** A batching producer (lz4, linger.ms=10000: flush sends at once, so a loaded machine cannot split a batch)
   writes whole batches of 100 records per partition; DeleteRecords moves the source log start
   inside a batch (partition 0 to 37 inside batch 0-99, partition 1 to 150 inside batch 100-199),
   onto a batch boundary (partition 2 to 100) or leaves it (partition 3). The layout is checked on
@@ -42,7 +42,7 @@ MIRROR_CHECK = REPO / "tests" / "clients" / "java" / "MirrorCheck.java"
 FILLER_KEY = b"__kmp_filler"
 FILLER_HEADERS = (("kmp-filler", b"1"),)
 PARTITIONS = 4
-BATCHING = {"compression.type": "lz4", "linger.ms": 50, "batch.size": 4 * 1024 * 1024, "batch.num.messages": 100_000}
+BATCHING = {"compression.type": "lz4", "linger.ms": 10_000, "batch.size": 4 * 1024 * 1024, "batch.num.messages": 100_000}
 
 
 # ---- source side --------------------------------------------------------------------------------

@@ -158,7 +158,8 @@ def monitored(clusters, workdir):
         produce_plain(source.bootstrap, t, 200)
     config = workdir / "monitoring.toml"
     topic_list = ", ".join(f'"{t}"' for t in topics)
-    config.write_text(f'[[mirrors]]\nname = "{MIRROR}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = [{topic_list}]\n'
+    # Its own state topic: mirrors other tests created in the default one would add series.
+    config.write_text(f'[engine]\nstate_topic = "{unique("mon-state")}"\n\n[[mirrors]]\nname = "{MIRROR}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = [{topic_list}]\n'
                       "group_offset_sync_interval_ms = 1000\ntopic_config_sync_interval_ms = 1000\n")
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)]).start()
     prometheus, unbooted = None, None
