@@ -344,7 +344,7 @@ impl ClusterClient {
 
 /// A protocol error attributed to `side` ("source" or "destination"). A source error is shown as
 /// a short class only (see [`MirrorError::Source`]); its full text goes to the debug log here.
-pub(crate) fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
+fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
     if side == "source" {
         tracing::debug!(error = %e, "source cluster error (detail)");
         MirrorError::Source(e)
@@ -355,33 +355,48 @@ pub(crate) fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> 
 
 /// `(log start, high watermark)` of a partition, read on a connection to its leader.
 pub async fn offsets(side: &'static str, conn: &SharedConnection, topic: &str, partition: i32) -> Result<(i64, i64), MirrorError> {
-    let mut out = [0i64; 2];
-    for (i, timestamp) in [-2i64, -1].into_iter().enumerate() {
-        let mut p = ListOffsetsPartition::default();
-        p.partition_index = partition;
-        p.current_leader_epoch = -1;
-        p.timestamp = timestamp;
-        let mut t = ListOffsetsTopic::default();
-        t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-        t.partitions = vec![p];
-        let mut req = ListOffsetsRequest::default();
-        req.replica_id = BrokerId(-1);
-        req.topics = vec![t];
-        let what = || format!("ListOffsets {topic}-{partition}");
-        let resp = conn.call(&req, 7).await.map_err(|e| side_error(side, e))?;
-        match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
-            Some(p) if p.error_code == 0 => out[i] = p.offset,
-            Some(p) => {
-                return Err(MirrorError::Broker {
-                    side,
-                    what: what(),
-                    code: p.error_code,
-                });
-            }
-            None => return Err(MirrorError::Broker { side, what: what(), code: 3 }),
-        }
+    let start = list_offset(side, conn, topic, partition, -2, READ_UNCOMMITTED, -1).await?;
+    let end = list_offset(side, conn, topic, partition, -1, READ_UNCOMMITTED, -1).await?;
+    Ok((start, end))
+}
+
+/// ListOffsets isolation levels: the high watermark, or the last stable offset for the end.
+pub(crate) const READ_UNCOMMITTED: i8 = 0;
+pub(crate) const READ_COMMITTED: i8 = 1;
+
+/// One partition's offset for `timestamp` (-2 the log start, -1 the end as `isolation` sees it),
+/// read on a connection to its leader (`leader_epoch` -1: unchecked).
+pub(crate) async fn list_offset(
+    side: &'static str,
+    conn: &SharedConnection,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+    isolation: i8,
+    leader_epoch: i32,
+) -> Result<i64, MirrorError> {
+    let mut p = ListOffsetsPartition::default();
+    p.partition_index = partition;
+    p.current_leader_epoch = leader_epoch;
+    p.timestamp = timestamp;
+    let mut t = ListOffsetsTopic::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_owned()));
+    t.partitions = vec![p];
+    let mut req = ListOffsetsRequest::default();
+    req.replica_id = BrokerId(-1);
+    req.isolation_level = isolation;
+    req.topics = vec![t];
+    let what = || format!("ListOffsets {topic}-{partition}");
+    let resp = conn.call(&req, 7).await.map_err(|e| side_error(side, e))?;
+    match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition_index == partition) {
+        Some(p) if p.error_code == 0 => Ok(p.offset),
+        Some(p) => Err(MirrorError::Broker {
+            side,
+            what: what(),
+            code: p.error_code,
+        }),
+        None => Err(MirrorError::Broker { side, what: what(), code: 3 }),
     }
-    Ok((out[0], out[1]))
 }
 
 /// The leader's log end offset for its current `leader_epoch` (OffsetForLeaderEpoch): unlike the

@@ -5,16 +5,10 @@
 
 use std::time::Duration;
 
-use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, TopicName};
-use kmp_protocol::kafka_protocol::protocol::StrBytes;
-
-use crate::cluster::{ClusterClient, side_error};
+use crate::cluster::{ClusterClient, READ_COMMITTED, list_offset};
 use crate::error::MirrorError;
 use crate::status::{PartitionState, StatusBoard};
 
-/// ListOffsets isolation level that answers the last stable offset.
-const READ_COMMITTED: i8 = 1;
 /// ListOffsets timestamp meaning "the end".
 const LATEST: i64 = -1;
 
@@ -62,36 +56,7 @@ async fn stable_ends(source: &ClusterClient, topic: &str, partitions: usize) -> 
     let mut out = Vec::with_capacity(partitions);
     for p in 0..partitions as i32 {
         let (conn, epoch) = source.leader_link(topic, p).await?;
-        let mut lp = ListOffsetsPartition::default();
-        lp.partition_index = p;
-        lp.current_leader_epoch = epoch;
-        lp.timestamp = LATEST;
-        let mut t = ListOffsetsTopic::default();
-        t.name = TopicName(StrBytes::from_string(topic.to_owned()));
-        t.partitions = vec![lp];
-        let mut req = ListOffsetsRequest::default();
-        req.replica_id = BrokerId(-1);
-        req.isolation_level = READ_COMMITTED;
-        req.topics = vec![t];
-        let resp = conn.call(&req, 7).await.map_err(|e| side_error("source", e))?;
-        let answer = resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|x| x.partition_index == p);
-        match answer {
-            Some(x) if x.error_code == 0 => out.push(x.offset),
-            Some(x) => {
-                return Err(MirrorError::Broker {
-                    side: "source",
-                    what: format!("ListOffsets {topic}-{p}"),
-                    code: x.error_code,
-                });
-            }
-            None => {
-                return Err(MirrorError::Broker {
-                    side: "source",
-                    what: format!("ListOffsets {topic}-{p}"),
-                    code: 3,
-                });
-            }
-        }
+        out.push(list_offset("source", &conn, topic, p, LATEST, READ_COMMITTED, epoch).await?);
     }
     Ok(out)
 }
