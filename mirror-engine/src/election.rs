@@ -100,6 +100,7 @@ pub(crate) async fn run(
         lease: None,
         role,
         problem,
+        decided: false,
     };
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -109,23 +110,23 @@ pub(crate) async fn run(
         };
         // Whatever ended the session, an active term whose lease is over ends now.
         member.demote_if_lapsed();
-        match session {
-            Ok(()) => backoff = Duration::from_millis(100),
-            Err(e) => {
-                // Coordinator moving or still loading: expected around broker restarts.
-                if matches!(e, MirrorError::Broker { code: 14..=16, .. }) {
-                    debug!(error = %e, ?backoff, "engine election: coordinator not ready; retrying");
-                } else {
-                    warn!(error = %e, group = %member.settings.group_id, ?backoff, "engine election: lost the group coordinator; rejoining");
-                    member.problem.send_replace(Some(e.to_string()));
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = leave.changed() => break,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
+        let Err(e) = session;
+        // A session that reached a decision was healthy: its loss is retried promptly.
+        if std::mem::take(&mut member.decided) {
+            backoff = Duration::from_millis(100);
         }
+        // Coordinator moving or still loading: expected around broker restarts.
+        if matches!(e, MirrorError::Broker { code: 14..=16, .. }) {
+            debug!(error = %e, ?backoff, "engine election: coordinator not ready; retrying");
+        } else {
+            warn!(error = %e, group = %member.settings.group_id, ?backoff, "engine election: lost the group coordinator; rejoining");
+            member.problem.send_replace(Some(e.to_string()));
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = leave.changed() => break,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
     member.demote("leaving the group");
     member.leave().await;
@@ -140,12 +141,14 @@ struct Member {
     lease: Option<Lease>,
     role: watch::Sender<Role>,
     problem: watch::Sender<Option<String>>,
+    /// A decision was applied since the last session ended.
+    decided: bool,
 }
 
 impl Member {
-    /// One stay with a coordinator: join, sync, heartbeat until the group rebalances (Ok, to
-    /// rejoin at once) or the coordinator is lost (Err).
-    async fn session(&mut self) -> Result<(), MirrorError> {
+    /// One stay with a coordinator: join, sync, heartbeat, rejoin at once whenever the group
+    /// rebalances — until the coordinator is lost (the error).
+    async fn session(&mut self) -> Result<std::convert::Infallible, MirrorError> {
         let coordinator = self.coordinator().await?;
         let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
         let mut beats = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
@@ -323,6 +326,7 @@ impl Member {
     /// Becomes (or stays) active or standby as `a` says.
     fn apply(&mut self, a: &Assignment, sync_sent: Instant) {
         self.problem.send_replace(None);
+        self.decided = true;
         if a.active_member == self.member_id {
             let lease = self.lease.get_or_insert_with(|| {
                 info!(instance = %self.settings.instance_id, generation = self.generation, "elected the active mirror engine");
