@@ -13,6 +13,7 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use crate::boot_gate::BootGate;
+use crate::claims::Claims;
 use crate::registry::MirrorTopics;
 use crate::state::StateStore;
 use crate::status::{PartitionState, PartitionStatus, StatusBoard};
@@ -109,8 +110,9 @@ struct Inner {
     topics: DashMap<String, TopicRuntime>,
     /// Mirror name → its current definition (config file or API).
     mirrors: DashMap<String, MirrorConfig>,
-    /// Topic → mirror, from the moment a mirror starts preparing it (before `topics` has it).
-    claimed: DashMap<String, String>,
+    /// Topic → mirror, from boot (stored topics) or the moment a mirror starts preparing it
+    /// (before `topics` has it).
+    claims: Claims,
     /// Wakes a mirror's discovery loop when its definition changed.
     wake: DashMap<String, Arc<Notify>>,
     /// Starts a new mirror's discovery (set when the engine has booted).
@@ -157,7 +159,7 @@ impl Control {
             inner: Arc::new(Inner {
                 topics: DashMap::new(),
                 mirrors: DashMap::new(),
-                claimed: DashMap::new(),
+                claims: Claims::default(),
                 wake: DashMap::new(),
                 launcher: OnceLock::new(),
                 store: OnceLock::new(),
@@ -206,7 +208,7 @@ impl Control {
             rt.desired.send_replace(desired);
             return;
         }
-        self.inner.claimed.insert(topic.to_owned(), mirror.to_owned());
+        self.inner.claims.show(topic, mirror);
         let (desired, _) = watch::channel(desired);
         let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(|_| {});
         self.add_topic(
@@ -261,30 +263,34 @@ impl Control {
         self.wake(&name);
     }
 
-    /// Claims `topic` for `mirror`; false if some mirror already has it.
+    /// Claims `topic` for `mirror` so its discovery loop takes it up; false if some mirror
+    /// already has it (or this mirror took it up before).
     pub(crate) fn claim_topic(&self, topic: &str, mirror: &str) -> bool {
-        match self.inner.claimed.entry(topic.to_owned()) {
-            dashmap::Entry::Occupied(_) => false,
-            dashmap::Entry::Vacant(v) => {
-                v.insert(mirror.to_owned());
-                true
-            }
+        self.inner.claims.claim(topic, mirror)
+    }
+
+    /// Marks every topic the state records as a mirror's as that mirror's, before the engine
+    /// counts as booted: listing, delete and start checks see them at once, while the mirrors'
+    /// discovery loops take them up a moment later.
+    pub(crate) fn reserve_stored_topics(&self, store: &StateStore) {
+        for (topic, owner) in store.owned_topics() {
+            self.inner.claims.reserve(&topic, &owner.mirror);
         }
     }
 
     /// The mirror that claimed `topic`.
     pub(crate) fn claimed_by(&self, topic: &str) -> Option<String> {
-        self.inner.claimed.get(topic).map(|m| m.clone())
+        self.inner.claims.owner(topic)
     }
 
-    /// Topics claimed by `mirror`.
+    /// Topics claimed by `mirror`, sorted.
     pub(crate) fn claimed_topics(&self, mirror: &str) -> Vec<String> {
-        self.inner.claimed.iter().filter(|e| e.value() == mirror).map(|e| e.key().clone()).collect()
+        self.inner.claims.topics_of(mirror)
     }
 
     /// Forgets a topic of a deleted mirror.
     pub(crate) fn forget_topic(&self, topic: &str) {
-        self.inner.claimed.remove(topic);
+        self.inner.claims.release(topic);
         if let Some((_, rt)) = self.inner.topics.remove(topic) {
             for p in 0..rt.partitions as i32 {
                 self.inner.status.remove(&(rt.mirror.clone(), topic.to_owned(), p));
@@ -421,14 +427,10 @@ impl Control {
             .inner
             .mirrors
             .iter()
-            .map(|m| {
-                let mut topics: Vec<String> = self.inner.topics.iter().filter(|t| t.mirror == *m.key()).map(|t| t.key().clone()).collect();
-                topics.sort();
-                MirrorListing {
-                    name: m.key().clone(),
-                    source_bootstrap: crate::mirror_settings::shown_servers(&m.value().source_bootstrap_servers),
-                    topics,
-                }
+            .map(|m| MirrorListing {
+                name: m.key().clone(),
+                source_bootstrap: crate::mirror_settings::shown_servers(&m.value().source_bootstrap_servers),
+                topics: self.claimed_topics(m.key()),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -456,9 +458,14 @@ impl Control {
         topics
     }
 
-    /// The desired state of a mirror topic, if it is one.
+    /// The desired state of a mirror topic, if it is one (a stored topic not taken up yet
+    /// since boot: what the state topic records).
     pub fn desired(&self, topic: &str) -> Option<Desired> {
-        self.inner.topics.get(topic).map(|t| *t.desired.borrow())
+        if let Some(rt) = self.inner.topics.get(topic) {
+            return Some(*rt.desired.borrow());
+        }
+        self.claimed_by(topic)?;
+        self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
     }
 
     /// Pauses topics: copying stops, they stay read-only.

@@ -14,6 +14,7 @@
 mod auto;
 mod boot_gate;
 mod budget;
+mod claims;
 mod cluster;
 mod control;
 mod election;
@@ -301,6 +302,7 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     tokio::spawn(learn_filler_topic_ids(shared.clone(), unknown_ids).in_current_span());
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
+    shared.control.reserve_stored_topics(&store);
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
         async move {
@@ -326,12 +328,14 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         .filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name))
         .map(|r| r.definition)
         // Stored before the allow-list existed or changed since: such a mirror is not started
-        // (its topics stay registered and read-only) until the list allows its source again.
+        // (its topics stay registered and read-only) until the list allows its source again. It
+        // is still known: listed, described, and deletable once its topics are stopped.
         .filter(
             |def| match mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers) {
                 Ok(()) => true,
                 Err(e) => {
                     tracing::error!(mirror = %def.name, "stored cluster mirror not started: {e}");
+                    shared.control.add_mirror(def.clone());
                     false
                 }
             },

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError
 
 import kafka_wire
 from conftest import PROXY_BIN, ProxyProcess, unique
+from kmp_common import wait_until
 from test_mirror_engine import create, high_watermarks, produce_plain, wait_caught_up
 from test_mirror_failover import produce_one
 from test_mirror_faults import mirror_config
@@ -153,8 +154,9 @@ def test_a_mirror_created_through_the_cli_lives_through_start_failover_restart_a
         code, listing = cli_json(proxy, "--list")
         rt = [m for m in listing["mirrors"] if m["mirror"] == "rt"]
         assert rt and sorted(rt[0]["topics"]) == sorted([first, later]), f"the API-created mirror survives a restart: {listing}"
-        code, d = cli_json(proxy, "--describe", "--mirror", "rt")
-        assert {p["state"] for p in d["partitions"]} == {"STOPPED"}, d
+        # The partition states come from the topics' tasks, which start just after boot.
+        wait_until("the restarted proxy describes the stopped topics' partitions as STOPPED",
+                   lambda: {p["state"] for p in cli_json(proxy, "--describe", "--mirror", "rt")[1]["partitions"]} == {"STOPPED"}, timeout=60)
         code, r = cli_json(proxy, "--delete", "--mirror", "rt")
         assert code == 0 and r["error_code"] == 0, r
         code, listing = cli_json(proxy, "--list")
@@ -166,6 +168,44 @@ def test_a_mirror_created_through_the_cli_lives_through_start_failover_restart_a
         assert err is None and offset == end, f"the detached topic is an ordinary writable topic: {err} {offset}"
         code, r = cli_json(proxy, "--delete", "--mirror", "rt2")
         assert code == 0, "a mirror without topics can be deleted"
+    finally:
+        assert proxy.stop() == 0
+
+
+def test_a_stored_mirror_not_started_after_a_restart_still_owns_its_topics(clusters, workdir):
+    """A restarted proxy knows a stored mirror's topics from the moment it is ready, before (or
+    without) the mirror's tasks taking them up: here the source is no longer allowed, so the
+    mirror is not started at all, and its topic must still be listed, read-only, and keep the
+    mirror from being deleted."""
+    source, destination = clusters
+    topic = unique("held")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 30)
+    state = unique("kmp-held-state")
+    conf = workdir / f"{state}.toml"
+    conf.write_text(f'[engine]\nenabled = true\nstate_topic = "{state}"\n')
+    props = workdir / f"{state}.properties"
+    props.write_text(f"bootstrap.servers={source.bootstrap}\n")
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)]).start()
+    try:
+        code, r = cli_json(proxy, "--create", "--mirror", "held", "--mirror-config", str(props))
+        assert code == 0, f"mirror created: {r}"
+        code, r = cli_json(proxy, "--start", "--mirror", "held", "--topics", topic)
+        assert code == 0, f"topic started: {r}"
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+    finally:
+        assert proxy.stop() == 0
+
+    # Restarted with an allow-list that excludes the source: the stored mirror is not started.
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)], env={"KMP_MIRROR_SOURCE_ALLOW": "192.0.2.1:9092"}).start()
+    try:
+        code, listing = cli_json(proxy, "--list")
+        held = [m for m in listing["mirrors"] if m["mirror"] == "held"]
+        assert held and held[0]["topics"] == [topic], f"the stored mirror lists its topic as soon as the proxy is ready: {listing}"
+        code, r = cli_json(proxy, "--delete", "--mirror", "held")
+        assert code == 1 and r["error_code"] == 143, f"CLUSTER_MIRROR_NOT_EMPTY: a mirror whose topic is still mirroring is not deleted: {r}"
+        err, _ = produce_one(proxy.bootstrap, topic, 0)
+        assert err is not None, "the stored mirror topic stays read-only"
     finally:
         assert proxy.stop() == 0
 
