@@ -49,6 +49,7 @@ mod topics;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fetch_session::{FetchSessions, SessionSettings};
 use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -230,18 +231,31 @@ pub(crate) struct Shared {
     /// Writing (data, state, group offsets, configs) is allowed only while this holds.
     pub(crate) lease: Lease,
     pub(crate) stop: watch::Receiver<bool>,
-    /// One client (with its shared connections) per source setting, used by a mirror's topics
-    /// and its sync passes alike, so a sync pass opens no connections of its own.
-    pub(crate) source_clients: Arc<dashmap::DashMap<String, ClusterClient>>,
+    /// One client (with its shared connections) and one set of fetch sessions per source
+    /// setting, used by every mirror of that source (topics and sync passes alike), so a sync
+    /// pass opens no connections of its own and two mirrors' long polls never queue behind
+    /// each other on one connection.
+    pub(crate) source_clients: Arc<dashmap::DashMap<String, (ClusterClient, FetchSessions)>>,
 }
 
 impl Shared {
     /// The source client of mirror `def` (one per bootstrap servers and source properties).
     pub(crate) fn source_client(&self, def: &MirrorConfig) -> ClusterClient {
+        self.source_reach(def).0
+    }
+
+    /// The source client of mirror `def` with its fetch sessions, shared by every mirror of the
+    /// same source setting: the sessions' connections answer one request at a time, so a second
+    /// set of sessions on the same connections would queue behind the first one's long polls.
+    pub(crate) fn source_reach(&self, def: &MirrorConfig) -> (ClusterClient, FetchSessions) {
         let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
         self.source_clients
             .entry(key)
-            .or_insert_with(|| ClusterClient::source_of(def, self.destination.timeout()))
+            .or_insert_with(|| {
+                let client = ClusterClient::source_of(def, self.destination.timeout());
+                let sessions = FetchSessions::new(client.clone(), self.budget.clone(), SessionSettings::default());
+                (client, sessions)
+            })
             .clone()
     }
 }
@@ -428,7 +442,7 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
 pub(crate) struct TopicContext {
     pub(crate) mirror: MirrorConfig,
     pub(crate) source: ClusterClient,
-    pub(crate) fetchers: fetch_session::FetchSessions,
+    pub(crate) fetchers: FetchSessions,
     pub(crate) shared: Shared,
     pub(crate) store: Arc<StateStore>,
 }

@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
-use crate::fetch_session::{FetchSessions, SessionSettings};
+use crate::fetch_session::FetchSessions;
 use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
@@ -49,8 +49,7 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
         let (source, fetchers) = match &reach {
             Some((k, source, fetchers)) if *k == key => (source.clone(), fetchers.clone()),
             _ => {
-                let source = shared.source_client(&def);
-                let fetchers = FetchSessions::new(source.clone(), shared.budget.clone(), SessionSettings::default());
+                let (source, fetchers) = shared.source_reach(&def);
                 reach = Some((key, source.clone(), fetchers.clone()));
                 (source, fetchers)
             }

@@ -1,0 +1,40 @@
+"""Several mirrors of one source cluster share the engine's source connections and fetch
+sessions. A source broker answers one connection's requests one at a time, so if each mirror kept
+its own fetch sessions on the shared connections, a busy mirror's Fetch would wait behind an idle
+mirror's long poll (500 ms) every round: CI saw a 1 KiB-per-Fetch copy crawl at ~70 records/s
+that way. Here a busy mirror needing ~400 small Fetches must catch up while an idle mirror of the
+same source long-polls 24 partitions; at one long poll per round it would need over three
+minutes."""
+
+import time
+
+from conftest import ProxyProcess, unique
+from test_mirror_engine import create, wait_caught_up
+from test_mirror_progress import produce_small_batches
+
+IDLE_PARTITIONS = 24
+RECORDS = 14_000  # ≈ 18 records per 1 KiB batch: ~390 Fetches per partition of 2
+
+
+def test_a_busy_mirror_never_waits_behind_an_idle_mirrors_long_polls_on_the_same_source(clusters, workdir):
+    source, destination = clusters
+    idle, busy = unique("shared-idle"), unique("shared-busy")
+    create(source.bootstrap, idle, IDLE_PARTITIONS)
+    create(source.bootstrap, busy, 2)
+    produce_small_batches(source.bootstrap, busy, RECORDS)
+    servers = f'["{source.bootstrap}"]'
+    conf = workdir / f"{unique('shared')}.toml"
+    conf.write_text(
+        f'[engine]\nstate_topic = "{unique("kmp-shared-state")}"\n'
+        f'[[mirrors]]\nname = "idle"\nsource_bootstrap_servers = {servers}\ntopics = ["{idle}"]\n'
+        f'[[mirrors]]\nname = "busy"\nsource_bootstrap_servers = {servers}\ntopics = ["{busy}"]\n'
+        "fetch_max_bytes = 1024\nfetch_grow_max_bytes = 1024\n")
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)]).start()
+    try:
+        started = time.time()
+        wait_caught_up(source.bootstrap, destination.bootstrap, {busy: 2})
+        took = time.time() - started
+        print(f"\n{RECORDS} records in 1 KiB Fetches beside an idle mirror of {IDLE_PARTITIONS} partitions: {took:.1f}s")
+        wait_caught_up(source.bootstrap, destination.bootstrap, {idle: IDLE_PARTITIONS})
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly:\n{proxy.log()[-3000:]}"
