@@ -64,7 +64,10 @@ def test_a_source_100ms_away_is_copied_exactly_with_growing_fetches(far_source, 
     create(source.bootstrap, topic, 1)
     produce_backlog(source.bootstrap, topic)
     cfg = workdir / f"{topic}.toml"
-    cfg.write_text(f'[[mirrors]]\nname = "wan"\nsource_bootstrap_servers = ["{source.wan_bootstrap}"]\ntopics = ["{topic}"]\n')
+    # Its own state topic: the Fetch count is engine-wide, and mirrors stored by other tests in the
+    # default one would add their polls to it.
+    cfg.write_text(f'[engine]\nstate_topic = "{unique("kmp-wan-state")}"\n'
+                   f'[[mirrors]]\nname = "wan"\nsource_bootstrap_servers = ["{source.wan_bootstrap}"]\ntopics = ["{topic}"]\n')
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(cfg)]).start()
     try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
