@@ -1,0 +1,123 @@
+//! The proxy's extensions to DescribeClusterMirrors, carried in tagged fields so that readers
+//! which do not know them skip them: a mirror's metadata sync status (tag [`SYNC_STATUS_TAG`])
+//! and a partition's copy progress (tag [`PARTITION_PROGRESS_TAG`]). This file owns the tag
+//! numbers, the types, and the byte layout of each tagged value.
+//!
+//! Where the tags sit inside a Describe response is `describe`'s; fields the KIP itself defines
+//! do not belong here. New proxy-only tags go here, far above the KIP's.
+
+use super::{R, W};
+use crate::error::{ProtocolError, Side};
+
+/// Tag of the proxy's copy progress in a DescribeClusterMirrors partition entry (next to
+/// [`SYNC_STATUS_TAG`], far above the KIP's tags).
+pub const PARTITION_PROGRESS_TAG: u32 = 10_001;
+
+/// Copy progress of one described partition: totals since the mirror started, and what was
+/// written over the last `window_ms` (the rate is `window_records / window_ms`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionProgress {
+    /// Source records written to the destination (fillers not counted).
+    pub records_mirrored: i64,
+    /// Record batch bytes of those records.
+    pub bytes_mirrored: i64,
+    /// Span of the recent window, ms (0 = nothing written yet).
+    pub window_ms: i64,
+    pub window_records: i64,
+    pub window_bytes: i64,
+}
+
+/// Tag of the proxy's metadata sync status in a DescribeClusterMirrors mirror entry; far above
+/// the tags KIP-1279 uses, so a later KIP field cannot collide.
+pub const SYNC_STATUS_TAG: u32 = 10_000;
+
+/// Metadata sync status of one kind (`group_offsets`, `topic_configs`) of a described mirror.
+/// Times are wall-clock milliseconds, 0 = never.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SyncEntry {
+    pub kind: String,
+    pub interval_ms: i64,
+    pub runs: i64,
+    pub last_run_ms: i64,
+    pub last_success_ms: i64,
+    /// Groups in sync (group offsets) or topics compared (topic configs) in the last pass.
+    pub synced: i64,
+    /// Groups left alone in the last pass because they are active on the destination.
+    pub skipped_active: i64,
+    /// Offsets committed / config changes applied since the proxy started.
+    pub applied_total: i64,
+    pub errors_total: i64,
+    pub last_error: Option<String>,
+}
+
+impl PartitionProgress {
+    /// The value of a [`PARTITION_PROGRESS_TAG`] field.
+    pub(super) fn encode_value(&self) -> W {
+        let mut inner = W::default();
+        inner
+            .i64(self.records_mirrored)
+            .i64(self.bytes_mirrored)
+            .i64(self.window_ms)
+            .i64(self.window_records)
+            .i64(self.window_bytes)
+            .tags();
+        inner
+    }
+
+    /// Reads the value of a [`PARTITION_PROGRESS_TAG`] field.
+    pub(super) fn decode_value(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let mut inner = R::new(bytes, 0, Side::Broker);
+        Ok(Self {
+            records_mirrored: inner.i64()?,
+            bytes_mirrored: inner.i64()?,
+            window_ms: inner.i64()?,
+            window_records: inner.i64()?,
+            window_bytes: inner.i64()?,
+        })
+    }
+}
+
+impl SyncEntry {
+    /// The value of a [`SYNC_STATUS_TAG`] field: an array of `entries`.
+    pub(super) fn encode_value(entries: &[SyncEntry]) -> W {
+        let mut inner = W::default();
+        inner.array_len(entries.len());
+        for e in entries {
+            inner
+                .str(&e.kind)
+                .i64(e.interval_ms)
+                .i64(e.runs)
+                .i64(e.last_run_ms)
+                .i64(e.last_success_ms)
+                .i64(e.synced);
+            inner
+                .i64(e.skipped_active)
+                .i64(e.applied_total)
+                .i64(e.errors_total)
+                .nstr(e.last_error.as_deref())
+                .tags();
+        }
+        inner
+    }
+
+    /// Reads the value of a [`SYNC_STATUS_TAG`] field, appending its entries to `out`.
+    pub(super) fn decode_value_into(bytes: &[u8], out: &mut Vec<SyncEntry>) -> Result<(), ProtocolError> {
+        let mut inner = R::new(bytes, 0, Side::Broker);
+        for _ in 0..inner.array_len()? {
+            out.push(SyncEntry {
+                kind: inner.str()?,
+                interval_ms: inner.i64()?,
+                runs: inner.i64()?,
+                last_run_ms: inner.i64()?,
+                last_success_ms: inner.i64()?,
+                synced: inner.i64()?,
+                skipped_active: inner.i64()?,
+                applied_total: inner.i64()?,
+                errors_total: inner.i64()?,
+                last_error: inner.nstr()?,
+            });
+            inner.tags()?;
+        }
+        Ok(())
+    }
+}
