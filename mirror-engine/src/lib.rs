@@ -38,6 +38,7 @@ mod registry;
 mod select;
 mod sink;
 mod source;
+mod sources;
 mod state;
 mod status;
 mod sync;
@@ -49,7 +50,7 @@ mod topics;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fetch_session::{FetchSessions, SessionSettings};
+use fetch_session::FetchSessions;
 use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -177,7 +178,7 @@ pub(crate) fn start_term(
         producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
         lease,
         stop,
-        source_clients: Arc::default(),
+        sources: Arc::new(sources::Sources::new(handle.budget.clone(), timeout)),
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
     tokio::spawn(boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
@@ -231,32 +232,19 @@ pub(crate) struct Shared {
     /// Writing (data, state, group offsets, configs) is allowed only while this holds.
     pub(crate) lease: Lease,
     pub(crate) stop: watch::Receiver<bool>,
-    /// One client (with its shared connections) and one set of fetch sessions per source
-    /// setting, used by every mirror of that source (topics and sync passes alike), so a sync
-    /// pass opens no connections of its own and two mirrors' long polls never queue behind
-    /// each other on one connection.
-    pub(crate) source_clients: Arc<dashmap::DashMap<String, (ClusterClient, FetchSessions)>>,
+    /// One client and one set of fetch sessions per source setting, shared by every mirror.
+    pub(crate) sources: Arc<sources::Sources>,
 }
 
 impl Shared {
     /// The source client of mirror `def` (one per bootstrap servers and source properties).
     pub(crate) fn source_client(&self, def: &MirrorConfig) -> ClusterClient {
-        self.source_reach(def).0
+        self.sources.client(def)
     }
 
-    /// The source client of mirror `def` with its fetch sessions, shared by every mirror of the
-    /// same source setting: the sessions' connections answer one request at a time, so a second
-    /// set of sessions on the same connections would queue behind the first one's long polls.
+    /// The source client of mirror `def` with its fetch sessions (see `sources`).
     pub(crate) fn source_reach(&self, def: &MirrorConfig) -> (ClusterClient, FetchSessions) {
-        let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
-        self.source_clients
-            .entry(key)
-            .or_insert_with(|| {
-                let client = ClusterClient::source_of(def, self.destination.timeout());
-                let sessions = FetchSessions::new(client.clone(), self.budget.clone(), SessionSettings::default());
-                (client, sessions)
-            })
-            .clone()
+        self.sources.reach(def)
     }
 }
 
@@ -316,6 +304,7 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     tokio::spawn(learn_filler_topic_ids(shared.clone(), unknown_ids).in_current_span());
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
+    shared.control.set_sources(shared.sources.clone());
     shared.control.reserve_stored_topics(&store);
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(

@@ -12,7 +12,6 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
-use crate::fetch_session::FetchSessions;
 use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
@@ -38,22 +37,13 @@ pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig
 async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
     let wake = shared.control.notifier(&name);
     let mut stop = shared.stop.clone();
-    // One source client (with its shared connections and fetch sessions) per source setting.
-    let mut reach: Option<(String, ClusterClient, FetchSessions)> = None;
     loop {
         let Some(def) = shared.control.definition(&name) else {
             info!("mirror deleted; topic discovery ends");
             return;
         };
-        let key = format!("{:?}|{:?}", def.source_bootstrap_servers, def.source_properties);
-        let (source, fetchers) = match &reach {
-            Some((k, source, fetchers)) if *k == key => (source.clone(), fetchers.clone()),
-            _ => {
-                let (source, fetchers) = shared.source_reach(&def);
-                reach = Some((key, source.clone(), fetchers.clone()));
-                (source, fetchers)
-            }
-        };
+        // Shared with every mirror of the same source setting (see `sources`).
+        let (source, fetchers) = shared.source_reach(&def);
         match TopicSelector::new(&def.topics, &def.include, &def.exclude) {
             Ok(selector) => {
                 let ctx = TopicContext {
@@ -233,7 +223,7 @@ impl Control {
                 .collect();
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(msg), results);
         };
-        let source = ClusterClient::source_of(&def, Duration::from_secs(10));
+        let source = self.source_client(&def);
         let mut results = Vec::new();
         for t in topics {
             let r = |code: i16, msg: String| TopicResult {
@@ -341,6 +331,7 @@ impl Control {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot remove the mirror: {e}")));
         }
         self.remove_mirror(name);
+        self.release_unused_sources();
         info!(
             mirror = name,
             topics = topics.len(),

@@ -9,7 +9,9 @@ minutes."""
 import time
 
 from conftest import ProxyProcess, unique
-from test_mirror_engine import create, wait_caught_up
+from kmp_common import established, wait_until
+from test_mirror_cli import cli_json
+from test_mirror_engine import create, produce_plain, wait_caught_up
 from test_mirror_progress import produce_small_batches
 
 IDLE_PARTITIONS = 24
@@ -36,5 +38,34 @@ def test_a_busy_mirror_never_waits_behind_an_idle_mirrors_long_polls_on_the_same
         took = time.time() - started
         print(f"\n{RECORDS} records in 1 KiB Fetches beside an idle mirror of {IDLE_PARTITIONS} partitions: {took:.1f}s")
         wait_caught_up(source.bootstrap, destination.bootstrap, {idle: IDLE_PARTITIONS})
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly:\n{proxy.log()[-3000:]}"
+
+
+def test_a_deleted_mirrors_source_connections_are_closed(clusters, workdir):
+    """The engine keeps one client per source setting; when the last mirror using it is deleted,
+    its connections to the source close (before, they stayed open until a restart)."""
+    source, destination = clusters
+    topic = unique("gone-src")
+    create(source.bootstrap, topic, 1)
+    produce_plain(source.bootstrap, topic, 20)
+    conf = workdir / f"{unique('gone')}.toml"
+    conf.write_text(f'[engine]\nenabled = true\nstate_topic = "{unique("kmp-gone-state")}"\n')
+    props = workdir / f"{topic}.properties"
+    props.write_text(f"bootstrap.servers={source.bootstrap}\n")
+    source_ports = {int(a.rsplit(":", 1)[1]) for a in source.bootstrap.split(",")}
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)]).start()
+    try:
+        code, r = cli_json(proxy, "--create", "--mirror", "gone", "--mirror-config", str(props))
+        assert code == 0, f"mirror created: {r}"
+        code, r = cli_json(proxy, "--start", "--mirror", "gone", "--topics", topic)
+        assert code == 0, f"topic started: {r}"
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        assert established(proxy.pid, source_ports) >= 1, "the mirror reaches its source"
+        code, r = cli_json(proxy, "--stop", "--mirror", "gone", "--topics", topic)
+        assert code == 0, f"topic stopped: {r}"
+        code, r = cli_json(proxy, "--delete", "--mirror", "gone")
+        assert code == 0, f"mirror deleted: {r}"
+        wait_until("every connection to the deleted mirror's source closed", lambda: established(proxy.pid, source_ports) == 0, timeout=30)
     finally:
         assert proxy.stop() == 0, f"proxy exited cleanly:\n{proxy.log()[-3000:]}"

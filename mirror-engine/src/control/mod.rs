@@ -2,7 +2,8 @@
 //! list/describe views, shared by every management front end (Kafka RPCs, REST). Per topic the
 //! operator sets a *desired* state; it is persisted in the state topic first, then the
 //! partition tasks follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error
-//! codes. Copying data belongs to `partition`; what the front ends look like to the proxy.
+//! codes. The state changes themselves are `transitions`'; copying data belongs to `partition`;
+//! what the front ends look like to the proxy.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -10,13 +11,15 @@ use std::time::Duration;
 use dashmap::DashMap;
 use kmp_config::MirrorConfig;
 use tokio::sync::{Notify, watch};
-use tracing::{info, warn};
+
+mod transitions;
 
 use crate::boot_gate::BootGate;
 use crate::claims::Claims;
 use crate::registry::MirrorTopics;
+use crate::sources::Sources;
 use crate::state::StateStore;
-use crate::status::{PartitionState, PartitionStatus, StatusBoard};
+use crate::status::{PartitionStatus, StatusBoard};
 use crate::sync::{SyncBoard, SyncKind, SyncStatus};
 
 /// Runs the last group offset sync of a mirror's topics when they are stopped.
@@ -118,6 +121,8 @@ struct Inner {
     /// Starts a new mirror's discovery (set when the engine has booted).
     launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
+    /// The engine's source clients (set at boot; a follower has none).
+    sources: OnceLock<Arc<Sources>>,
     /// The group offset pass run before stopped topics become writable (set at boot).
     final_sync: OnceLock<FinalSync>,
     status: StatusBoard,
@@ -163,6 +168,7 @@ impl Control {
                 wake: DashMap::new(),
                 launcher: OnceLock::new(),
                 store: OnceLock::new(),
+                sources: OnceLock::new(),
                 final_sync: OnceLock::new(),
                 status,
                 sync: SyncBoard::default(),
@@ -348,6 +354,26 @@ impl Control {
         out
     }
 
+    pub(crate) fn set_sources(&self, sources: Arc<Sources>) {
+        let _ = self.inner.sources.set(sources);
+    }
+
+    /// The shared client of mirror `def`'s source (a client of its own before boot).
+    pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::ClusterClient {
+        match self.inner.sources.get() {
+            Some(sources) => sources.client(def),
+            None => crate::cluster::ClusterClient::source_of(def, SOURCE_TIMEOUT),
+        }
+    }
+
+    /// Drops the source clients no remaining mirror uses (after a delete).
+    pub(crate) fn release_unused_sources(&self) {
+        if let Some(sources) = self.inner.sources.get() {
+            let remaining: Vec<MirrorConfig> = self.inner.mirrors.iter().map(|m| m.value().clone()).collect();
+            sources.keep_only(&remaining);
+        }
+    }
+
     pub(crate) fn store(&self) -> Option<Arc<StateStore>> {
         self.inner.store.get().cloned()
     }
@@ -466,222 +492,5 @@ impl Control {
         }
         self.claimed_by(topic)?;
         self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
-    }
-
-    /// Pauses topics: copying stops, they stay read-only.
-    pub async fn pause_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
-        let mut out = Vec::new();
-        for t in topics {
-            out.push(self.transition(mirror, t, Desired::Paused).await);
-        }
-        out
-    }
-
-    /// Resumes paused topics.
-    pub async fn resume_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
-        let mut out = Vec::new();
-        for t in topics {
-            out.push(self.transition(mirror, t, Desired::Mirroring).await);
-        }
-        out
-    }
-
-    /// Stops topics (failover): copying stops after the in-flight writes, one more consumer- and
-    /// share-group offset sync runs for the topics stopped now, then they become writable. With
-    /// `graceful`, first waits (at most that long) until every partition is
-    /// mirroring with no lag; if it does not get there (still lagging, paused, failed) the topic
-    /// is left as it was and the result says so (REQUEST_TIMED_OUT).
-    pub async fn stop_topics(&self, mirror: &str, topics: &[String], graceful: Option<Duration>) -> Vec<TopicResult> {
-        let (mut out, mut halted) = (Vec::new(), Vec::new());
-        for t in topics {
-            if let Some(limit) = graceful
-                && let Err(r) = self.wait_caught_up(mirror, t, limit).await
-            {
-                out.push(r);
-                continue;
-            }
-            let r = self.transition(mirror, t, Desired::Stopped).await;
-            // Stopped now, or earlier without becoming writable (recording that failed).
-            if r.error_code == codes::NONE && self.inner.registry.is_read_only(t) {
-                halted.push((out.len(), t.clone()));
-            }
-            out.push(r);
-        }
-        if !halted.is_empty() {
-            // Copying has settled: the groups' latest source positions go over (one pass for
-            // every topic stopped now) before producers may write to the topics.
-            if let Some(sync) = self.inner.final_sync.get() {
-                sync(mirror.to_owned(), halted.iter().map(|(_, t)| t.clone()).collect()).await;
-            }
-            for (i, t) in &halted {
-                // Recorded first: proxies following the state topic open the topic from this
-                // record, so none of them does before copying has stopped here.
-                if let Err(e) = self.record_writable(t).await {
-                    out[*i] = TopicResult::err(
-                        t,
-                        codes::COORDINATOR_NOT_AVAILABLE,
-                        format!("{t} stopped copying but cannot be recorded as writable ({e}); it stays read-only, retry the stop"),
-                    );
-                    continue;
-                }
-                self.inner.registry.set_writable(t, true);
-            }
-        }
-        out
-    }
-
-    /// Records in the state topic that clients may write to `topic` (its stop has finished).
-    async fn record_writable(&self, topic: &str) -> Result<(), crate::MirrorError> {
-        let Some(store) = self.inner.store.get() else { return Ok(()) };
-        let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
-        record.writable = Some(true);
-        store.put_topic(topic, &record).await
-    }
-
-    /// The topic's desired state and partition count. A topic the mirror has claimed but is
-    /// still preparing (creating the destination topic, reading its id) is waited for.
-    async fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
-        let Some(store) = self.booted_store().await else {
-            return Err(TopicResult::err(topic, codes::COORDINATOR_LOAD_IN_PROGRESS, LOADING.into()));
-        };
-        if !self.has_mirror(mirror) {
-            return Err(TopicResult::err(
-                topic,
-                codes::UNKNOWN_CLUSTER_MIRROR,
-                format!("cluster mirror {mirror} does not exist"),
-            ));
-        }
-        let deadline = tokio::time::Instant::now() + BOOT_WAIT;
-        loop {
-            match self.inner.topics.get(topic) {
-                Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
-                // Claimed and being prepared, or recorded as the mirror's and not claimed yet
-                // (the mirror's discovery loop is about to take it up after a restart).
-                None if (self.claimed_by(topic).as_deref() == Some(mirror) || store.topic_owner(topic).is_some_and(|o| o.mirror == mirror))
-                    && tokio::time::Instant::now() < deadline => {}
-                _ => {
-                    return Err(TopicResult::err(
-                        topic,
-                        codes::TOPIC_NOT_IN_CLUSTER_MIRROR,
-                        format!("topic {topic} does not belong to cluster mirror {mirror}"),
-                    ));
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Graceful stop: waits until `topic` copied what the source held when the stop arrived
-    /// (`graceful`); the topic is left as it was otherwise.
-    async fn wait_caught_up(&self, mirror: &str, topic: &str, limit: Duration) -> Result<(), TopicResult> {
-        let (_, partitions) = self.check(mirror, topic).await?;
-        let Some(def) = self.definition(mirror) else {
-            return Err(TopicResult::err(
-                topic,
-                codes::UNKNOWN_CLUSTER_MIRROR,
-                format!("cluster mirror {mirror} does not exist"),
-            ));
-        };
-        let source = crate::cluster::ClusterClient::source_of(&def, SOURCE_TIMEOUT);
-        crate::graceful::wait_copied(&self.inner.status, &source, mirror, topic, partitions, limit)
-            .await
-            .map_err(|why| {
-                TopicResult::err(
-                    topic,
-                    codes::REQUEST_TIMED_OUT,
-                    format!("{why}; the topic was left as it was (stop without a graceful timeout to fail over anyway)"),
-                )
-            })
-    }
-
-    async fn transition(&self, mirror: &str, topic: &str, to: Desired) -> TopicResult {
-        let (from, partitions) = match self.check(mirror, topic).await {
-            Ok(v) => v,
-            Err(r) => return r,
-        };
-        match (from, to) {
-            (a, b) if a == b => return TopicResult::ok(topic),
-            (Desired::Stopped, Desired::Paused) => {
-                return TopicResult::err(
-                    topic,
-                    codes::MIRROR_TOPIC_BEING_STOPPED,
-                    format!("topic {topic} is stopped; it cannot be paused"),
-                );
-            }
-            (Desired::Stopped, Desired::Mirroring) => {
-                return TopicResult::err(
-                    topic,
-                    codes::MIRROR_TOPIC_NOT_PAUSED,
-                    format!("topic {topic} is stopped, not paused; it cannot be resumed"),
-                );
-            }
-            _ => {}
-        }
-        // Persist first: after a crash the topic comes back in the state the operator asked for.
-        if let Err(e) = self.persist(topic, to).await {
-            return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}"));
-        }
-        let Some(rt) = self.inner.topics.get(topic) else {
-            return TopicResult::ok(topic);
-        };
-        let _ = rt.desired.send(to);
-        info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
-        if to == Desired::Mirroring {
-            for p in 0..partitions as i32 {
-                (rt.spawn)(p);
-            }
-            return TopicResult::ok(topic);
-        }
-        drop(rt);
-        let target = if to == Desired::Stopped {
-            PartitionState::Stopped
-        } else {
-            PartitionState::Paused
-        };
-        // Partitions without a running copy task (paused, failed) take the new state at once;
-        // running ones halt themselves (in-flight writes settle) and report it.
-        for p in 0..partitions as i32 {
-            self.inner.status.update(&(mirror.to_owned(), topic.to_owned(), p), |s| {
-                if matches!(s.state, PartitionState::Paused | PartitionState::Failed) {
-                    s.state = target;
-                }
-            });
-        }
-        if !self.wait_all(mirror, topic, partitions, target).await {
-            warn!(%topic, "partition tasks did not finish in time");
-            return TopicResult::err(
-                topic,
-                codes::REQUEST_TIMED_OUT,
-                format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()),
-            );
-        }
-        // A stopped topic becomes writable in `stop_topics`, after the last group offset sync.
-        TopicResult::ok(topic)
-    }
-
-    async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
-        let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
-        loop {
-            let done = (0..partitions as i32).all(|p| {
-                let s = self.inner.status.get(&(mirror.to_owned(), topic.to_owned(), p));
-                s.is_some_and(|s| s.state == target)
-            });
-            if done {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    async fn persist(&self, topic: &str, to: Desired) -> Result<(), crate::MirrorError> {
-        let Some(store) = self.inner.store.get() else { return Ok(()) };
-        let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
-        record.desired = to.as_str().to_owned();
-        // Writable only once a stop has finished (`record_writable`), never on the request.
-        record.writable = Some(false);
-        store.put_topic(topic, &record).await
     }
 }
