@@ -228,7 +228,10 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                     (m.mirror_name.clone(), serde_json::Value::Object(kinds))
                 })
                 .collect();
-            println!("{}", json!({ "partitions": v, "topics": topics, "sync": sync }));
+            let engine = d.engine.as_ref().map(
+                |e| json!({"instance_id": e.instance_id, "role": e.role, "active": e.active, "generation": e.generation, "active_instance": e.active_instance}),
+            );
+            println!("{}", json!({ "partitions": v, "topics": topics, "sync": sync, "engine": engine }));
         } else {
             let cells: Vec<Vec<String>> = rows
                 .iter()
@@ -257,6 +260,9 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                 progress::print_table(&d.mirrors);
             }
             table::print_sync(&d.mirrors);
+            if let Some(e) = &d.engine {
+                println!("\n{}", table::identity_line(e));
+            }
         }
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }

@@ -17,19 +17,21 @@ C: a failover (stop) through the active while clients produce to other topics th
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
 import re
 import signal
 import statistics
+import subprocess
 import threading
 import time
 from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, Producer
 
-from conftest import ProxyProcess, unique
+from conftest import PROXY_BIN, ProxyProcess, unique
 from kmp_common import wait_until
 from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
 from test_mirror_failover import call, produce_one
@@ -265,8 +267,22 @@ def test_exactly_one_instance_is_active_and_every_instance_enforces_the_mirror(c
                 assert got == expected, f"through {inst.instance_id} ({isolation}) consumers see exactly the source's committed records"
             assert [s for _, s in partition_states(inst, mirror, topic)] == ["mirroring"] * partitions, \
                 f"{inst.instance_id} describes every partition as mirroring: {partition_states(inst, mirror, topic)}"
+            engine = cli_describe_engine(inst, mirror)
+            assert engine == {"instance_id": inst.instance_id, "role": "auto", "active": inst is active, "generation": view[2],
+                              "active_instance": active.instance_id}, \
+                f"`mirrors --describe` through {inst.instance_id} names the instance, its part, the generation and the active one: {engine}"
         assert high_watermarks(destination.bootstrap, topic, partitions) == high_watermarks(source.bootstrap, topic, partitions), \
             "nothing written through any instance reached the mirror topic"
+
+
+def cli_describe_engine(inst, mirror: str) -> dict:
+    """The `engine` entry of `mirrors --describe --output json` through instance `inst`."""
+    out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", inst.bootstrap, "--describe", "--mirror", mirror, "--output", "json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, f"describe through {inst.instance_id} failed ({out.returncode}): {out.stderr}"
+    engine = json.loads(out.stdout).get("engine")
+    assert engine is not None, f"describe through {inst.instance_id} carries no engine identity: {out.stdout[:500]}"
+    return engine
 
 
 class SourceLoad:

@@ -5,7 +5,7 @@
 //! are in `extensions`; this file only places them in the entries. What the numbers mean and
 //! how they are measured is the engine's.
 
-use super::extensions::{PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
+use super::extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
 use super::{R, W};
 use crate::error::ProtocolError;
 
@@ -24,6 +24,9 @@ pub struct DescribeResponse {
     pub error_code: i16,
     pub error_message: Option<String>,
     pub mirrors: Vec<DescribedMirror>,
+    /// Proxy extension, tagged field [`ENGINE_IDENTITY_TAG`] of the response: which instance
+    /// answered.
+    pub engine: Option<EngineIdentity>,
 }
 
 /// DescribeClusterMirrors mirror entry.
@@ -102,7 +105,10 @@ impl DescribeResponse {
                 w.tagged(SYNC_STATUS_TAG, SyncEntry::encode_value(&m.sync));
             }
         }
-        w.tags();
+        match &self.engine {
+            None => w.tags(),
+            Some(e) => w.tagged(ENGINE_IDENTITY_TAG, e.encode_value()),
+        };
         w
     }
 
@@ -151,12 +157,18 @@ impl DescribeResponse {
                 sync,
             });
         }
-        r.tags()?;
+        let mut engine = None;
+        for (tag, bytes) in r.tags()? {
+            if tag == ENGINE_IDENTITY_TAG {
+                engine = Some(EngineIdentity::decode_value(bytes)?);
+            }
+        }
         Ok(Self {
             throttle_time_ms,
             error_code,
             error_message,
             mirrors,
+            engine,
         })
     }
 }

@@ -1,6 +1,7 @@
 //! The proxy's extensions to DescribeClusterMirrors, carried in tagged fields so that readers
-//! which do not know them skip them: a mirror's metadata sync status (tag [`SYNC_STATUS_TAG`])
-//! and a partition's copy progress (tag [`PARTITION_PROGRESS_TAG`]). This file owns the tag
+//! which do not know them skip them: a mirror's metadata sync status (tag [`SYNC_STATUS_TAG`]),
+//! a partition's copy progress (tag [`PARTITION_PROGRESS_TAG`]) and which proxy instance
+//! answered (tag [`ENGINE_IDENTITY_TAG`]). This file owns the tag
 //! numbers, the types, and the byte layout of each tagged value.
 //!
 //! Where the tags sit inside a Describe response is `describe`'s; fields the KIP itself defines
@@ -25,6 +26,52 @@ pub struct PartitionProgress {
     pub window_ms: i64,
     pub window_records: i64,
     pub window_bytes: i64,
+}
+
+/// Tag of the answering instance's identity at the top level of a DescribeClusterMirrors
+/// response (several proxies may stand in front of one cluster).
+pub const ENGINE_IDENTITY_TAG: u32 = 10_002;
+
+/// Which proxy instance answered a describe, and its part in the mirror work.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineIdentity {
+    /// `engine.instance_id` (empty when the role is not `auto`).
+    pub instance_id: String,
+    /// `engine`, `follower` or `auto`.
+    pub role: String,
+    /// Whether this instance runs the mirror engine (copies and writes) now.
+    pub active: bool,
+    /// Election generation of the last decision (-1: none, or not `auto`).
+    pub generation: i32,
+    /// The instance that runs the engine, as last announced (empty if unknown).
+    pub active_instance: String,
+}
+
+impl EngineIdentity {
+    /// The value of an [`ENGINE_IDENTITY_TAG`] field.
+    pub(super) fn encode_value(&self) -> W {
+        let mut inner = W::default();
+        inner
+            .str(&self.instance_id)
+            .str(&self.role)
+            .bool(self.active)
+            .i32(self.generation)
+            .str(&self.active_instance)
+            .tags();
+        inner
+    }
+
+    /// Reads the value of an [`ENGINE_IDENTITY_TAG`] field.
+    pub(super) fn decode_value(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let mut inner = R::new(bytes, 0, Side::Broker);
+        Ok(Self {
+            instance_id: inner.str()?,
+            role: inner.str()?,
+            active: inner.bool()?,
+            generation: inner.i32()?,
+            active_instance: inner.str()?,
+        })
+    }
 }
 
 /// Tag of the proxy's metadata sync status in a DescribeClusterMirrors mirror entry; far above

@@ -25,7 +25,7 @@ mod topics;
 pub use crate::compact::{Header, R, W, read_request, read_response, request_frame, response_frame};
 pub use admin::{CreateRequest, DeleteRequest, SimpleResponse};
 pub use describe::{DescribeRequest, DescribeResponse, DescribedMirror, PartitionDetail};
-pub use extensions::{PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
+pub use extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
 pub use list::{ListResponse, ListedMirror};
 pub use topics::{TopicResult, TopicsRequest, TopicsResponse};
 

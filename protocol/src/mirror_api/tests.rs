@@ -117,6 +117,14 @@ fn responses_round_trip() {
         mirror_name: "other".into(),
         ..d.mirrors[0].clone()
     });
+    // … and which instance answered.
+    two.engine = Some(EngineIdentity {
+        instance_id: "proxy-b".into(),
+        role: "auto".into(),
+        active: false,
+        generation: 7,
+        active_instance: "proxy-a".into(),
+    });
     let f = response_frame(6, two.encode());
     let (_, mut r) = read_response(&f).unwrap();
     assert_eq!(DescribeResponse::decode(&mut r).unwrap(), two);

@@ -99,9 +99,49 @@ pub(super) fn print_sync(mirrors: &[DescribedMirror]) {
     );
 }
 
+/// Which instance answered the describe, in words.
+pub(super) fn identity_line(e: &kmp_protocol::mirror_api::EngineIdentity) -> String {
+    match e.role.as_str() {
+        "auto" => {
+            let name = if e.instance_id.is_empty() { "?" } else { e.instance_id.as_str() };
+            let part = if e.active { "active: it runs the mirror engine" } else { "standby" };
+            let active = match (e.active, e.active_instance.is_empty()) {
+                (true, _) => String::new(),
+                (false, true) => "; active instance unknown".to_owned(),
+                (false, false) => format!("; active instance {}", e.active_instance),
+            };
+            format!("Answered by instance {name} ({part}{active}; election generation {}).", e.generation)
+        }
+        "follower" => "Answered by a follower (it copies nothing; it reads the mirror state topic).".to_owned(),
+        _ => "Answered by the instance that runs the mirror engine.".to_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_identity_line_names_the_instance_its_part_and_the_active_one() {
+        let mut e = kmp_protocol::mirror_api::EngineIdentity {
+            instance_id: "proxy-b".into(),
+            role: "auto".into(),
+            active: false,
+            generation: 7,
+            active_instance: "proxy-a".into(),
+        };
+        assert_eq!(
+            identity_line(&e),
+            "Answered by instance proxy-b (standby; active instance proxy-a; election generation 7)."
+        );
+        e.active = true;
+        assert_eq!(
+            identity_line(&e),
+            "Answered by instance proxy-b (active: it runs the mirror engine; election generation 7)."
+        );
+        e.role = "follower".into();
+        assert!(identity_line(&e).contains("follower"));
+    }
 
     #[test]
     fn table_columns_are_as_wide_as_their_widest_cell() {

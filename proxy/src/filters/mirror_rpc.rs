@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
-    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail,
+    self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, EngineIdentity, ListResponse, ListedMirror, PartitionDetail,
     PartitionProgress, SimpleResponse, SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
@@ -23,7 +23,10 @@ impl super::Filter for MirrorRpc {
     }
 
     fn on_request<'a>(&'a self, x: &'a mut super::Exchange, conn: &'a super::Conn) -> super::BoxFuture<'a, Result<super::Flow, crate::error::ProxyError>> {
-        Box::pin(async move { Ok(super::Flow::Answer(Some(answer(&x.frame, &conn.shared.mirrors.control()).await?))) })
+        Box::pin(async move {
+            let slot = &conn.shared.mirrors;
+            Ok(super::Flow::Answer(Some(answer(&x.frame, &slot.control(), identity(slot)).await?)))
+        })
     }
 }
 
@@ -32,8 +35,31 @@ pub(crate) fn error_response(api_key: i16, correlation_id: i32, error_code: i16,
     api::response_frame(correlation_id, error_body(api_key, error_code, Some(message.to_owned())))
 }
 
-/// Answers one mirror RPC request frame (prefix included) with a response frame.
-pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, ProtocolError> {
+/// Which instance this is, for the describe answer.
+fn identity(slot: &kmp_mirror_engine::EngineSlot) -> EngineIdentity {
+    match slot.election() {
+        Some(e) => EngineIdentity {
+            instance_id: e.instance_id,
+            role: "auto".into(),
+            active: e.active,
+            generation: e.generation,
+            active_instance: e.active_instance,
+        },
+        None => {
+            let follower = slot.control().follower_refusal().is_some();
+            EngineIdentity {
+                role: if follower { "follower" } else { "engine" }.into(),
+                active: !follower,
+                generation: -1,
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// Answers one mirror RPC request frame (prefix included) with a response frame; `identity` is
+/// carried in the describe answer.
+pub(crate) async fn answer(frame: &Bytes, control: &Control, identity: EngineIdentity) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
     if !matches!(header.api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)
         && let Some((code, message)) = control.follower_refusal()
@@ -87,7 +113,11 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control) -> Result<Bytes, Pr
         }
         _ => {
             let req = DescribeRequest::decode(&mut r)?;
-            describe(control, &req).encode()
+            DescribeResponse {
+                engine: Some(identity),
+                ..describe(control, &req)
+            }
+            .encode()
         }
     };
     Ok(api::response_frame(header.correlation_id, body))
