@@ -16,7 +16,7 @@ use tracing::{Instrument, info, info_span, warn};
 use crate::election::{self, ElectionSettings, Role};
 use crate::lease::Lease;
 use crate::registry::MirrorTopics;
-use crate::{ClusterClient, Engine, EngineLinks, follow_with, start_term};
+use crate::{ClusterClient, Engine, EngineLinks, Forwarding, follow_with, start_term};
 
 /// Longest wait for an ended term to write its final state before the follower takes over.
 const TERM_END_WAIT: Duration = Duration::from_secs(10);
@@ -50,6 +50,8 @@ pub struct EngineSlot {
     election_problem: Option<watch::Receiver<Option<String>>>,
     /// Closed once the last term wrote its final state and the group was left (`auto`).
     done: Option<watch::Receiver<()>>,
+    /// Management requests handed between instances, and where (`auto` only).
+    forwarding: Option<(Forwarding, ClusterClient, String)>,
 }
 
 impl EngineSlot {
@@ -60,6 +62,29 @@ impl EngineSlot {
             election: None,
             election_problem: None,
             done: None,
+            forwarding: None,
+        }
+    }
+
+    /// Sets how this instance answers management requests other instances forward while it is
+    /// the active one (`auto` only; elsewhere nothing forwards).
+    pub fn answer_forwarded_with(&self, handler: crate::RequestHandler) {
+        if let Some((f, _, _)) = &self.forwarding {
+            f.set_handler(handler);
+        }
+    }
+
+    /// Whether a management request this instance cannot carry out (a standby) can be handed
+    /// to the active instance.
+    pub fn can_forward(&self) -> bool {
+        self.forwarding.is_some()
+    }
+
+    /// Hands a management request frame to the active instance and returns its answer frame.
+    pub async fn forward(&self, frame: bytes::Bytes) -> Result<bytes::Bytes, crate::ForwardError> {
+        match &self.forwarding {
+            Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::forward::FORWARD_TIMEOUT).await,
+            None => Err(crate::ForwardError::NoAnswer(Duration::ZERO)),
         }
     }
 
@@ -127,7 +152,14 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
     };
     let topics = MirrorTopics::default();
     let (follower_stop, stopped_follower) = watch::channel(false);
-    let slot = EngineSlot::fixed(follow_with(engine, destination.clone(), topics.clone(), stopped_follower));
+    let forwarding = Forwarding::default();
+    let slot = EngineSlot::fixed(follow_with(
+        engine,
+        destination.clone(),
+        topics.clone(),
+        Some(forwarding.clone()),
+        stopped_follower,
+    ));
     let (view_tx, view) = watch::channel(ElectionView {
         instance_id: settings.instance_id.clone(),
         group_id: settings.group_id.clone(),
@@ -140,6 +172,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         election: Some(view),
         election_problem: Some(problem),
         done: Some(done),
+        forwarding: Some((forwarding.clone(), destination.clone(), engine.state_topic.clone())),
         ..slot
     };
     let (role_tx, role) = watch::channel(Role::Standby {
@@ -156,6 +189,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         destination,
         topics,
         slot: slot.clone(),
+        forwarding,
         view: view_tx,
         follower_stop: Some(follower_stop),
         term: None,
@@ -199,6 +233,7 @@ struct Supervisor {
     destination: ClusterClient,
     topics: MirrorTopics,
     slot: EngineSlot,
+    forwarding: Forwarding,
     view: watch::Sender<ElectionView>,
     follower_stop: Option<watch::Sender<bool>>,
     term: Option<Term>,
@@ -256,6 +291,7 @@ impl Supervisor {
             self.sources.clone(),
             self.topics.clone(),
             lease.clone(),
+            Some(self.forwarding.clone()),
             stopped,
         );
         self.slot.set(engine.clone());
@@ -283,7 +319,9 @@ impl Supervisor {
 
     fn follow(&mut self) {
         let (stop, stopped) = watch::channel(false);
-        self.slot.set(follow_with(&self.config, self.destination.clone(), self.topics.clone(), stopped));
+        let forwarding = Some(self.forwarding.clone());
+        self.slot
+            .set(follow_with(&self.config, self.destination.clone(), self.topics.clone(), forwarding, stopped));
         self.follower_stop = Some(stop);
     }
 }

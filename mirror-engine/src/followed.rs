@@ -61,6 +61,15 @@ impl Catalog {
             Some(("partition", rest)) => self.partition(key, rest, value),
             // The engine's producer identity: nothing a follower enforces or shows.
             Some(("engine", "producer")) => Applied::Changed,
+            // A management request forwarded by a standby: the active instance answers it.
+            Some(("request", _)) => Applied::Changed,
+            // The answer to one: handed to the caller waiting on this instance, if it is here.
+            Some(("response", id)) => {
+                if let (Some(frame), Some(forwarding)) = (value, self.control.forwarding()) {
+                    forwarding.deliver(id, frame);
+                }
+                Applied::Changed
+            }
             _ => Applied::Ignored(format!("unknown key {key:?}")),
         };
         match &applied {

@@ -22,6 +22,7 @@ mod error;
 mod fetch_session;
 mod follow;
 mod followed;
+mod forward;
 mod graceful;
 mod io_stats;
 mod landed;
@@ -61,6 +62,7 @@ pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
 pub use follow::FollowProgress;
+pub use forward::{ForwardError, Forwarding, RequestHandler};
 pub use io_stats::{IoCounters, io_counters};
 pub use lease::Lease;
 pub use registry::{MirrorTopic, MirrorTopics};
@@ -128,7 +130,7 @@ impl Engine {
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
 pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, MirrorTopics::default(), Lease::forever(), stop)
+    start_term(engine, mirrors, links, MirrorTopics::default(), Lease::forever(), None, stop)
 }
 
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
@@ -146,13 +148,15 @@ pub struct EngineLinks {
 }
 
 /// Starts the engine as [`start`] does, enforcing through `topics` and writing only while `lease`
-/// holds (one term of an elected instance, or a lone engine's whole life).
+/// holds (one term of an elected instance, or a lone engine's whole life); with `forwarding`,
+/// it also answers the management requests standbys forward (`forward`).
 pub(crate) fn start_term(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
     links: EngineLinks,
     topics: MirrorTopics,
     lease: Lease,
+    forwarding: Option<Forwarding>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
     let EngineLinks {
@@ -167,6 +171,9 @@ pub(crate) fn start_term(
         ..Engine::unbooted_with(engine, topics)
     };
     handle.control.set_source_allow(source_allow);
+    if let Some(f) = forwarding {
+        handle.control.set_forwarding(f);
+    }
     let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
     let shared = Shared {
         destination: destination.clone(),
@@ -192,15 +199,24 @@ pub(crate) fn start_term(
 /// repeats the engine instance's per-partition numbers; describe reads the followed ones.
 pub fn follow(engine: &EngineConfig, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
     let destination = ClusterClient::with_security("destination", links.destination_bootstrap, links.timeout, Ok(links.destination_security));
-    follow_with(engine, destination, MirrorTopics::default(), stop)
+    follow_with(engine, destination, MirrorTopics::default(), None, stop)
 }
 
 /// Starts a follower as [`follow`] does, enforcing through `topics`.
-pub(crate) fn follow_with(engine: &EngineConfig, destination: ClusterClient, topics: MirrorTopics, stop: watch::Receiver<bool>) -> Engine {
+pub(crate) fn follow_with(
+    engine: &EngineConfig,
+    destination: ClusterClient,
+    topics: MirrorTopics,
+    forwarding: Option<Forwarding>,
+    stop: watch::Receiver<bool>,
+) -> Engine {
     let mut handle = Engine::unbooted_with(engine, topics);
     let (views, topics) = (StatusBoard::default(), handle.topics.clone());
     handle.control = Control::new(views, topics.clone());
     handle.control.set_follower(&engine.state_topic);
+    if let Some(f) = forwarding {
+        handle.control.set_forwarding(f);
+    }
     let (progress, watched) = watch::channel(FollowProgress {
         topic: engine.state_topic.clone(),
         high_watermark: -1,
@@ -346,6 +362,17 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         .collect();
     for def in mirrors.into_iter().chain(created) {
         mirrors::launch(&shared, &store, def);
+    }
+    if let Some(forwarding) = shared.control.forwarding() {
+        let serve = forward::serve(
+            forwarding,
+            store.clone(),
+            shared.destination.clone(),
+            state_topic.clone(),
+            store.requests_at_load(),
+            shared.stop.clone(),
+        );
+        tokio::spawn(serve.in_current_span());
     }
     // Every stored and declared mirror is known, every stored mirror topic registered.
     shared.control.mark_booted();

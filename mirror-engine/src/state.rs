@@ -161,6 +161,15 @@ impl PartitionRecord {
 /// State key of the engine's producer identity.
 const ENGINE_PRODUCER_KEY: &str = "engine/producer";
 
+/// Forwarded management requests as the load found them (`forward::serve` reads from `from`;
+/// below `end` it answers only the keys in `pending`, the others were answered before).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestsAtLoad {
+    pub(crate) from: i64,
+    pub(crate) end: i64,
+    pub(crate) pending: std::collections::HashSet<String>,
+}
+
 /// The loaded state plus a connection for writing more.
 pub struct StateStore {
     destination: ClusterClient,
@@ -169,6 +178,8 @@ pub struct StateStore {
     writer: Mutex<Option<Connection>>,
     /// Nothing is written unless this holds (an instance no longer the active engine).
     lease: crate::lease::Lease,
+    /// The forwarded requests found unanswered at load (see `requests_at_load`).
+    requests_at_load: std::sync::Mutex<RequestsAtLoad>,
 }
 
 impl StateStore {
@@ -194,6 +205,7 @@ impl StateStore {
             entries: Default::default(),
             writer: Mutex::new(None),
             lease,
+            requests_at_load: Default::default(),
         };
         store.load().await?;
         Ok(store)
@@ -205,6 +217,8 @@ impl StateStore {
         let (start, end) = offsets("destination", &conn, &self.topic, 0).await?;
         let mut next = start;
         let mut entries = HashMap::new();
+        // Offsets of the forwarded requests not answered (tombstoned) yet.
+        let mut requests: HashMap<String, i64> = HashMap::new();
         while next < end {
             let at = FetchAt {
                 side: "destination",
@@ -220,7 +234,13 @@ impl StateStore {
             let Some((last, _)) = fetched.batches.last() else { break };
             next = last.next_offset();
             for (_, b) in &fetched.batches {
-                for (_, key, value) in decode_entries(b)? {
+                for (offset, key, value) in decode_entries(b)? {
+                    if key.starts_with(crate::forward::REQUEST_PREFIX) {
+                        match value {
+                            Some(_) => requests.insert(key.clone(), offset),
+                            None => requests.remove(&key),
+                        };
+                    }
                     match value {
                         Some(v) => entries.insert(key, v),
                         None => entries.remove(&key),
@@ -228,7 +248,15 @@ impl StateStore {
                 }
             }
         }
+        // Forwarded management requests and answers are one-shot messages, not state.
+        entries.retain(|k, _| !k.starts_with(crate::forward::REQUEST_PREFIX) && !k.starts_with(crate::forward::RESPONSE_PREFIX));
         *self.lock() = entries;
+        // Requests not answered yet are read again by the active instance (`forward::serve`).
+        *self.requests_at_load.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = RequestsAtLoad {
+            from: requests.values().copied().min().unwrap_or(end).min(end),
+            end,
+            pending: requests.into_keys().collect(),
+        };
         Ok(())
     }
 
@@ -350,23 +378,26 @@ impl StateStore {
             *conn = Some(self.destination.connect_leader(&self.topic, 0).await?.0);
         }
         let Some(c) = conn.as_mut() else { return Ok(()) };
-        let req = produce_request(TopicName(StrBytes::from_string(self.topic.clone())), 0, blob);
-        let resp = c.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
-        let code = resp
-            .responses
-            .iter()
-            .flat_map(|t| t.partition_responses.iter())
-            .map(|p| p.error_code)
-            .next()
-            .unwrap_or(3);
-        if code != 0 {
-            return Err(MirrorError::Broker {
-                side: "destination",
-                what: format!("write state to {}", self.topic),
-                code,
-            });
-        }
+        produce_to(c, &self.topic, blob).await
+    }
+
+    /// Stores the answer to a management request forwarded by a standby (`forward`) and
+    /// removes the request.
+    pub(crate) async fn put_forwarded_answer(&self, id: &str, frame: Bytes) -> Result<(), MirrorError> {
+        let entries = vec![
+            (format!("{}{id}", crate::forward::RESPONSE_PREFIX), Some(frame)),
+            (format!("{}{id}", crate::forward::REQUEST_PREFIX), None),
+        ];
+        self.write(entries).await?;
+        // Not kept in memory: only the standby that asked reads it (from the topic).
+        let mut map = self.lock();
+        map.retain(|k, _| !k.starts_with(crate::forward::RESPONSE_PREFIX));
         Ok(())
+    }
+
+    /// The forwarded requests the load found unanswered, and where reading for more starts.
+    pub(crate) fn requests_at_load(&self) -> RequestsAtLoad {
+        self.requests_at_load.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 
     /// Writes the records of partitions whose state or progress changed since the last call.
@@ -390,6 +421,35 @@ impl StateStore {
         written.extend(changed);
         Ok(())
     }
+}
+
+/// Appends `entries` (`None` = tombstone) to partition 0 of `topic` as one batch, acks=all,
+/// without the lease: a standby forwarding a management request (`forward`).
+pub(crate) async fn append(destination: &ClusterClient, topic: &str, entries: &[(String, Option<Bytes>)]) -> Result<(), MirrorError> {
+    let encoded: Vec<(Bytes, Option<Bytes>)> = entries.iter().map(|(k, v)| (Bytes::from(k.clone()), v.clone())).collect();
+    let blob = records::encode(&encoded, now_ms()).map_err(MirrorError::Destination)?;
+    let mut conn = destination.connect_leader(topic, 0).await?.0;
+    produce_to(&mut conn, topic, blob).await
+}
+
+async fn produce_to(c: &mut Connection, topic: &str, blob: Bytes) -> Result<(), MirrorError> {
+    let req = produce_request(TopicName(StrBytes::from_string(topic.to_owned())), 0, blob);
+    let resp = c.send(&req, PRODUCE_VERSION).await.map_err(MirrorError::Destination)?;
+    let code = resp
+        .responses
+        .iter()
+        .flat_map(|t| t.partition_responses.iter())
+        .map(|p| p.error_code)
+        .next()
+        .unwrap_or(3);
+    if code != 0 {
+        return Err(MirrorError::Broker {
+            side: "destination",
+            what: format!("write state to {topic}"),
+            code,
+        });
+    }
+    Ok(())
 }
 
 /// The entries of one state-topic batch read from the destination: `(offset, key, value)`,

@@ -121,6 +121,8 @@ struct Inner {
     /// Starts a new mirror's discovery (set when the engine has booted).
     launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
+    /// Management requests forwarded between instances (`auto` only).
+    forwarding: OnceLock<crate::forward::Forwarding>,
     /// The engine's source clients (set at boot; a follower has none).
     sources: OnceLock<Arc<Sources>>,
     /// The group offset pass run before stopped topics become writable (set at boot).
@@ -169,6 +171,7 @@ impl Control {
                 launcher: OnceLock::new(),
                 store: OnceLock::new(),
                 sources: OnceLock::new(),
+                forwarding: OnceLock::new(),
                 final_sync: OnceLock::new(),
                 status,
                 sync: SyncBoard::default(),
@@ -352,6 +355,15 @@ impl Control {
             .collect();
         out.sort();
         out
+    }
+
+    pub(crate) fn set_forwarding(&self, forwarding: crate::forward::Forwarding) {
+        let _ = self.inner.forwarding.set(forwarding);
+    }
+
+    /// The instance's forwarding of management requests (`auto` only).
+    pub(crate) fn forwarding(&self) -> Option<crate::forward::Forwarding> {
+        self.inner.forwarding.get().cloned()
     }
 
     pub(crate) fn set_sources(&self, sources: Arc<Sources>) {

@@ -3,7 +3,9 @@
 //! `Control` the operations). Deciding that a frame is one of them happens on the API key, in
 //! the filter's predicate, before anything is decoded. Who may call them is `authz`'s. On a
 //! follower instance (`engine.role = "follower"`) List and Describe answer from the followed state
-//! topic and every other RPC gets NOT_CONTROLLER (41) with a message saying why.
+//! topic and every other RPC gets NOT_CONTROLLER (41) with a message saying why; an `auto`
+//! standby hands those to the active instance instead (the engine's `forward`) and relays its
+//! answer, and as the active instance it answers what standbys hand it with the same code.
 
 use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
@@ -25,6 +27,10 @@ impl super::Filter for MirrorRpc {
     fn on_request<'a>(&'a self, x: &'a mut super::Exchange, conn: &'a super::Conn) -> super::BoxFuture<'a, Result<super::Flow, crate::error::ProxyError>> {
         Box::pin(async move {
             let slot = &conn.shared.mirrors;
+            if mutating(x.api_key) && slot.can_forward() && slot.control().follower_refusal().is_some() {
+                let (frame, api_key, correlation_id) = (x.frame.clone(), x.api_key, x.correlation_id);
+                return Ok(super::Flow::Answer(Some(forward(frame, api_key, correlation_id, slot).await)));
+            }
             Ok(super::Flow::Answer(Some(answer(&x.frame, &slot.control(), identity(slot)).await?)))
         })
     }
@@ -33,6 +39,42 @@ impl super::Filter for MirrorRpc {
 /// An error answer to mirror RPC `api_key` in the shape of its response.
 pub(crate) fn error_response(api_key: i16, correlation_id: i32, error_code: i16, message: &str) -> Bytes {
     api::response_frame(correlation_id, error_body(api_key, error_code, Some(message.to_owned())))
+}
+
+/// Whether `api_key` is a mirror RPC that changes something (only the active instance may).
+fn mutating(api_key: i16) -> bool {
+    api::is_answered(api_key) && !matches!(api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)
+}
+
+/// A standby's answer to a mutating request: the active instance's, or a retriable error.
+async fn forward(frame: Bytes, api_key: i16, correlation_id: i32, slot: &kmp_mirror_engine::EngineSlot) -> Bytes {
+    match slot.forward(frame).await {
+        Ok(answer) => answer,
+        Err(e) => {
+            tracing::warn!(api_key, error = %e, "management request not forwarded to the active instance");
+            let code = match e {
+                kmp_mirror_engine::ForwardError::TooLarge(_) => errors::INVALID_REQUEST,
+                _ => errors::REQUEST_TIMED_OUT,
+            };
+            error_response(api_key, correlation_id, code, &format!("this instance is a standby; {e}"))
+        }
+    }
+}
+
+/// Lets the active instance answer the mutating requests standbys hand it, exactly as it
+/// answers its own clients (`auto` only; a no-op for other roles).
+pub(crate) fn answer_forwarded_requests(slot: &kmp_mirror_engine::EngineSlot) {
+    let me = slot.clone();
+    slot.answer_forwarded_with(std::sync::Arc::new(move |frame: Bytes| {
+        let slot = me.clone();
+        Box::pin(async move {
+            let header = api::read_request(&frame).ok()?.0;
+            if !mutating(header.api_key) || header.api_version != 0 {
+                return None;
+            }
+            answer(&frame, &slot.control(), identity(&slot)).await.ok()
+        })
+    }));
 }
 
 /// Which instance this is, for the describe answer.

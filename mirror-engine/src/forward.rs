@@ -1,0 +1,293 @@
+//! Management requests through a standby (`engine.role = "auto"`): a standby runs no engine, so
+//! a mutating mirror request (create, start, stop, pause, resume, delete) it receives is handed
+//! to the active instance through the state topic both already read — the standby appends
+//! `request/<id>` with the request frame, the active instance (which tails the topic from where
+//! it loaded it) answers it with the same handler its own clients reach and writes
+//! `response/<id>` with the response frame (lease-fenced like every other state write, and
+//! tombstoning the request), and the standby's follower delivers that answer to the waiting
+//! caller, then tombstones it. A request carries its caller's deadline: an instance that becomes
+//! active reads the requests not answered yet from the state it loads, and carries out those
+//! whose caller still waits. No address of the active instance, no credentials for its
+//! listener and no network path between proxies are needed: only the destination cluster.
+//!
+//! Whoever can write the state topic can already change every mirror, so a request found there
+//! is trusted as much as the state itself; it is still checked (id shape, size) and decoded by
+//! the proxy's hostile-input decoders. A request nobody answers (no active instance, or it died
+//! meanwhile) times out at the standby with a retriable error. What the requests do is the
+//! proxy's `mirror_rpc`; following the topic on a standby is `follow`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use dashmap::DashMap;
+use tokio::sync::{oneshot, watch};
+use tracing::{debug, info, warn};
+
+use crate::cluster::ClusterClient;
+use crate::error::MirrorError;
+use crate::links::Lane;
+use crate::source::{FetchAt, fetch};
+use crate::state::{RequestsAtLoad, StateStore, append, decode_entries};
+
+/// Key prefix of a forwarded request.
+pub(crate) const REQUEST_PREFIX: &str = "request/";
+/// Key prefix of the answer to a forwarded request.
+pub(crate) const RESPONSE_PREFIX: &str = "response/";
+/// Largest request frame forwarded or served (mirror requests are small).
+pub const MAX_FORWARDED_BYTES: usize = 1 << 20;
+/// How long a standby waits for the active instance's answer.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one tailing Fetch waits for a new entry.
+const LONG_POLL_MS: i32 = 500;
+
+/// Answers one request frame with a response frame (`None`: the frame is not a request this
+/// handler answers; the standby times out).
+pub type RequestHandler = Arc<dyn Fn(Bytes) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>> + Send + Sync>;
+
+/// One instance's forwarding: the callers waiting for answers (as a standby) and the handler
+/// that answers requests (as the active instance). Cheap to clone; shared by every term.
+#[derive(Clone, Default)]
+pub struct Forwarding {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    pending: DashMap<String, oneshot::Sender<Bytes>>,
+    handler: OnceLock<RequestHandler>,
+}
+
+/// A fresh request id: 32 lowercase hex digits, unique across instances (randomly keyed hashes
+/// of the time, the process and a counter).
+fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let half = |salt: u64| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(salt);
+        h.write_u128(nanos);
+        h.write_u32(std::process::id());
+        h.write_u64(n);
+        h.finish()
+    };
+    format!("{:016x}{:016x}", half(1), half(2))
+}
+
+/// Whether `id` has the shape this module gives ids (32 lowercase hex digits).
+fn valid_id(id: &str) -> bool {
+    id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+impl Forwarding {
+    /// Sets the handler the active instance answers forwarded requests with (once).
+    pub fn set_handler(&self, handler: RequestHandler) {
+        let _ = self.inner.handler.set(handler);
+    }
+
+    /// A standby's follower read `response/<id>`: hands it to the caller waiting for it, if any.
+    pub(crate) fn deliver(&self, id: &str, frame: &[u8]) {
+        if let Some((_, waiting)) = self.inner.pending.remove(id) {
+            let _ = waiting.send(Bytes::copy_from_slice(frame));
+        }
+    }
+
+    /// Hands `frame` to the active instance through `topic` and waits (at most `limit`) for
+    /// its answer.
+    pub(crate) async fn forward(&self, destination: &ClusterClient, topic: &str, frame: Bytes, limit: Duration) -> Result<Bytes, ForwardError> {
+        if frame.len() > MAX_FORWARDED_BYTES {
+            return Err(ForwardError::TooLarge(frame.len()));
+        }
+        let id = new_id();
+        let (tx, rx) = oneshot::channel();
+        self.inner.pending.insert(id.clone(), tx);
+        let deadline = tokio::time::Instant::now() + limit;
+        // Retried while the state topic is being created or its leader moves, within `limit`.
+        let mut backoff = Duration::from_millis(100);
+        // The value: the wall-clock deadline (ms, big-endian i64), then the frame; a request
+        // found after its caller gave up is not carried out.
+        let mut value = Vec::with_capacity(8 + frame.len());
+        value.extend_from_slice(&(crate::status::now_ms() + i64::try_from(limit.as_millis()).unwrap_or(i64::MAX)).to_be_bytes());
+        value.extend_from_slice(&frame);
+        let entry = [(format!("{REQUEST_PREFIX}{id}"), Some(Bytes::from(value)))];
+        while let Err(e) = append(destination, topic, &entry).await {
+            if tokio::time::Instant::now() + backoff > deadline {
+                self.inner.pending.remove(&id);
+                return Err(ForwardError::Write(e));
+            }
+            debug!(error = %e, "cannot hand the request over yet; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        let answer = tokio::time::timeout_at(deadline, rx).await;
+        self.inner.pending.remove(&id);
+        match answer {
+            Ok(Ok(frame)) => {
+                // The answer was for us alone: removed from the topic (best effort).
+                let (destination, topic) = (destination.clone(), topic.to_owned());
+                tokio::spawn(async move {
+                    if let Err(e) = append(&destination, &topic, &[(format!("{RESPONSE_PREFIX}{id}"), None)]).await {
+                        debug!(error = %e, "cannot remove a forwarded answer; compaction keeps it until then");
+                    }
+                });
+                Ok(frame)
+            }
+            _ => Err(ForwardError::NoAnswer(limit)),
+        }
+    }
+}
+
+/// Why a forwarded request got no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    #[error("request of {0} bytes is too large to forward")]
+    TooLarge(usize),
+    #[error("cannot hand the request to the active instance: {0}")]
+    Write(MirrorError),
+    #[error("the active instance did not answer within {0:?} (none may be active right now); retry")]
+    NoAnswer(Duration),
+}
+
+/// The active instance's side: reads `topic` from where the load says and answers every request
+/// found there with the handler (below the load's end only those it found unanswered), until
+/// `stop`.
+pub(crate) async fn serve(
+    forwarding: Forwarding,
+    store: Arc<StateStore>,
+    destination: ClusterClient,
+    topic: String,
+    at_load: RequestsAtLoad,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut next = at_load.from.max(0);
+    let mut backoff = Duration::from_millis(100);
+    info!(%topic, from = next, "answering management requests forwarded by standbys");
+    loop {
+        let read = async {
+            let layout = destination.layout(&topic).await?;
+            let (addr, epoch) = destination.leader_in(&layout, &topic, 0)?;
+            let conn = destination.link(&addr, Lane::Fetch(0)).await?;
+            let at = FetchAt {
+                side: "destination",
+                topic: &topic,
+                topic_id: layout.topic_id,
+                partition: 0,
+                offset: next,
+                leader_epoch: epoch,
+                max_bytes: 4 << 20,
+                max_wait_ms: LONG_POLL_MS,
+            };
+            fetch(&conn, at).await
+        };
+        let fetched = tokio::select! {
+            r = read => r,
+            _ = stop.changed() => return,
+        };
+        match fetched {
+            Ok(f) => {
+                backoff = Duration::from_millis(100);
+                for (header, batch) in &f.batches {
+                    let entries = match decode_entries(batch) {
+                        Ok(e) => e,
+                        Err(e) => {
+                            warn!(error = %e, offset = next, "undecodable state batch skipped while looking for forwarded requests");
+                            Vec::new()
+                        }
+                    };
+                    for (offset, key, value) in entries {
+                        if offset < next || (offset < at_load.end && !at_load.pending.contains(&key)) {
+                            continue;
+                        }
+                        if let (Some(id), Some(value)) = (key.strip_prefix(REQUEST_PREFIX), value) {
+                            answer(&forwarding, &store, id, value);
+                        }
+                    }
+                    next = next.max(header.next_offset());
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, "cannot read the state topic for forwarded requests; retrying");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = stop.changed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
+/// Splits a request value into its deadline and frame (`None`: malformed).
+fn parse_request(value: &Bytes) -> Option<(i64, Bytes)> {
+    let deadline = i64::from_be_bytes(value.get(..8)?.try_into().ok()?);
+    let frame = value.slice(8..);
+    (frame.len() <= MAX_FORWARDED_BYTES).then_some((deadline, frame))
+}
+
+/// Answers one forwarded request in its own task (a slow one never holds up the others).
+fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Bytes) {
+    let parsed = parse_request(&value).filter(|_| valid_id(id));
+    let Some((deadline, frame)) = parsed else {
+        warn!(key = %format!("{REQUEST_PREFIX}{id}"), bytes = value.len(), "malformed forwarded request ignored");
+        return;
+    };
+    if crate::status::now_ms() > deadline {
+        debug!(%id, "forwarded request found after its caller gave up; not carried out");
+        return;
+    }
+    let Some(handler) = forwarding.inner.handler.get().cloned() else {
+        return;
+    };
+    let (store, id) = (store.clone(), id.to_owned());
+    tokio::spawn(async move {
+        let Some(response) = handler(frame).await else {
+            warn!(%id, "forwarded request not answered: not a management request this instance answers");
+            return;
+        };
+        match store.put_forwarded_answer(&id, response).await {
+            Ok(()) => debug!(%id, "forwarded request answered"),
+            Err(e) => warn!(%id, error = %e, "cannot store the answer to a forwarded request"),
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_ids_of_the_shape_given_are_served() {
+        let id = new_id();
+        assert!(valid_id(&id), "{id}");
+        assert!(!valid_id(""));
+        assert!(!valid_id("../../etc"));
+        assert!(!valid_id(&"A".repeat(32)));
+        assert!(!valid_id(&"a".repeat(33)));
+    }
+
+    #[test]
+    fn a_request_value_is_a_deadline_then_the_frame_and_anything_shorter_is_refused() {
+        let mut v = 1234i64.to_be_bytes().to_vec();
+        v.extend_from_slice(b"frame");
+        assert_eq!(parse_request(&Bytes::from(v)), Some((1234, Bytes::from_static(b"frame"))));
+        assert_eq!(parse_request(&Bytes::from_static(b"short")), None);
+        let mut huge = vec![0u8; 8];
+        huge.resize(8 + MAX_FORWARDED_BYTES + 1, 0);
+        assert_eq!(parse_request(&Bytes::from(huge)), None);
+    }
+
+    #[tokio::test]
+    async fn an_answer_reaches_only_the_caller_waiting_for_it() {
+        let f = Forwarding::default();
+        let (tx, rx) = oneshot::channel();
+        f.inner.pending.insert("a".repeat(32), tx);
+        f.deliver(&"b".repeat(32), b"other");
+        f.deliver(&"a".repeat(32), b"mine");
+        assert_eq!(rx.await.unwrap(), Bytes::from_static(b"mine"));
+        assert!(f.inner.pending.is_empty());
+    }
+}
