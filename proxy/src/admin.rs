@@ -125,7 +125,7 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         read_open: shared.config.security.admin_read_open,
     };
     if req.uri().path().starts_with("/v1/") {
-        return crate::rest::handle(req, peer, auth, &shared.mirrors.control(), shared.mirrors.election()).await;
+        return crate::rest::handle(req, peer, auth, &shared.mirrors.control(), shared.mirrors.election(), Some(&shared.mirrors)).await;
     }
     if crate::dashboard::owns(req.uri().path()) {
         return crate::dashboard::handle(req.method(), req.uri().path(), req.headers(), peer, auth, &shared.mirrors.control()).await;

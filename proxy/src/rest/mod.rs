@@ -22,6 +22,8 @@ use serde_json::{Value, json};
 /// Largest request body accepted (bytes).
 const MAX_BODY: usize = 1024 * 1024;
 
+mod forward;
+
 /// Body of the start / pause / resume / stop routes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,13 +130,15 @@ impl AdminAuth<'_> {
 }
 
 /// Handles a `/v1/…` request.
-/// `election`: where this instance stands in the engine election (`engine.role = "auto"`).
+/// `election`: where this instance stands in the engine election (`engine.role = "auto"`);
+/// `slot`: where a standby hands mutations to the active instance (`None`: it cannot).
 pub(crate) async fn handle<B>(
     req: Request<B>,
     peer: SocketAddr,
     auth: AdminAuth<'_>,
     control: &Control,
     election: Option<kmp_mirror_engine::ElectionView>,
+    slot: Option<&kmp_mirror_engine::EngineSlot>,
 ) -> Response<Full<Bytes>>
 where
     B: Body,
@@ -188,18 +192,22 @@ where
                 Ok(b) => b.to_bytes(),
                 Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
             };
-            mutate(method, &rest, &body, control).await
+            mutate(method, &rest, &body, control, slot).await
         }
         _ => error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json"),
     }
 }
 
-async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control) -> Response<Full<Bytes>> {
+async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control, slot: Option<&kmp_mirror_engine::EngineSlot>) -> Response<Full<Bytes>> {
+    let path: Vec<&str> = path.iter().map(String::as_str).collect();
     if let Some((code, message)) = control.follower_refusal() {
+        // An `auto` standby hands the change to the active instance.
+        if let Some(slot) = slot.filter(|s| s.can_forward()) {
+            return forward::mutate(method, &path, body, slot).await;
+        }
         // A follower changes nothing: 421 Misdirected Request, the body says where to go.
         return json_response(StatusCode::MISDIRECTED_REQUEST, code_json(code, Some(message)));
     }
-    let path: Vec<&str> = path.iter().map(String::as_str).collect();
     match (method, path.as_slice()) {
         (Method::POST, ["mirrors"]) => {
             let b: CreateBody = match serde_json::from_slice(body) {
@@ -208,23 +216,11 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
             };
             let configs: Vec<(String, Option<String>)> = b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect();
             let (code, message) = control.create_mirror(&b.name, &configs).await;
-            let status = if code == 0 {
-                StatusCode::CREATED
-            } else if code == mirror_api::errors::CLUSTER_MIRROR_ALREADY_EXISTS {
-                StatusCode::CONFLICT
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            json_response(status, code_json(code, message))
+            json_response(create_status(code), code_json(code, message))
         }
         (Method::DELETE, ["mirrors", name]) => {
             let (code, message) = control.delete_mirror(name).await;
-            let status = match code {
-                0 => StatusCode::OK,
-                codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
-                _ => StatusCode::CONFLICT,
-            };
-            json_response(status, code_json(code, message))
+            json_response(delete_status(code), code_json(code, message))
         }
         (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
             let body: TopicsBody = match serde_json::from_slice(body) {
@@ -243,16 +239,7 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control)
                 "start" => {
                     let (code, message, results) = control.start_topics(name, &body.topics, &body.include, &body.exclude).await;
                     if code != codes::NONE {
-                        // The request as a whole failed (e.g. its new definition could not be
-                        // stored): say so, never 200 with the per-topic results alone.
-                        let status = match code {
-                            codes::COORDINATOR_NOT_AVAILABLE | codes::COORDINATOR_LOAD_IN_PROGRESS => StatusCode::SERVICE_UNAVAILABLE,
-                            codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
-                            _ => StatusCode::BAD_REQUEST,
-                        };
-                        let mut body = code_json(code, message);
-                        body["results"] = Value::Array(results.iter().map(result_json).collect());
-                        return json_response(status, body);
+                        return start_failed(code, message, &results);
                     }
                     results
                 }
@@ -352,6 +339,37 @@ fn log_level(outcome: Result<String, crate::logging::LoggingError>) -> Response<
     }
 }
 
+/// The status of a create's answer.
+fn create_status(code: i16) -> StatusCode {
+    match code {
+        codes::NONE => StatusCode::CREATED,
+        mirror_api::errors::CLUSTER_MIRROR_ALREADY_EXISTS => StatusCode::CONFLICT,
+        _ => StatusCode::BAD_REQUEST,
+    }
+}
+
+/// The status of a delete's answer.
+fn delete_status(code: i16) -> StatusCode {
+    match code {
+        codes::NONE => StatusCode::OK,
+        codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
+        _ => StatusCode::CONFLICT,
+    }
+}
+
+/// A start that failed as a whole (e.g. its new definition could not be stored): said so,
+/// never 200 with the per-topic results alone.
+fn start_failed(code: i16, message: Option<String>, results: &[TopicResult]) -> Response<Full<Bytes>> {
+    let status = match code {
+        codes::COORDINATOR_NOT_AVAILABLE | codes::COORDINATOR_LOAD_IN_PROGRESS => StatusCode::SERVICE_UNAVAILABLE,
+        codes::UNKNOWN_CLUSTER_MIRROR => StatusCode::NOT_FOUND,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    let mut body = code_json(code, message);
+    body["results"] = Value::Array(results.iter().map(result_json).collect());
+    json_response(status, body)
+}
+
 fn result_json(r: &TopicResult) -> Value {
     json!({ "topic": r.topic, "error_code": r.error_code, "error": mirror_api::errors::name(r.error_code), "message": r.message })
 }
@@ -411,7 +429,7 @@ fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
 }
 
 /// The OpenAPI 3 description of these routes.
-const OPENAPI: &str = include_str!("openapi.json");
+const OPENAPI: &str = include_str!("../openapi.json");
 
 #[cfg(test)]
 mod tests {
@@ -430,7 +448,7 @@ mod tests {
             req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
         }
         let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-        let resp = handle(req, peer.parse().unwrap(), auth, &control(), None).await;
+        let resp = handle(req, peer.parse().unwrap(), auth, &control(), None, None).await;
         let (parts, body) = resp.into_parts();
         let body = body.collect().await.unwrap().to_bytes();
         (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
