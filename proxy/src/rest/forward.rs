@@ -14,7 +14,7 @@ use hyper::{Method, Response, StatusCode};
 use kmp_mirror_engine::{EngineSlot, TopicResult, codes};
 use kmp_protocol::mirror_api::{self as api, CreateRequest, DeleteRequest, SimpleResponse, TopicsRequest, TopicsResponse};
 
-use super::{CreateBody, TopicsBody, check_patterns, code_json, create_status, delete_status, error, json_response, mirror_unknown, result_json, start_failed};
+use super::{code_json, create_body, create_status, delete_status, error, json_response, mirror_unknown, result_json, start_failed, topics_body};
 
 /// Correlation id of the frames built here (the answer is matched by the hand-over, not by it).
 const CORRELATION_ID: i32 = 1;
@@ -23,14 +23,11 @@ const CORRELATION_ID: i32 = 1;
 pub(super) async fn mutate(method: Method, path: &[&str], body: &[u8], slot: &EngineSlot) -> Response<Full<Bytes>> {
     match (method, path) {
         (Method::POST, ["mirrors"]) => {
-            let b: CreateBody = match serde_json::from_slice(body) {
+            let (mirror_name, configs) = match create_body(body) {
                 Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"name\": .., \"configs\": {{..}}}}: {e}")),
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            let req = CreateRequest {
-                mirror_name: b.name,
-                configs: b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect(),
-            };
+            let req = CreateRequest { mirror_name, configs };
             match hand_over(slot, api::CREATE_CLUSTER_MIRROR, req.encode()).await {
                 Ok(bytes) => match decode_simple(&bytes) {
                     Some(r) => json_response(create_status(r.error_code), code_json(r.error_code, r.error_message)),
@@ -53,13 +50,10 @@ pub(super) async fn mutate(method: Method, path: &[&str], body: &[u8], slot: &En
             }
         }
         (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
-            let body: TopicsBody = match serde_json::from_slice(body) {
+            let body = match topics_body(body) {
                 Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"topics\": [..], …}}: {e}")),
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            if let Err(e) = check_patterns(&body.include, &body.exclude) {
-                return error(StatusCode::BAD_REQUEST, &e);
-            }
             if body.graceful_timeout_ms.is_some() {
                 return json_response(
                     StatusCode::MISDIRECTED_REQUEST,

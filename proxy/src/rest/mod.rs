@@ -210,12 +210,11 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control,
     }
     match (method, path.as_slice()) {
         (Method::POST, ["mirrors"]) => {
-            let b: CreateBody = match serde_json::from_slice(body) {
+            let (name, configs) = match create_body(body) {
                 Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"name\": .., \"configs\": {{..}}}}: {e}")),
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            let configs: Vec<(String, Option<String>)> = b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect();
-            let (code, message) = control.create_mirror(&b.name, &configs).await;
+            let (code, message) = control.create_mirror(&name, &configs).await;
             json_response(create_status(code), code_json(code, message))
         }
         (Method::DELETE, ["mirrors", name]) => {
@@ -223,15 +222,10 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control,
             json_response(delete_status(code), code_json(code, message))
         }
         (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
-            let body: TopicsBody = match serde_json::from_slice(body) {
+            let body = match topics_body(body) {
                 Ok(b) => b,
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("body must be {{\"topics\": [..], …}}: {e}")),
+                Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
-            // Patterns are checked here, whatever the mirror's state: an invalid one is the
-            // caller's error (400 naming it), never an empty success.
-            if let Err(e) = check_patterns(&body.include, &body.exclude) {
-                return error(StatusCode::BAD_REQUEST, &e);
-            }
             if !control.has_mirror(name) {
                 return mirror_unknown(name);
             }
@@ -255,6 +249,25 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control,
         }
         _ => error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json"),
     }
+}
+
+/// A mirror's configs as a create carries them.
+type Configs = Vec<(String, Option<String>)>;
+
+/// A create's body: the mirror's name and configs, or why it is refused (400).
+fn create_body(body: &[u8]) -> Result<(String, Configs), String> {
+    match serde_json::from_slice::<CreateBody>(body) {
+        Ok(b) => Ok((b.name, b.configs.into_iter().map(|(k, v)| (k, Some(v))).collect())),
+        Err(e) => Err(format!("body must be {{\"name\": .., \"configs\": {{..}}}}: {e}")),
+    }
+}
+
+/// A start / pause / resume / stop body, or why it is refused (400). Patterns are checked here,
+/// whatever the mirror's state: an invalid one is the caller's error, never an empty success.
+fn topics_body(body: &[u8]) -> Result<TopicsBody, String> {
+    let body: TopicsBody = serde_json::from_slice(body).map_err(|e| format!("body must be {{\"topics\": [..], …}}: {e}"))?;
+    check_patterns(&body.include, &body.exclude)?;
+    Ok(body)
 }
 
 /// Every include / exclude pattern compiles (whole-name regexes, as the engine compiles them).
