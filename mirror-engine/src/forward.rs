@@ -110,6 +110,7 @@ impl Forwarding {
         let mut backoff = Duration::from_millis(100);
         // The value: the wall-clock deadline (ms, big-endian i64), then the frame; a request
         // found after its caller gave up is not carried out.
+        let entry_frame_head = frame.get(..12).map(<[u8]>::to_vec).unwrap_or_default();
         let mut value = Vec::with_capacity(8 + frame.len());
         value.extend_from_slice(&(crate::status::now_ms() + i64::try_from(limit.as_millis()).unwrap_or(i64::MAX)).to_be_bytes());
         value.extend_from_slice(&frame);
@@ -126,6 +127,7 @@ impl Forwarding {
         let answer = tokio::time::timeout_at(deadline, rx).await;
         self.inner.pending.remove(&id);
         match answer {
+            Ok(Ok(frame)) if !answers(&entry_frame_head, &frame) => Err(ForwardError::Garbled),
             Ok(Ok(frame)) => {
                 // The answer was for us alone: removed from the topic (best effort).
                 let (destination, topic) = (destination.clone(), topic.to_owned());
@@ -150,6 +152,20 @@ pub enum ForwardError {
     Write(MirrorError),
     #[error("the active instance did not answer within {0:?} (none may be active right now); retry")]
     NoAnswer(Duration),
+    #[error("the answer found for the request is not a response to it")]
+    Garbled,
+}
+
+/// Whether `response` is a whole response frame to the request frame starting with
+/// `request_head` (size prefix, api key, version, correlation id): its size prefix matches its
+/// length and it carries the request's correlation id. What the state topic hands back is
+/// relayed to a client as is, so nothing else may pass.
+fn answers(request_head: &[u8], response: &[u8]) -> bool {
+    let (Some(size), Some(correlation)) = (response.get(..4), response.get(4..8)) else {
+        return false;
+    };
+    let size = i32::from_be_bytes([size[0], size[1], size[2], size[3]]);
+    usize::try_from(size).ok() == Some(response.len() - 4) && request_head.get(8..12) == Some(correlation)
 }
 
 /// The active instance's side: reads `topic` from where the load says and answers every request
@@ -278,6 +294,17 @@ mod tests {
         let mut huge = vec![0u8; 8];
         huge.resize(8 + MAX_FORWARDED_BYTES + 1, 0);
         assert_eq!(parse_request(&Bytes::from(huge)), None);
+    }
+
+    #[test]
+    fn only_a_whole_frame_with_the_requests_correlation_id_counts_as_its_answer() {
+        // size 12, api key 94, version 0, correlation id 7, …
+        let request = [0, 0, 0, 12, 0, 94, 0, 0, 0, 0, 0, 7];
+        assert!(answers(&request, &[0, 0, 0, 6, 0, 0, 0, 7, 1, 2]));
+        assert!(!answers(&request, &[0, 0, 0, 6, 0, 0, 0, 8, 1, 2]), "another correlation id");
+        assert!(!answers(&request, &[0, 0, 0, 9, 0, 0, 0, 7, 1, 2]), "a size prefix that lies");
+        assert!(!answers(&request, &[0, 0, 0]), "too short");
+        assert!(!answers(&[0, 0], &[0, 0, 0, 4, 0, 0, 0, 7]), "no request head");
     }
 
     #[tokio::test]
