@@ -85,9 +85,9 @@ impl Control {
     /// The topic's desired state and partition count. A topic the mirror has claimed but is
     /// still preparing (creating the destination topic, reading its id) is waited for.
     async fn check(&self, mirror: &str, topic: &str) -> Result<(Desired, usize), TopicResult> {
-        let Some(store) = self.booted_store().await else {
+        if self.booted_store().await.is_none() {
             return Err(TopicResult::err(topic, codes::COORDINATOR_LOAD_IN_PROGRESS, LOADING.into()));
-        };
+        }
         if !self.has_mirror(mirror) {
             return Err(TopicResult::err(
                 topic,
@@ -99,10 +99,9 @@ impl Control {
         loop {
             match self.inner.topics.get(topic) {
                 Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
-                // Claimed and being prepared, or recorded as the mirror's and not claimed yet
-                // (the mirror's discovery loop is about to take it up after a restart).
-                None if (self.claimed_by(topic).as_deref() == Some(mirror) || store.topic_owner(topic).is_some_and(|o| o.mirror == mirror))
-                    && tokio::time::Instant::now() < deadline => {}
+                // Claimed and being prepared — a stored topic is claimed from boot, before the
+                // mirror's discovery loop takes it up after a restart.
+                None if self.claimed_by(topic).as_deref() == Some(mirror) && tokio::time::Instant::now() < deadline => {}
                 _ => {
                     return Err(TopicResult::err(
                         topic,
