@@ -179,7 +179,7 @@ pub struct StateStore {
     /// Nothing is written unless this holds (an instance no longer the active engine).
     lease: crate::lease::Lease,
     /// The forwarded requests found unanswered at load (see `requests_at_load`).
-    requests_at_load: std::sync::Mutex<RequestsAtLoad>,
+    requests_at_load: RequestsAtLoad,
 }
 
 impl StateStore {
@@ -199,19 +199,20 @@ impl StateStore {
                 code,
             });
         }
-        let store = Self {
+        let mut store = Self {
             destination,
             topic: topic.to_owned(),
             entries: Default::default(),
             writer: Mutex::new(None),
             lease,
-            requests_at_load: Default::default(),
+            requests_at_load: RequestsAtLoad::default(),
         };
-        store.load().await?;
+        store.requests_at_load = store.load().await?;
         Ok(store)
     }
 
-    async fn load(&self) -> Result<(), MirrorError> {
+    /// Reads the state topic to its end; what it found of forwarded requests.
+    async fn load(&self) -> Result<RequestsAtLoad, MirrorError> {
         let layout = self.destination.layout(&self.topic).await?;
         let (conn, epoch) = self.destination.leader_link_in(&layout, &self.topic, 0).await?;
         let (start, end) = offsets("destination", &conn, &self.topic, 0).await?;
@@ -252,12 +253,11 @@ impl StateStore {
         entries.retain(|k, _| !k.starts_with(crate::forward::REQUEST_PREFIX) && !k.starts_with(crate::forward::RESPONSE_PREFIX));
         *self.lock() = entries;
         // Requests not answered yet are read again by the active instance (`forward::serve`).
-        *self.requests_at_load.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = RequestsAtLoad {
+        Ok(RequestsAtLoad {
             from: requests.values().copied().min().unwrap_or(end).min(end),
             end,
             pending: requests.into_keys().collect(),
-        };
-        Ok(())
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Bytes>> {
@@ -384,20 +384,17 @@ impl StateStore {
     /// Stores the answer to a management request forwarded by a standby (`forward`) and
     /// removes the request.
     pub(crate) async fn put_forwarded_answer(&self, id: &str, frame: Bytes) -> Result<(), MirrorError> {
-        let entries = vec![
-            (format!("{}{id}", crate::forward::RESPONSE_PREFIX), Some(frame)),
-            (format!("{}{id}", crate::forward::REQUEST_PREFIX), None),
-        ];
-        self.write(entries).await?;
+        let response = format!("{}{id}", crate::forward::RESPONSE_PREFIX);
+        self.write(vec![(response.clone(), Some(frame)), (format!("{}{id}", crate::forward::REQUEST_PREFIX), None)])
+            .await?;
         // Not kept in memory: only the standby that asked reads it (from the topic).
-        let mut map = self.lock();
-        map.retain(|k, _| !k.starts_with(crate::forward::RESPONSE_PREFIX));
+        self.lock().remove(&response);
         Ok(())
     }
 
     /// The forwarded requests the load found unanswered, and where reading for more starts.
     pub(crate) fn requests_at_load(&self) -> RequestsAtLoad {
-        self.requests_at_load.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+        self.requests_at_load.clone()
     }
 
     /// Writes the records of partitions whose state or progress changed since the last call.
