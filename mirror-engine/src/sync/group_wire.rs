@@ -41,7 +41,7 @@ pub type FailedGroups = Vec<(String, i16)>;
 
 /// The engine's shared control connection to broker `addr`: sync passes open no connections of
 /// their own, so the engine's connection count per broker stays fixed.
-async fn connect(cluster: &ClusterClient, addr: &str) -> Result<SharedConnection, MirrorError> {
+pub(super) async fn connect(cluster: &ClusterClient, addr: &str) -> Result<SharedConnection, MirrorError> {
     cluster.link(addr, Lane::Control).await
 }
 

@@ -49,7 +49,7 @@ async fn start_offsets(cluster: &ClusterClient, coords: &Coordinators) -> Result
                 rg
             })
             .collect();
-        let conn = cluster.link(addr, crate::links::Lane::Control).await?;
+        let conn = group_wire::connect(cluster, addr).await?;
         let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
@@ -90,7 +90,7 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
             rt
         })
         .collect();
-    let conn = cluster.link(coordinator, crate::links::Lane::Control).await?;
+    let conn = group_wire::connect(cluster, coordinator).await?;
     let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
     if resp.error_code != 0 {
         return Ok(Some(resp.error_code));
