@@ -103,7 +103,7 @@ fn identity(slot: &kmp_mirror_engine::EngineSlot) -> EngineIdentity {
 /// carried in the describe answer.
 pub(crate) async fn answer(frame: &Bytes, control: &Control, identity: EngineIdentity) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
-    if !matches!(header.api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)
+    if mutating(header.api_key)
         && let Some((code, message)) = control.follower_refusal()
     {
         // A follower changes nothing (List and Describe answer from the followed state).
