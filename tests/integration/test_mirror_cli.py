@@ -31,6 +31,16 @@ def cli_json(proxy, *args: str) -> tuple[int, dict]:
     return code, json.loads(out)
 
 
+def mirror_through_cli(proxy, source, destination, mirror: str, props, topic: str) -> None:
+    """Creates `mirror` (source settings in `props`) and starts `topic` with the CLI, then waits
+    until the destination caught up."""
+    code, r = cli_json(proxy, "--create", "--mirror", mirror, "--mirror-config", str(props))
+    assert code == 0, f"mirror created: {r}"
+    code, r = cli_json(proxy, "--start", "--mirror", mirror, "--topics", topic)
+    assert code == 0, f"topic started: {r}"
+    wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+
+
 def api_versions_keys(proxy) -> dict[int, tuple[int, int]]:
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=10) as s:
         s.sendall(kafka_wire.api_versions_v0(1))
@@ -188,11 +198,7 @@ def test_a_stored_mirror_not_started_after_a_restart_still_owns_its_topics(clust
     props.write_text(f"bootstrap.servers={source.bootstrap}\n")
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)]).start()
     try:
-        code, r = cli_json(proxy, "--create", "--mirror", "held", "--mirror-config", str(props))
-        assert code == 0, f"mirror created: {r}"
-        code, r = cli_json(proxy, "--start", "--mirror", "held", "--topics", topic)
-        assert code == 0, f"topic started: {r}"
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        mirror_through_cli(proxy, source, destination, "held", props, topic)
     finally:
         assert proxy.stop() == 0
 

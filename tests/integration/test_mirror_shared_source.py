@@ -10,7 +10,7 @@ import time
 
 from conftest import ProxyProcess, unique
 from kmp_common import established, wait_until
-from test_mirror_cli import cli_json
+from test_mirror_cli import cli_json, mirror_through_cli
 from test_mirror_engine import create, produce_plain, wait_caught_up
 from test_mirror_progress import produce_small_batches
 
@@ -56,11 +56,7 @@ def test_a_deleted_mirrors_source_connections_are_closed(clusters, workdir):
     source_ports = {int(a.rsplit(":", 1)[1]) for a in source.bootstrap.split(",")}
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(conf)]).start()
     try:
-        code, r = cli_json(proxy, "--create", "--mirror", "gone", "--mirror-config", str(props))
-        assert code == 0, f"mirror created: {r}"
-        code, r = cli_json(proxy, "--start", "--mirror", "gone", "--topics", topic)
-        assert code == 0, f"topic started: {r}"
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
+        mirror_through_cli(proxy, source, destination, "gone", props, topic)
         assert established(proxy.pid, source_ports) >= 1, "the mirror reaches its source"
         code, r = cli_json(proxy, "--stop", "--mirror", "gone", "--topics", topic)
         assert code == 0, f"topic stopped: {r}"
