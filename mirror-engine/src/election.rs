@@ -40,6 +40,9 @@ const UNKNOWN_MEMBER_ID: i16 = 25;
 const REBALANCE_IN_PROGRESS: i16 = 27;
 const MEMBER_ID_REQUIRED: i16 = 79;
 
+/// How much longer than the rebalance timeout a JoinGroup may stay unanswered.
+const JOIN_MARGIN: Duration = Duration::from_secs(5);
+
 /// How an instance takes part in the election (from `[engine]`).
 #[derive(Debug, Clone)]
 pub struct ElectionSettings {
@@ -167,10 +170,12 @@ impl Member {
                         _ = tick.tick() => {
                             if let (Some(lease), true) = (&self.lease, self.generation >= 0) {
                                 let sent = Instant::now();
-                                if let Ok(code) = heartbeat(&mut beats, &self.settings, &self.member_id, self.generation).await
-                                    && (code == 0 || code == REBALANCE_IN_PROGRESS)
-                                {
-                                    lease.extend_from(sent, self.settings.lease_for());
+                                let beat = heartbeat(&mut beats, &self.settings, &self.member_id, self.generation);
+                                match tokio::time::timeout(self.settings.session_timeout, beat).await {
+                                    Ok(Ok(code)) if code == 0 || code == REBALANCE_IN_PROGRESS => lease.extend_from(sent, self.settings.lease_for()),
+                                    Ok(_) => {}
+                                    // A coordinator that stopped answering: this session is over.
+                                    Err(_) => break Err(unanswered("Heartbeat", self.settings.session_timeout)),
                                 }
                             }
                         }
@@ -188,15 +193,8 @@ impl Member {
                 tokio::time::sleep(self.settings.heartbeat_interval).await;
                 self.demote_if_lapsed();
                 let sent = Instant::now();
-                let code = match tokio::time::timeout(
-                    self.settings.session_timeout,
-                    heartbeat(&mut beats, &self.settings, &self.member_id, self.generation),
-                )
-                .await
-                {
-                    Ok(r) => r?,
-                    Err(_) => return Err(MirrorError::aborted("destination", "heartbeat unanswered for a session timeout")),
-                };
+                let beat = heartbeat(&mut beats, &self.settings, &self.member_id, self.generation);
+                let code = bounded(self.settings.session_timeout, "Heartbeat", beat).await?;
                 match code {
                     0 => {
                         if let Some(lease) = &self.lease {
@@ -296,7 +294,8 @@ impl Member {
                 .collect();
         }
         let sent = Instant::now();
-        let resp = conn.send(&req, SYNC_VERSION).await.map_err(|e| self.destination.wrap(e))?;
+        let answer = async { conn.send(&req, SYNC_VERSION).await.map_err(|e| self.destination.wrap(e)) };
+        let resp = bounded(self.settings.session_timeout, "SyncGroup", answer).await?;
         match resp.error_code {
             0 => {}
             REBALANCE_IN_PROGRESS | ILLEGAL_GENERATION => return Ok(None),
@@ -426,7 +425,10 @@ async fn join_group(
     req.protocol_type = StrBytes::from_static_str(PROTOCOL_TYPE);
     req.protocols = vec![proto];
     req.reason = Some(StrBytes::from_static_str("kafka-mirror-proxy engine election"));
-    let resp = conn.send(&req, JOIN_VERSION).await.map_err(|e| destination.wrap(e))?;
+    // The coordinator holds a JoinGroup for up to the rebalance timeout; a margin more and it
+    // has stopped answering.
+    let answer = async { conn.send(&req, JOIN_VERSION).await.map_err(|e| destination.wrap(e)) };
+    let resp = bounded(settings.session_timeout + JOIN_MARGIN, "JoinGroup", answer).await?;
     match resp.error_code {
         0 => {}
         MEMBER_ID_REQUIRED => return Ok(JoinOutcome::MemberId(resp.member_id.as_str().to_owned())),
@@ -493,6 +495,19 @@ async fn heartbeat(conn: &mut Connection, settings: &ElectionSettings, member_id
     Ok(resp.error_code)
 }
 
+/// `request` within `limit`; past it, an error saying the coordinator left `what` unanswered
+/// (the session ends and the election starts over with a fresh coordinator lookup).
+async fn bounded<T>(limit: Duration, what: &str, request: impl std::future::Future<Output = Result<T, MirrorError>>) -> Result<T, MirrorError> {
+    match tokio::time::timeout(limit, request).await {
+        Ok(r) => r,
+        Err(_) => Err(unanswered(what, limit)),
+    }
+}
+
+fn unanswered(what: &str, limit: Duration) -> MirrorError {
+    MirrorError::aborted("destination", format!("{what} unanswered by the group coordinator within {limit:?}"))
+}
+
 fn millis(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
@@ -535,3 +550,7 @@ mod tests {
         assert_eq!(s(1_000).lease_for(), Duration::from_millis(800));
     }
 }
+
+#[cfg(test)]
+#[path = "election_tests.rs"]
+mod coordinator_tests;
