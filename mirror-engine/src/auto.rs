@@ -81,7 +81,12 @@ impl EngineSlot {
     }
 
     /// Hands a management request frame to the active instance and returns its answer frame.
+    /// A create the active instance would refuse whatever its state (unknown configs, inline
+    /// secrets) is refused here, before anything is written to the state topic.
     pub async fn forward(&self, frame: bytes::Bytes) -> Result<bytes::Bytes, crate::ForwardError> {
+        if let Some((code, message)) = crate::mirror_settings::refuse_before_handover(&frame) {
+            return Err(crate::ForwardError::Refused { code, message });
+        }
         match &self.forwarding {
             Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::forward::FORWARD_TIMEOUT).await,
             None => Err(crate::ForwardError::NoAnswer(Duration::ZERO)),

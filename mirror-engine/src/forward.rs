@@ -154,6 +154,10 @@ pub enum ForwardError {
     NoAnswer(Duration),
     #[error("the answer found for the request is not a response to it")]
     Garbled,
+    /// Refused by the standby itself (the active instance would refuse it whatever its state);
+    /// nothing was handed over.
+    #[error("{message}")]
+    Refused { code: i16, message: String },
 }
 
 /// Whether `response` is a whole response frame to the request frame starting with

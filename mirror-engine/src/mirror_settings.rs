@@ -237,6 +237,54 @@ fn apply_ops(mut def: MirrorConfig, ops: &[(String, i8, Option<String>)], allow:
     Ok(def)
 }
 
+/// What CreateClusterMirror refuses in `configs` whatever the state: unknown keys, and source
+/// security properties that do not parse or carry a secret inline (API secrets are `file:` or
+/// `env:` references). A standby checks this before it hands a create to the active instance,
+/// so what is refused is never written to the state topic.
+pub(crate) fn refuse_configs(configs: &[(String, Option<String>)]) -> Result<(), (i16, Option<String>)> {
+    let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !known_key(k)).collect();
+    if !unknown.is_empty() {
+        return Err((
+            INVALID_CONFIG,
+            Some(format!(
+                "unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?} and the client security properties {:?}",
+                kmp_config::CLIENT_SECURITY_KEYS
+            )),
+        ));
+    }
+    source_properties(&security_properties(configs))
+}
+
+/// The source connection's security properties among `configs` (blank values dropped).
+pub(crate) fn security_properties(configs: &[(String, Option<String>)]) -> kmp_config::ClientProperties {
+    let mut props = kmp_config::ClientProperties::default();
+    for (key, value) in configs {
+        if kmp_config::is_client_security_key(key)
+            && let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty())
+        {
+            props.0.insert(key.clone(), v.to_owned());
+        }
+    }
+    props
+}
+
+/// What a standby refuses itself instead of handing `frame` (a mutating mirror request) to the
+/// active instance: a create whose configs [`refuse_configs`] refuses, or one that does not
+/// decode. `None`: hand it over.
+pub(crate) fn refuse_before_handover(frame: &[u8]) -> Option<(i16, String)> {
+    use kmp_protocol::mirror_api as api;
+    let (header, mut r) = api::read_request(frame).ok()?;
+    if header.api_key != api::CREATE_CLUSTER_MIRROR {
+        return None;
+    }
+    match api::CreateRequest::decode(&mut r) {
+        Ok(req) => refuse_configs(&req.configs)
+            .err()
+            .map(|(code, message)| (code, message.unwrap_or_else(|| "mirror configs refused".into()))),
+        Err(e) => Some((INVALID_REQUEST, format!("CreateClusterMirror request does not decode: {e}"))),
+    }
+}
+
 /// Checks security properties given through the API (secrets only by reference).
 pub(crate) fn source_properties(props: &kmp_config::ClientProperties) -> Result<(), (i16, Option<String>)> {
     props
@@ -301,5 +349,43 @@ mod tests {
         let (_, msg) = apply_ops(def.clone(), &set("u:p4ss@k2.dc2.example:9092"), &allow).unwrap_err();
         assert!(!msg.unwrap().contains("p4ss"));
         assert!(apply_ops(def, &set("k2.dc2.example:9092"), &[]).is_err(), "an empty list allows nothing");
+    }
+
+    #[test]
+    fn a_standby_refuses_a_create_with_an_inline_secret_or_an_unknown_config_before_handing_it_over() {
+        use kmp_protocol::mirror_api as api;
+        let create = |configs: &[(&str, &str)]| {
+            let req = api::CreateRequest {
+                mirror_name: "m".into(),
+                configs: configs.iter().map(|(k, v)| ((*k).to_owned(), Some((*v).to_owned()))).collect(),
+            };
+            api::request_frame(api::CREATE_CLUSTER_MIRROR, 7, "t", req.encode()).to_vec()
+        };
+        let base = [
+            ("bootstrap.servers", "s:1"),
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "u"),
+        ];
+        let inline = create(&[base.as_slice(), &[("sasl.password", "hunter2")]].concat());
+        let (code, message) = refuse_before_handover(&inline).expect("an inline secret never reaches the state topic");
+        assert_eq!(code, INVALID_CONFIG);
+        assert!(!message.contains("hunter2"), "the refusal does not repeat the secret: {message}");
+        let by_reference = create(&[base.as_slice(), &[("sasl.password", "env:SRC_PASSWORD")]].concat());
+        assert_eq!(refuse_before_handover(&by_reference), None, "a reference is handed over");
+        let (code, message) = refuse_before_handover(&create(&[("bootstrap.servers", "s:1"), ("mirror.frobnicate", "1")])).expect("unknown config");
+        assert_eq!(code, INVALID_CONFIG);
+        assert!(message.contains("mirror.frobnicate"), "{message}");
+        let mut truncated = inline.clone();
+        truncated.truncate(truncated.len() - 5);
+        let size = u32::try_from(truncated.len() - 4).unwrap().to_be_bytes();
+        truncated[..4].copy_from_slice(&size);
+        assert_eq!(
+            refuse_before_handover(&truncated).map(|r| r.0),
+            Some(INVALID_REQUEST),
+            "a create that does not decode"
+        );
+        let pause = api::request_frame(api::PAUSE_MIRROR_TOPICS, 7, "t", api::TopicsRequest::default().encode(api::PAUSE_MIRROR_TOPICS));
+        assert_eq!(refuse_before_handover(&pause), None, "only a create is checked here");
     }
 }

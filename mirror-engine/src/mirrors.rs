@@ -12,7 +12,7 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
-use crate::mirror_settings::{KNOWN_KEYS, check_patterns, check_sources, csv, known_key, list_config, set_interval, source_properties};
+use crate::mirror_settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
 use crate::select::TopicSelector;
 use crate::state::{MirrorRecord, StateStore};
 use crate::{Shared, TopicContext, lifecycle};
@@ -152,15 +152,8 @@ impl Control {
         if self.has_mirror(name) {
             return (CLUSTER_MIRROR_ALREADY_EXISTS, Some(format!("cluster mirror {name} already exists")));
         }
-        let unknown: Vec<&str> = configs.iter().map(|(k, _)| k.as_str()).filter(|k| !known_key(k)).collect();
-        if !unknown.is_empty() {
-            return (
-                INVALID_CONFIG,
-                Some(format!(
-                    "unsupported mirror configs {unknown:?}; supported: {KNOWN_KEYS:?} and the client security properties {:?}",
-                    kmp_config::CLIENT_SECURITY_KEYS
-                )),
-            );
+        if let Err(e) = refuse_configs(configs) {
+            return e;
         }
         let bootstrap = csv(get("bootstrap.servers"));
         if bootstrap.is_empty() {
@@ -171,11 +164,10 @@ impl Control {
             return (INVALID_CONFIG, Some(e));
         }
         let mut def = MirrorConfig::new(name, bootstrap);
+        def.source_properties = security_properties(configs);
         for (key, value) in configs {
             if kmp_config::is_client_security_key(key) {
-                if let Some(v) = value.as_deref().map(str::trim).filter(|v| !v.is_empty()) {
-                    def.source_properties.0.insert(key.clone(), v.to_owned());
-                }
+                continue;
             } else if let Some(list) = list_config(&mut def, key) {
                 *list = csv(value.as_deref());
             } else if let Err(e) = set_interval(&mut def, key, value.as_deref()) {
@@ -184,9 +176,6 @@ impl Control {
         }
         if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));
-        }
-        if let Err(e) = source_properties(&def.source_properties) {
-            return e;
         }
         let Some(store) = booted else {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));

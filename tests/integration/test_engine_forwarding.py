@@ -8,7 +8,7 @@ writable through every instance."""
 import statistics
 import time
 
-from confluent_kafka import KafkaError
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from conftest import unique
 from kmp_common import wait_until
@@ -27,6 +27,26 @@ def timed(latencies: list, proxy, *args):
     return out
 
 
+def state_topic_bytes(bootstrap: str, topic: str) -> bytes:
+    """Every key and value of partition 0 of ``topic`` up to its end, concatenated (read from the
+    broker directly)."""
+    end = high_watermarks(bootstrap, topic, 1)[0]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("state-bytes"), "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    out, last, deadline = bytearray(), -1, time.time() + 30
+    try:
+        while last < end - 1:
+            assert time.time() < deadline, f"{topic} read up to offset {last} of {end} within 30 s"
+            for m in c.consume(1000, 0.5):
+                if m.error():
+                    continue
+                last = m.offset()
+                out += (m.key() or b"") + (m.value() or b"")
+    finally:
+        c.close()
+    return bytes(out)
+
+
 def test_every_mirror_operation_sent_to_a_standby_is_carried_out_by_the_active_instance(clusters, workdir):
     source, destination = clusters
     topic, mirror = unique("fwd"), unique("fwdm")
@@ -39,8 +59,21 @@ def test_every_mirror_operation_sent_to_a_standby_is_carried_out_by_the_active_i
         active, _ = wait_one_active(instances, "exactly one of three role-auto instances is active", ELECTION_BOUND_S)
         first, second = [i for i in instances if i is not active]
 
+        # A create the active would refuse whatever its state (a source password given inline,
+        # not by reference) is refused by the standby itself: the secret never reaches the state topic.
+        secret = unique("inline-s3cret")
+        leaky = workdir / f"{mirror}-inline.properties"
+        leaky.write_text(f"bootstrap.servers={source.bootstrap}\nsecurity.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                         f"sasl.username=mirror\nsasl.password={secret}\n")
+        code, r = cli_json(first.proxy, "--create", "--mirror", mirror, "--mirror-config", str(leaky))
+        assert code == 1 and r["error_code"] == 40 and secret not in str(r), \
+            f"standby {first.instance_id} refuses an inline source secret with INVALID_CONFIG, without echoing it: {r}"
+
         code, r = timed(latencies, first.proxy, "--create", "--mirror", mirror, "--mirror-config", str(props))
         assert code == 0 and r["error"] == "NONE", f"a create through standby {first.instance_id} is carried out: {r}"
+        stored = state_topic_bytes(destination.bootstrap, first.state_topic)
+        assert mirror.encode() in stored, "the state topic is read (it holds the mirror created since)"
+        assert secret.encode() not in stored, "the refused create's inline secret was never written to the state topic"
         code, r = timed(latencies, second.proxy, "--create", "--mirror", mirror, "--mirror-config", str(props))
         assert code == 1 and r["error_code"] == 136, f"the active's CLUSTER_MIRROR_ALREADY_EXISTS reaches the caller of standby {second.instance_id}: {r}"
         code, r = timed(latencies, second.proxy, "--start", "--mirror", mirror, "--topics", topic)

@@ -63,6 +63,7 @@ class Instance:
         self.proxy = self._spawn()
         self.logs = [self.proxy.log_path]
         self.stopped = False  # SIGSTOPped: not polled (every HTTP call would time out)
+        self.state_topic: str | None = None  # set by auto_instances
 
     def start(self) -> "Instance":
         self.proxy.start()
@@ -120,9 +121,12 @@ def auto_config(workdir, state_topic: str, session_timeout_ms: int = SESSION_TIM
 def auto_instances(destination, workdir, n: int = INSTANCES, **config):
     """``n`` role-auto proxies sharing one config (``config``: auto_config's timing settings); each
     must exit 0 on SIGTERM at the end."""
-    args = auto_config(workdir, unique("kmp-state-ha"), **config)
+    state_topic = unique("kmp-state-ha")
+    args = auto_config(workdir, state_topic, **config)
     prefix = unique("kmp-ha")
     instances = [Instance(destination, workdir, args, f"{prefix}-{i}") for i in range(n)]
+    for inst in instances:
+        inst.state_topic = state_topic
     try:
         for inst in instances:
             inst.start()

@@ -50,6 +50,7 @@ fn mutating(api_key: i16) -> bool {
 async fn forward(frame: Bytes, api_key: i16, correlation_id: i32, slot: &kmp_mirror_engine::EngineSlot) -> Bytes {
     match slot.forward(frame).await {
         Ok(answer) => answer,
+        Err(kmp_mirror_engine::ForwardError::Refused { code, message }) => error_response(api_key, correlation_id, code, &message),
         Err(e) => {
             tracing::warn!(api_key, error = %e, "management request not forwarded to the active instance");
             let code = match e {

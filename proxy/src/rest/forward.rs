@@ -121,6 +121,10 @@ pub(super) async fn mutate(method: Method, path: &[&str], body: &[u8], slot: &En
 async fn hand_over(slot: &EngineSlot, api_key: i16, body: api::W) -> Result<Bytes, Response<Full<Bytes>>> {
     let frame = api::request_frame(api_key, CORRELATION_ID, "kmp-admin", body);
     slot.forward(frame).await.map_err(|e| {
+        if let kmp_mirror_engine::ForwardError::Refused { code, message } = e {
+            // Only a create is refused before the hand-over: its statuses.
+            return json_response(create_status(code), code_json(code, Some(message)));
+        }
         tracing::warn!(api_key, error = %e, "REST request not forwarded to the active instance");
         json_response(
             StatusCode::SERVICE_UNAVAILABLE,
