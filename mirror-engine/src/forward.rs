@@ -10,10 +10,13 @@
 //! whose caller still waits. No address of the active instance, no credentials for its
 //! listener and no network path between proxies are needed: only the destination cluster.
 //!
-//! Whoever can write the state topic can already change every mirror, so a request found there
-//! is trusted as much as the state itself; it is still checked (id shape, size) and decoded by
-//! the proxy's hostile-input decoders. A request nobody answers (no active instance, or it died
-//! meanwhile) times out at the standby with a retriable error. What the requests do is the
+//! Whoever can write the state topic can already change every mirror (the proxy refuses it to
+//! its clients; the destination's ACLs must keep everyone but the proxy's principal from writing
+//! it directly), so a request found there is trusted as much as the state itself; it is still
+//! checked (id shape, size) and decoded by the proxy's hostile-input decoders, carried out once
+//! however often it appears, and at most [`MAX_SERVED_AT_ONCE`] run at once. A request nobody
+//! answers (no active instance, or it died meanwhile, or too many ran at once) times out at the
+//! standby with a retriable error. What the requests do is the
 //! proxy's `mirror_rpc`; following the topic on a standby is `follow`.
 
 use std::future::Future;
@@ -42,6 +45,8 @@ pub const MAX_FORWARDED_BYTES: usize = 1 << 20;
 pub const FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one tailing Fetch waits for a new entry.
 const LONG_POLL_MS: i32 = 500;
+/// The pause after a tailing Fetch that brought nothing new.
+const IDLE_PAUSE: Duration = Duration::from_millis(20);
 
 /// Answers one request frame with a response frame (`None`: the frame is not a request this
 /// handler answers; the standby times out).
@@ -54,10 +59,41 @@ pub struct Forwarding {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
     pending: DashMap<String, oneshot::Sender<Bytes>>,
     handler: OnceLock<RequestHandler>,
+    /// Forwarded requests being carried out now (by id): one found twice runs once.
+    serving: DashMap<String, ()>,
+    /// Bounds how many forwarded requests run at once, whatever the state topic holds.
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many forwarded requests the active instance carries out at once; more found meanwhile
+/// are left unanswered (their callers time out with a retriable error).
+pub const MAX_SERVED_AT_ONCE: usize = 32;
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            pending: DashMap::new(),
+            handler: OnceLock::new(),
+            serving: DashMap::new(),
+            slots: Arc::new(tokio::sync::Semaphore::new(MAX_SERVED_AT_ONCE)),
+        }
+    }
+}
+
+/// A caller's entry in `pending`, removed however its wait ends (answered, timed out, or the
+/// caller's future dropped because its client went away).
+struct Waiting<'a> {
+    pending: &'a DashMap<String, oneshot::Sender<Bytes>>,
+    id: &'a str,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.pending.remove(self.id);
+    }
 }
 
 /// A fresh request id: 32 lowercase hex digits, unique across instances (randomly keyed hashes
@@ -105,6 +141,10 @@ impl Forwarding {
         let id = new_id();
         let (tx, rx) = oneshot::channel();
         self.inner.pending.insert(id.clone(), tx);
+        let waiting = Waiting {
+            pending: &self.inner.pending,
+            id: &id,
+        };
         let deadline = tokio::time::Instant::now() + limit;
         // Retried while the state topic is being created or its leader moves, within `limit`.
         let mut backoff = Duration::from_millis(100);
@@ -117,7 +157,6 @@ impl Forwarding {
         let entry = [(format!("{REQUEST_PREFIX}{id}"), Some(Bytes::from(value)))];
         while let Err(e) = append(destination, topic, &entry).await {
             if tokio::time::Instant::now() + backoff > deadline {
-                self.inner.pending.remove(&id);
                 return Err(ForwardError::Write(e));
             }
             debug!(error = %e, "cannot hand the request over yet; retrying");
@@ -125,7 +164,7 @@ impl Forwarding {
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
         let answer = tokio::time::timeout_at(deadline, rx).await;
-        self.inner.pending.remove(&id);
+        drop(waiting);
         match answer {
             Ok(Ok(frame)) if !answers(&entry_frame_head, &frame) => Err(ForwardError::Garbled),
             Ok(Ok(frame)) => {
@@ -210,6 +249,7 @@ pub(crate) async fn serve(
         match fetched {
             Ok(f) => {
                 backoff = Duration::from_millis(100);
+                let before = next;
                 for (header, batch) in &f.batches {
                     let entries = match decode_entries(batch) {
                         Ok(e) => e,
@@ -227,6 +267,14 @@ pub(crate) async fn serve(
                         }
                     }
                     next = next.max(header.next_offset());
+                }
+                if next == before {
+                    // Nothing new (a long poll that ended empty, or a broker answering at once
+                    // with nothing): a short pause, so no answer shape makes this spin.
+                    tokio::select! {
+                        _ = tokio::time::sleep(IDLE_PAUSE) => {}
+                        _ = stop.changed() => return,
+                    }
                 }
             }
             Err(e) => {
@@ -262,8 +310,12 @@ fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Byt
     let Some(handler) = forwarding.inner.handler.get().cloned() else {
         return;
     };
+    let Some(serving) = Serving::claim(&forwarding.inner, id) else {
+        return;
+    };
     let (store, id) = (store.clone(), id.to_owned());
     tokio::spawn(async move {
+        let _serving = serving;
         let Some(response) = handler(frame).await else {
             warn!(%id, "forwarded request not answered: not a management request this instance answers");
             return;
@@ -273,6 +325,45 @@ fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Byt
             Err(e) => warn!(%id, error = %e, "cannot store the answer to a forwarded request"),
         }
     });
+}
+
+/// One forwarded request being carried out: its slot and its id in `serving`, both given back
+/// when it ends.
+struct Serving {
+    inner: Arc<Inner>,
+    id: String,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Serving {
+    /// Claims a slot for request `id`; `None` when it runs already or every slot is taken.
+    fn claim(inner: &Arc<Inner>, id: &str) -> Option<Self> {
+        use dashmap::mapref::entry::Entry;
+        let Ok(slot) = inner.slots.clone().try_acquire_owned() else {
+            warn!(%id, limit = MAX_SERVED_AT_ONCE, "too many forwarded requests at once; this one is left unanswered (its caller retries)");
+            return None;
+        };
+        match inner.serving.entry(id.to_owned()) {
+            Entry::Occupied(_) => {
+                debug!(%id, "forwarded request found again while it runs; carried out once");
+                None
+            }
+            Entry::Vacant(v) => {
+                v.insert(());
+                Some(Self {
+                    inner: inner.clone(),
+                    id: id.to_owned(),
+                    _slot: slot,
+                })
+            }
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.inner.serving.remove(&self.id);
+    }
 }
 
 #[cfg(test)]
@@ -320,5 +411,37 @@ mod tests {
         f.deliver(&"a".repeat(32), b"mine");
         assert_eq!(rx.await.unwrap(), Bytes::from_static(b"mine"));
         assert!(f.inner.pending.is_empty());
+    }
+
+    #[test]
+    fn a_request_runs_once_however_often_it_is_found_and_never_more_than_the_limit_at_once() {
+        let f = Forwarding::default();
+        let first = Serving::claim(&f.inner, &"a".repeat(32)).expect("a free slot");
+        assert!(Serving::claim(&f.inner, &"a".repeat(32)).is_none(), "the same id while it runs");
+        drop(first);
+        assert!(Serving::claim(&f.inner, &"a".repeat(32)).is_some(), "once it ended it may run again");
+        let held: Vec<_> = (0..MAX_SERVED_AT_ONCE)
+            .map(|i| Serving::claim(&f.inner, &format!("{i:032x}")).expect("within the limit"))
+            .collect();
+        assert!(Serving::claim(&f.inner, &"b".repeat(32)).is_none(), "past the limit");
+        drop(held);
+        assert!(f.inner.serving.is_empty(), "every id given back");
+        assert!(Serving::claim(&f.inner, &"b".repeat(32)).is_some(), "slots given back");
+    }
+
+    #[tokio::test]
+    async fn a_caller_that_goes_away_leaves_no_waiting_entry_behind() {
+        let f = Forwarding::default();
+        // Nothing listens here: the append retries until the caller is dropped.
+        let destination = ClusterClient::new("destination", vec!["127.0.0.1:1".into()], Duration::from_millis(50));
+        let call = f.forward(
+            &destination,
+            "t",
+            Bytes::from_static(&[0, 0, 0, 8, 0, 94, 0, 0, 0, 0, 0, 1]),
+            Duration::from_secs(30),
+        );
+        let gave_up = tokio::time::timeout(Duration::from_millis(300), call).await;
+        assert!(gave_up.is_err(), "still waiting when the caller went away");
+        assert!(f.inner.pending.is_empty(), "the dropped caller's entry is gone");
     }
 }
