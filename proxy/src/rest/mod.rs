@@ -1,9 +1,9 @@
 //! Mirror management over HTTP on the admin endpoint, under `/v1`: create, list, describe and
 //! delete mirrors, start / pause / resume / stop (failover) mirror topics, show and change the
 //! log filter (`/v1/log-level`, owned by `logging`), and the OpenAPI document
-//! (`/v1/openapi.json`). Every route needs a loopback caller (IPv4, IPv6 or IPv4-mapped) or
-//! `Authorization: Bearer <admin.token>` ([`AdminAuth`]); reads are open to everyone with
-//! `security.admin_read_open`. The operations and their KIP-1279 error codes are the
+//! (`/v1/openapi.json`). Every route needs a loopback caller (IPv4, IPv6 or IPv4-mapped; not a
+//! browser sent by another site, see `origin`) or `Authorization: Bearer <admin.token>`
+//! ([`AdminAuth`]); reads are open to everyone with `security.admin_read_open`. The operations and their KIP-1279 error codes are the
 //! engine's (`kmp_mirror_engine::Control`); this module only maps them to HTTP and JSON.
 
 use std::net::SocketAddr;
@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 const MAX_BODY: usize = 1024 * 1024;
 
 mod forward;
+mod origin;
 
 /// Body of the start / pause / resume / stop routes.
 #[derive(Debug, Deserialize)]
@@ -78,11 +79,26 @@ enum Denied {
     NoTokenConfigured,
 }
 
+/// A loopback peer whose request a browser may have been made to send for another site
+/// (`origin`): let in only with the token, like a remote caller.
+struct NotLocal(&'static str);
+
 impl AdminAuth<'_> {
-    fn caller(&self, headers: &HeaderMap, peer: SocketAddr) -> Result<(), Denied> {
+    /// Whether the caller is let in; besides the refusal, the reason a loopback peer was not
+    /// exempted, if it was not.
+    fn caller(&self, headers: &HeaderMap, peer: SocketAddr, mutation: bool) -> Result<(), (Denied, Option<NotLocal>)> {
+        let mut not_local = None;
         if kmp_config::is_loopback(peer.ip()) {
-            return Ok(());
+            match origin::foreign(headers, mutation) {
+                None => return Ok(()),
+                Some(why) => not_local = Some(NotLocal(why)),
+            }
         }
+        self.bearer(headers).map_err(|d| (d, not_local))
+    }
+
+    /// Whether the caller sent the configured token.
+    fn bearer(&self, headers: &HeaderMap) -> Result<(), Denied> {
         let Some(token) = self.token else { return Err(Denied::NoTokenConfigured) };
         let given = headers
             .get(hyper::header::AUTHORIZATION)
@@ -100,8 +116,9 @@ impl AdminAuth<'_> {
         if self.read_open {
             return None;
         }
-        self.caller(headers, peer).err().map(|d| match d {
-            Denied::NoToken => {
+        self.caller(headers, peer, false).err().map(|(d, not_local)| match (d, not_local) {
+            (_, Some(NotLocal(why))) => not_local_refusal(why),
+            (Denied::NoToken, None) => {
                 let mut r = error(
                     StatusCode::UNAUTHORIZED,
                     "read routes need a loopback caller or `Authorization: Bearer <admin.token>` (or security.admin_read_open = true)",
@@ -111,7 +128,7 @@ impl AdminAuth<'_> {
                 }
                 r
             }
-            Denied::NoTokenConfigured => error(
+            (Denied::NoTokenConfigured, None) => error(
                 StatusCode::FORBIDDEN,
                 "read routes answer non-loopback callers only with admin.token (KMP_ADMIN_TOKEN) set on the proxy and sent as `Authorization: Bearer`, or with security.admin_read_open = true",
             ),
@@ -120,13 +137,22 @@ impl AdminAuth<'_> {
 
     /// A mutating route: the answer to send instead (403), if the caller is refused.
     fn refuse_mutation(&self, headers: &HeaderMap, peer: SocketAddr) -> Option<Response<Full<Bytes>>> {
-        self.caller(headers, peer).err().map(|_| {
-            error(
+        self.caller(headers, peer, true).err().map(|(_, not_local)| match not_local {
+            Some(NotLocal(why)) => not_local_refusal(why),
+            None => error(
                 StatusCode::FORBIDDEN,
                 "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`",
-            )
+            ),
         })
     }
+}
+
+/// 403 for a loopback peer not taken as the local machine's own.
+fn not_local_refusal(why: &str) -> Response<Full<Bytes>> {
+    error(
+        StatusCode::FORBIDDEN,
+        &format!("a loopback caller is let in without `Authorization: Bearer <admin.token>` only when it is no browser sent by another site: {why}"),
+    )
 }
 
 /// Handles a `/v1/…` request.
@@ -536,6 +562,40 @@ mod tests {
         assert!(body.contains("filter"), "{body}");
         let (status, _, _) = call("PUT", "/v1/mirrors", "{}", "127.0.0.1:1", None, NO_TOKEN).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "PUT is only the log level's");
+    }
+
+    #[tokio::test]
+    async fn a_loopback_request_a_browser_was_made_to_send_for_another_site_needs_the_token() {
+        let send = |headers: &'static [(&'static str, &'static str)], method: &'static str, auth: AdminAuth<'static>| async move {
+            let mut req = Request::builder().method(method).uri("/v1/mirrors/nope/pause");
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let req = req.body(Full::new(Bytes::from_static(br#"{"topics":[]}"#))).unwrap();
+            let resp = handle(req, "127.0.0.1:5000".parse().unwrap(), auth, &control(), None, None).await;
+            let status = resp.status();
+            (
+                status,
+                String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned(),
+            )
+        };
+        let cross = &[("host", "127.0.0.1:9644"), ("origin", "https://evil.example"), ("content-type", "text/plain")];
+        let (status, body) = send(cross, "POST", NO_TOKEN).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "a cross-site form post: {body}");
+        assert!(body.contains("Origin"), "{body}");
+        let rebound = &[("host", "evil.example:9644")];
+        let (status, body) = send(rebound, "GET", NO_TOKEN).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "a read under a rebound DNS name: {body}");
+        let with_token = &[("host", "evil.example:9644"), ("authorization", "Bearer let-me-in")];
+        let (status, body) = send(with_token, "POST", WITH_TOKEN).await;
+        assert_eq!(
+            status,
+            StatusCode::NOT_FOUND,
+            "the token still lets it in (and the mirror does not exist): {body}"
+        );
+        let dashboard = &[("host", "127.0.0.1:9644"), ("origin", "http://127.0.0.1:9644")];
+        let (status, body) = send(dashboard, "POST", NO_TOKEN).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "the dashboard's own same-origin post is let in: {body}");
     }
 
     #[tokio::test]
