@@ -1,8 +1,9 @@
 """Initial-copy progress through the CLI against real clusters: `mirrors --describe` shows each
-topic's records remaining, ≈bytes remaining, rate and ETA while a 200k-record backlog is copied
+topic's records remaining, ≈bytes remaining, rate and ETA while a 60k-record backlog is copied
 (and "caught up" afterwards), and a graceful stop run on a terminal redraws a progress line with
 the remaining records before it fails over. The copy is slowed by 1 KiB per-partition Fetches of
-small source batches so it lasts long enough to be watched."""
+small source batches so it lasts long enough to be watched (tens of seconds idle; a loaded CI
+machine copied only 350-900 records/s this way, so the graceful stop gets four minutes)."""
 
 import json
 import os
@@ -18,7 +19,7 @@ from kmp_common import wait_until
 from test_mirror_engine import create, high_watermarks
 
 PARTITIONS = 2
-RECORDS = 200_000
+RECORDS = 60_000
 
 
 def slow_mirror_config(workdir, source, topic: str, name: str) -> list[str]:
@@ -116,7 +117,7 @@ def test_describe_shows_the_initial_copy_draining_and_a_graceful_stop_shows_prog
 
         # A graceful stop waits for the rest of the copy, drawing the progress on the terminal.
         code, shown = run_on_terminal([str(PROXY_BIN), "mirrors", "--bootstrap-server", proxy.bootstrap, "--stop", "--mirror", "prog",
-                                       "--topics", topic, "--graceful-timeout-ms", "180000"], timeout=200)
+                                       "--topics", topic, "--graceful-timeout-ms", "240000"], timeout=260)
         copy_s = time.time() - started
         assert code == 0, f"graceful stop succeeded:\n{shown}"
         waits = [s for s in shown.split("\r") if "records remaining" in s]

@@ -1,7 +1,8 @@
 """A source record never becomes a filler (issue #10), against real clusters.
 
-* **Log start inside a batch before the mirror starts.** A batching producer (lz4, linger.ms=10000: flush sends at once, so a loaded machine cannot split a batch)
-  writes whole batches of 100 records per partition; DeleteRecords moves the source log start
+* **Log start inside a batch before the mirror starts.** Whole gzip batches of 100 records per
+  partition, each built here and written by one Produce request (a client's linger cannot promise
+  that: under load librdkafka sent 15 of 300 records ahead of the rest); DeleteRecords moves the source log start
   inside a batch (partition 0 to 37 inside batch 0-99, partition 1 to 150 inside batch 100-199),
   onto a batch boundary (partition 2 to 100) or leaves it (partition 3). The layout is checked on
   the source's own Fetch response before the mirror starts.
@@ -25,11 +26,13 @@ from __future__ import annotations
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 import kafka_wire
 from conftest import ProxyProcess, unique, wait_for_leader
@@ -37,27 +40,49 @@ from test_mirror_engine import create, produce_transactions, wait_caught_up
 from test_mirror_failover import call, states
 from test_mirror_faults import mirror_config
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+import sec_wire as w  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 MIRROR_CHECK = REPO / "tests" / "clients" / "java" / "MirrorCheck.java"
 FILLER_KEY = b"__kmp_filler"
 FILLER_HEADERS = (("kmp-filler", b"1"),)
 PARTITIONS = 4
-BATCHING = {"compression.type": "lz4", "linger.ms": 10_000, "batch.size": 4 * 1024 * 1024, "batch.num.messages": 100_000}
+GZIP = 1  # the record batch attribute's compression codec
 
 
 # ---- source side --------------------------------------------------------------------------------
 
 def produce_batches(bootstrap: str, topic: str, per_partition: int, tag: str) -> None:
-    """``per_partition`` records to every partition in one go: one lz4 batch per partition (checked
-    by the caller on the source's Fetch response). Keys, null keys and values, headers."""
-    p = Producer({"bootstrap.servers": bootstrap, **BATCHING})
+    """``per_partition`` records to every partition as one gzip batch each, all in one Produce
+    request to ``bootstrap`` (the source's only broker, leader of every partition). Keys, null keys
+    and values, headers. The batches are built here, so their layout does not depend on timing."""
+    batches = {}
     for part in range(PARTITIONS):
+        b = MemoryRecordsBuilder(magic=2, compression_type=GZIP, batch_size=16 << 20)
         for i in range(per_partition):
             key = None if i % 9 == 4 else f"{tag}-k{i % 17}".encode()
             value = None if i % 13 == 6 else f"{tag}-p{part}-{i}".encode() * (1 + i % 4)
-            headers = [("h", f"{tag}-{i}".encode()), ("empty", b"")] if i % 3 else None
-            p.produce(topic, key=key, value=value, headers=headers, partition=part)
-    assert p.flush(30) == 0
+            headers = [("h", f"{tag}-{i}".encode()), ("empty", b"")] if i % 3 else []
+            assert b.append(timestamp=None, key=key, value=value, headers=headers) is not None, "the batch has room"
+        b.close()
+        batches[part] = bytes(b.buffer())
+    host, port = bootstrap.rsplit(":", 1)
+    deadline = time.time() + 30
+    while batches:
+        parts = [w.i32(p) + w.bytes_field(batch) for p, batch in batches.items()]
+        body = w.string(None) + w.i16(-1) + w.i32(30_000) + w.array([w.string(topic) + w.array(parts)])
+        answer = w.parse_produce_v7(w.roundtrip(host, int(port), w.request(w.PRODUCE, 7, 1, body)))
+        assert sorted(answer) == [(topic, p) for p in batches], f"an answer for every partition sent: {answer}"
+        for (_, p), (code, _) in answer.items():
+            # A just-created topic's partition may not have its leader yet (3, 6): nothing was
+            # appended, so sending it again cannot duplicate it.
+            assert code in (0, 3, 6), f"{topic}-{p}: the batch appended or refused retriably: {answer}"
+            if code == 0:
+                del batches[p]
+        assert time.time() < deadline or not batches, f"partitions {sorted(batches)} still without a leader after 30s: {answer}"
+        if batches:
+            time.sleep(0.2)
 
 
 def delete_records(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
