@@ -74,6 +74,33 @@ def clusters(workdir):
         dst.stop()
 
 
+def down_brokers(cluster: KafkaCluster) -> list[int]:
+    """The cluster's own brokers (1..n; not ones a test added) that are not running."""
+    return [i for i in range(1, cluster.n + 1) if i not in cluster.procs or cluster.procs[i].poll() is not None]
+
+
+@pytest.fixture(autouse=True)
+def clusters_left_whole(request):
+    """After each test that used the shared clusters: every broker they started with is running
+    again. A test that left one down fails here, naming the broker and its log, instead of the
+    tests after it failing with misleading messages (a broker missing from metadata). The broker is
+    started again once so that the rest of the session keeps its clusters."""
+    yield
+    if "clusters" not in request.fixturenames:
+        return
+    problems = []
+    for cluster in request.getfixturevalue("clusters"):
+        for i in down_brokers(cluster):
+            problems.append(f"{cluster.name} broker {i} was left down (log: {cluster.dir}/broker-{i}.log)")
+            cluster.procs.pop(i, None)
+            try:
+                cluster.start_broker(i)
+            except (RuntimeError, TimeoutError) as e:
+                problems.append(f"starting it again failed: {e}")
+    if problems:
+        pytest.fail("this test left the shared clusters degraded: " + "; ".join(problems), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def destination(clusters) -> KafkaCluster:
     return clusters[1]
