@@ -40,11 +40,15 @@ from proxy_bench import PRODUCER_RE, cpu_seconds, java  # noqa: E402
 TOPIC = "bench"
 
 
-def producer_perf(cp: str, bootstrap: str, topic: str, records: int, rate: int = -1, timeout: int = 1800) -> dict:
+def producer_perf(cp: str, bootstrap: str, topic: str, records: int, rate: int = -1, timeout: int = 1800,
+                  batch_bytes: int = 131072) -> dict:
+    """ProducerPerformance: ``records`` 1 KiB records, lz4, acks=all; linger.ms=10 with batches of up
+    to ``batch_bytes`` (below about 1.1 KiB every batch holds one record; linger is then 0)."""
+    linger = 10 if batch_bytes > 2048 else 0
     out = subprocess.run(["java", "-Xmx1g", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                           "--num-records", str(records), "--record-size", "1024", "--throughput", str(rate),
                           "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "compression.type=lz4",
-                          "linger.ms=10", "batch.size=131072"], capture_output=True, text=True, timeout=timeout)
+                          f"linger.ms={linger}", f"batch.size={batch_bytes}"], capture_output=True, text=True, timeout=timeout)
     if out.returncode != 0:
         raise RuntimeError(f"ProducerPerformance failed:\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     m = PRODUCER_RE.findall(out.stdout)[-1]
@@ -197,6 +201,9 @@ def main() -> int:
     ap.add_argument("--also", action="append", default=[],
                     help="NAME=PATH: also measure another kafka-mirror-proxy build (e.g. an older commit) in the same run")
     ap.add_argument("--binary", help="kafka-mirror-proxy binary to measure (default: build this tree's release binary)")
+    ap.add_argument("--source-batch-bytes", type=int, default=131072,
+                    help="batch.size of the source fill (bytes; 1024 gives one record per batch, the case where "
+                         "a mirror that keeps the source's batches writes one batch per record)")
     ap.add_argument("--out", default=str(REPO / "docs" / "mirror-benchmark.md"))
     args = ap.parse_args()
 
@@ -210,7 +217,7 @@ def main() -> int:
     try:
         create_topic(cp, src.bootstrap, TOPIC, parts)
         t = time.time()
-        prep = producer_perf(cp, src.bootstrap, TOPIC, n)
+        prep = producer_perf(cp, src.bootstrap, TOPIC, n, batch_bytes=args.source_batch_bytes)
         print(f"source filled: {n} records in {time.time() - t:.0f}s ({prep['mb_s']:.1f} MB/s)", flush=True)
         expected = watermarks(src.bootstrap, TOPIC, parts) or []
 
@@ -263,10 +270,12 @@ def main() -> int:
     ceiling = results["ceiling"]
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, Kafka 4.1.2, 1-broker source and"
              f" 1-broker destination on loopback, topic `{TOPIC}`: {parts} partitions, {n:,} records of 1 KiB ({mb / 1000:.2f} GB),"
-             " lz4, produced by ProducerPerformance (acks=all, linger.ms=10, batch.size=131072).",
+             " lz4, produced by ProducerPerformance (acks=all, "
+             + (f"linger.ms=10, batch.size={args.source_batch_bytes})." if args.source_batch_bytes > 2048
+                else f"linger.ms=0, batch.size={args.source_batch_bytes}: one record per batch)."),
              f"Command: `python3 bench/mirror_bench.py --records {n} --partitions {parts} --rate {args.rate} --lag-seconds {args.lag_seconds}"
-             f" --mm2-tasks {args.mm2_tasks}" + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
-             f"Destination produce ceiling (ProducerPerformance straight into the destination, same settings): "
+             f" --mm2-tasks {args.mm2_tasks} --source-batch-bytes {args.source_batch_bytes}" + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
+             f"Destination produce ceiling (ProducerPerformance straight into the destination, linger.ms=10, batch.size=131072): "
              f"{ceiling['rec_s']:,.0f} records/s, {ceiling['mb_s']:.1f} MB/s.", "",
              "| mirror | startup s | copy s | records/s | MB/s | % of ceiling | CPU s (all / copy) | MB per copy CPU s | offsets identical |"
              f" lag p50 / p99 / max at {args.rate} rec/s | added by the mirror p50 / p99 |",
