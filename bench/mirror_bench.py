@@ -40,11 +40,17 @@ from proxy_bench import PRODUCER_RE, cpu_seconds, java  # noqa: E402
 TOPIC = "bench"
 
 
+def source_linger_ms(batch_bytes: int) -> int:
+    """linger.ms of a fill with batches of up to ``batch_bytes``: 10, or 0 where a batch holds a
+    single 1 KiB record anyway (below about 1.1 KiB)."""
+    return 10 if batch_bytes > 2048 else 0
+
+
 def producer_perf(cp: str, bootstrap: str, topic: str, records: int, rate: int = -1, timeout: int = 1800,
                   batch_bytes: int = 131072) -> dict:
     """ProducerPerformance: ``records`` 1 KiB records, lz4, acks=all; linger.ms=10 with batches of up
-    to ``batch_bytes`` (below about 1.1 KiB every batch holds one record; linger is then 0)."""
-    linger = 10 if batch_bytes > 2048 else 0
+    to ``batch_bytes`` (see :func:`source_linger_ms`)."""
+    linger = source_linger_ms(batch_bytes)
     out = subprocess.run(["java", "-Xmx1g", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
                           "--num-records", str(records), "--record-size", "1024", "--throughput", str(rate),
                           "--producer-props", f"bootstrap.servers={bootstrap}", "acks=all", "compression.type=lz4",
@@ -268,11 +274,11 @@ def main() -> int:
         dst.stop()
 
     ceiling = results["ceiling"]
+    src_linger = source_linger_ms(args.source_batch_bytes)
     lines = [f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores, Kafka 4.1.2, 1-broker source and"
              f" 1-broker destination on loopback, topic `{TOPIC}`: {parts} partitions, {n:,} records of 1 KiB ({mb / 1000:.2f} GB),"
-             " lz4, produced by ProducerPerformance (acks=all, "
-             + (f"linger.ms=10, batch.size={args.source_batch_bytes})." if args.source_batch_bytes > 2048
-                else f"linger.ms=0, batch.size={args.source_batch_bytes}: one record per batch)."),
+             f" lz4, produced by ProducerPerformance (acks=all, linger.ms={src_linger},"
+             f" batch.size={args.source_batch_bytes}" + ("" if src_linger else ": one record per batch") + ").",
              f"Command: `python3 bench/mirror_bench.py --records {n} --partitions {parts} --rate {args.rate} --lag-seconds {args.lag_seconds}"
              f" --mm2-tasks {args.mm2_tasks} --source-batch-bytes {args.source_batch_bytes}" + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
              f"Destination produce ceiling (ProducerPerformance straight into the destination, linger.ms=10, batch.size=131072): "

@@ -92,7 +92,6 @@ def clusters_left_whole(request):
     for cluster in request.getfixturevalue("clusters"):
         for i in down_brokers(cluster):
             problems.append(f"{cluster.name} broker {i} was left down (log: {cluster.dir}/broker-{i}.log)")
-            cluster.procs.pop(i, None)
             try:
                 cluster.start_broker(i)
             except (RuntimeError, TimeoutError) as e:

@@ -36,6 +36,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 import kafka_wire
 from conftest import ProxyProcess, unique, wait_for_leader
+from kmp_common import wait_until
 from test_mirror_engine import create, produce_transactions, wait_caught_up
 from test_mirror_failover import call, states
 from test_mirror_faults import mirror_config
@@ -68,8 +69,9 @@ def produce_batches(bootstrap: str, topic: str, per_partition: int, tag: str) ->
         b.close()
         batches[part] = bytes(b.buffer())
     host, port = bootstrap.rsplit(":", 1)
-    deadline = time.time() + 30
-    while batches:
+
+    def send_waiting() -> bool:
+        """Sends the batches not appended yet; True once every one is."""
         parts = [w.i32(p) + w.bytes_field(batch) for p, batch in batches.items()]
         body = w.string(None) + w.i16(-1) + w.i32(30_000) + w.array([w.string(topic) + w.array(parts)])
         answer = w.parse_produce_v7(w.roundtrip(host, int(port), w.request(w.PRODUCE, 7, 1, body)))
@@ -80,9 +82,9 @@ def produce_batches(bootstrap: str, topic: str, per_partition: int, tag: str) ->
             assert code in (0, 3, 6), f"{topic}-{p}: the batch appended or refused retriably: {answer}"
             if code == 0:
                 del batches[p]
-        assert time.time() < deadline or not batches, f"partitions {sorted(batches)} still without a leader after 30s: {answer}"
-        if batches:
-            time.sleep(0.2)
+        return not batches
+
+    wait_until(f"every partition of {topic} appended its batch (a leader for each)", send_waiting, timeout=30, interval=0.2)
 
 
 def delete_records(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
