@@ -156,7 +156,9 @@ pub struct ProducerFields {
 }
 
 /// Copies `batch` with the producer fields replaced, the transactional bit cleared and the CRC
-/// recomputed. The records section (compressed or not) is copied byte for byte.
+/// recomputed. The records section (compressed or not) is copied byte for byte. The batch's own
+/// CRC is checked first, in the same pass over the records: a batch corrupted on its way from
+/// the source must not reach the destination under a fresh, valid CRC.
 pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes, ProtocolError> {
     let h = parse_header(batch)?;
     if batch.len() != h.size() {
@@ -165,6 +167,17 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     if h.is_control() {
         return Err(malformed("control batches cannot be produced; they become fillers".into()));
     }
+    // CRC-32C of attributes..end = the header part combined with the records part, so the
+    // records are read once for the check and the new CRC.
+    let records_crc = crc32c::crc32c(&batch[HEADER_SIZE..]);
+    let records_len = batch.len() - HEADER_SIZE;
+    let stored = crc32c::crc32c_combine(crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc, records_len);
+    if stored != h.crc {
+        return Err(malformed(format!(
+            "batch at offset {} fails its CRC (stored {:#010x}, computed {stored:#010x}): corrupted",
+            h.base_offset, h.crc
+        )));
+    }
     let mut b = BytesMut::from(batch);
     b[0..8].copy_from_slice(&0i64.to_be_bytes());
     b[12..16].copy_from_slice(&(-1i32).to_be_bytes());
@@ -172,7 +185,7 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     b[43..51].copy_from_slice(&fields.producer_id.to_be_bytes());
     b[51..53].copy_from_slice(&fields.producer_epoch.to_be_bytes());
     b[53..57].copy_from_slice(&fields.base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c(&b[ATTRIBUTES_OFFSET..]);
+    let crc = crc32c::crc32c_combine(crc32c::crc32c(&b[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc, records_len);
     b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(b.freeze())
 }
@@ -292,6 +305,25 @@ mod tests {
             let keys: Vec<_> = decoded.records.iter().map(|r| r.key.clone().unwrap()).collect();
             assert_eq!(keys, (0..5).map(|i| Bytes::from(format!("k{i}"))).collect::<Vec<_>>());
             assert!(decoded.records.iter().all(|r| r.producer_id == 77 && !r.transactional));
+        }
+    }
+
+    #[test]
+    fn a_batch_corrupted_on_its_way_from_the_source_is_refused_not_given_a_fresh_crc() {
+        for compression in [Compression::None, Compression::Lz4] {
+            let original = encoded(compression, false, 5, 9);
+            // A flipped bit in the records, in a covered header field, and in the CRC itself.
+            for at in [original.len() - 2, HEADER_SIZE + 1, ATTRIBUTES_OFFSET + 4, CRC_OFFSET + 1] {
+                let mut bad = BytesMut::from(&original[..]);
+                bad[at] ^= 0x10;
+                let e = rewrite_for_produce(&bad, FIELDS).expect_err("a corrupt batch must be refused");
+                assert!(e.to_string().contains("CRC"), "{compression:?} byte {at}: {e}");
+            }
+            // Fields outside the CRC (base offset, leader epoch) may differ: the broker sets them.
+            let mut moved = BytesMut::from(&original[..]);
+            moved[0..8].copy_from_slice(&1234i64.to_be_bytes());
+            moved[12..16].copy_from_slice(&7i32.to_be_bytes());
+            assert!(rewrite_for_produce(&moved, FIELDS).is_ok());
         }
     }
 

@@ -35,14 +35,14 @@ pub enum Piece {
 pub struct RawRecord {
     pub offset: i64,
     pub timestamp: i64,
-    attributes: u8,
-    body: Bytes,
+    pub(crate) attributes: u8,
+    pub(crate) body: Bytes,
 }
 
 const TIMESTAMP_TYPE_BIT: i16 = 1 << 3;
 const DELETE_HORIZON_BIT: i16 = 1 << 6;
 
-fn err(detail: String) -> ProtocolError {
+pub(crate) fn err(detail: String) -> ProtocolError {
     ProtocolError::Malformed {
         what: "record batch",
         detail,
@@ -98,8 +98,13 @@ fn compress(codec: i16, raw: &[u8]) -> Result<BytesMut, ProtocolError> {
 /// Every record of `batch` (described by `header`), in order, checked against the header: the
 /// announced count, offsets strictly increasing inside the batch's offset range, nothing left over.
 pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, ProtocolError> {
-    let section = decompress(batch, header)?;
     let at = header.base_offset;
+    // Re-encoded records get a new CRC: the source's must hold first (as `rewrite_for_produce`
+    // checks it for batches written whole).
+    if !crate::batch::crc_is_valid(batch.get(..header.size()).unwrap_or(batch)) {
+        return Err(err(format!("batch at {at} fails its CRC: corrupted")));
+    }
+    let section = decompress(batch, header)?;
     let mut c = Cursor::new(&section, 0, "record", Side::Broker);
     // Each record takes at least 7 bytes: a count from the header is checked against that.
     let count = usize::try_from(header.records_count).map_err(|_| err(format!("batch at {at}: negative record count")))?;
@@ -150,7 +155,7 @@ pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, Pr
 
 /// Encodes `run` (contiguous offsets) as one batch with `header`'s codec, timestamp type and
 /// producer fields.
-fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, ProtocolError> {
+pub(crate) fn encode_run(run: &[RawRecord], header: &BatchHeader) -> Result<Bytes, ProtocolError> {
     let (Some(first), Some(last)) = (run.first(), run.last()) else {
         return Err(err("empty run".into()));
     };

@@ -175,6 +175,8 @@ fn duplicate_header_keys_and_raw_bytes_survive_re_encoding() {
     b.put_i32(-1);
     b.put_i32(2);
     b.put_slice(&raw);
+    let crc = crc32c::crc32c(&b[21..]);
+    b[17..21].copy_from_slice(&crc.to_be_bytes());
     let b = b.freeze();
     let pieces = split_from(&b, &h, 41).unwrap();
     let Piece::Run { batch, .. } = &pieces[0] else { panic!("a run") };
