@@ -171,6 +171,17 @@ pub struct MirrorConfig {
     /// Default 20000 (about 720 KB).
     #[serde(default = "default_max_filler")]
     pub max_filler_batch_records: i32,
+    /// Most bytes in one destination batch made by merging consecutive small source batches
+    /// (each under a sixteenth of this, 16 KiB by default) of one Fetch answer. A source whose
+    /// producers do not batch (linger 0) holds one record per batch, and Kafka takes one batch
+    /// per partition per Produce request, so without merging such a copy is bound by Produce
+    /// requests. Every record keeps its offset, timestamp, key, value and headers; merged
+    /// batches are re-encoded (compressed ones decompressed and compressed again with the same
+    /// codec) and checked record by record before they are written. Must stay under the
+    /// destination topic's `max.message.bytes` (1 MiB by default). Bytes; default 262144
+    /// (256 KiB); 0 turns merging off (every source batch is written as it came).
+    #[serde(default = "default_coalesce", skip_serializing_if = "is_default_coalesce")]
+    pub coalesce_max_bytes: i32,
     /// Largest run of offsets without visible source data (a retention prefix, a huge compaction
     /// gap) the engine fills; a larger one turns the partition FAILED with a reason instead of
     /// breaking the identical-offset invariant. Default 100000000 (see docs/mirroring.md for the
@@ -257,6 +268,7 @@ impl MirrorConfig {
             start_position: default_start(),
             replication_factor: default_rf(),
             max_filler_batch_records: default_max_filler(),
+            coalesce_max_bytes: default_coalesce(),
             max_fill_offsets: default_max_fill(),
             fetch_max_bytes: default_fetch_bytes(),
             fetch_grow_max_bytes: None,
@@ -284,6 +296,14 @@ fn default_rf() -> i16 {
 }
 fn default_max_filler() -> i32 {
     20_000
+}
+fn default_coalesce() -> i32 {
+    256 * 1024
+}
+// Mirror definitions are stored in the state topic: an unchanged default is left out, so an
+// instance of an older build (which refuses unknown fields) still reads them.
+fn is_default_coalesce(v: &i32) -> bool {
+    *v == default_coalesce()
 }
 fn default_fetch_bytes() -> i32 {
     1024 * 1024

@@ -182,6 +182,12 @@ impl Config {
             if m.max_filler_batch_records < 1 {
                 err(&key("max_filler_batch_records"), "must be at least 1".to_owned());
             }
+            if m.coalesce_max_bytes != 0 && !(16 * 1024..=16 * 1024 * 1024).contains(&m.coalesce_max_bytes) {
+                err(
+                    &key("coalesce_max_bytes"),
+                    format!("{}: must be 0 (off) or between 16384 and 16777216", m.coalesce_max_bytes),
+                );
+            }
             if m.max_fill_offsets < 1 {
                 err(&key("max_fill_offsets"), "must be at least 1".to_owned());
             }

@@ -16,6 +16,7 @@ mod boot_gate;
 mod budget;
 mod claims;
 mod cluster;
+mod coalesce;
 mod control;
 mod election;
 mod error;

@@ -259,6 +259,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         fetch_max_bytes: m.fetch_max_bytes,
         fetch_grow_max_bytes: m.effective_fetch_grow_max_bytes(ctx.shared.budget.limit()),
         max_filler_batch_records: m.max_filler_batch_records,
+        coalesce_max_bytes: usize::try_from(m.coalesce_max_bytes).unwrap_or(0),
         max_fill_offsets: m.max_fill_offsets,
         max_in_flight: ctx.shared.max_in_flight,
         fetchers: ctx.fetchers.clone(),

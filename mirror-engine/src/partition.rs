@@ -18,7 +18,7 @@ use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Wanted};
 use crate::landed::{self, ReadBack};
 use crate::links::Lane;
-use crate::plan::{AbortTracker, Action, Plan, plan};
+use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
 use crate::produce_mux::Producers;
 use crate::sink::{PartitionSink, Written};
 use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
@@ -37,6 +37,8 @@ pub struct PartitionTask {
     /// Largest Fetch size the partition grows to while its Fetches come back full.
     pub fetch_grow_max_bytes: i32,
     pub max_filler_batch_records: i32,
+    /// Most bytes of a destination batch merged from small source batches (0: no merging).
+    pub coalesce_max_bytes: usize,
     pub max_fill_offsets: i64,
     /// Produce requests pipelined to the destination leader.
     pub max_in_flight: usize,
@@ -311,9 +313,12 @@ impl PartitionTask {
                 continue;
             }
             aborts.extend(fetched.aborted.iter().copied());
-            let planned = plan(next, fetched.batches, &mut aborts)?;
-            if planned.reencoded > 0 {
-                self.status.update(&self.key, |s| s.reencoded_batches += planned.reencoded);
+            let planned = plan_coalesced(next, fetched.batches, &mut aborts, self.coalesce_max_bytes)?;
+            if planned.reencoded > 0 || planned.coalesced > 0 {
+                self.status.update(&self.key, |s| {
+                    s.reencoded_batches += planned.reencoded;
+                    s.coalesced_batches += planned.coalesced;
+                });
             }
             let source_end = if fetched.last_stable_offset >= 0 {
                 fetched.last_stable_offset

@@ -49,6 +49,8 @@ pub struct Plan {
     pub next: i64,
     /// Source batches that had to be re-encoded (holes, or the log end inside them).
     pub reencoded: u64,
+    /// Writes merged into larger batches (`coalesce`).
+    pub coalesced: u64,
 }
 
 /// Tracks transactions that the source reported aborted, across fetches.
@@ -88,11 +90,19 @@ impl AbortTracker {
     }
 }
 
+/// Plans the writes for `batches` (in source order) when the destination log ends at `next`,
+/// every source batch written on its own (the planner's own tests).
+#[cfg(test)]
+pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker) -> Result<Plan, MirrorError> {
+    plan_coalesced(next, batches, aborts, 0)
+}
+
 /// Plans the writes for `batches` (in source order) when the destination log ends at `next`.
 /// Batches entirely below `next` were written before (a re-fetch after a retry) and are
 /// skipped; of a batch that starts below `next`, only the records at and after `next` are
-/// written. Fails (before anything is written) when the plan breaks an invariant.
-pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker) -> Result<Plan, MirrorError> {
+/// written. Runs of small data writes are merged into batches of at most `coalesce_max_bytes`
+/// (0: never). Fails (before anything is written) when the plan breaks an invariant.
+pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker, coalesce_max_bytes: usize) -> Result<Plan, MirrorError> {
     let start = next;
     let mut p = Plan { next, ..Plan::default() };
     // Batches with records the consumers of the source can read, for the check.
@@ -144,6 +154,7 @@ pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTra
         }
         p.next = end;
     }
+    (p.actions, p.coalesced) = crate::coalesce::coalesce(std::mem::take(&mut p.actions), coalesce_max_bytes);
     check(start, &p, &visible)?;
     Ok(p)
 }
@@ -200,4 +211,4 @@ fn check(start: i64, plan: &Plan, visible: &[(BatchHeader, Bytes)]) -> Result<()
 
 #[cfg(test)]
 #[path = "plan_tests.rs"]
-mod tests;
+pub(crate) mod tests;

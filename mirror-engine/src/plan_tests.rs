@@ -4,7 +4,7 @@ use kmp_protocol::batch::{parse_header, split};
 use kmp_protocol::kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use proptest::prelude::*;
 
-fn record(o: i64, pid: i64, txn: bool) -> Record {
+pub(crate) fn record(o: i64, pid: i64, txn: bool) -> Record {
     Record {
         transactional: txn,
         control: false,
@@ -24,7 +24,7 @@ fn record(o: i64, pid: i64, txn: bool) -> Record {
 
 /// A real batch over `first..=last` holding records at `offsets` (holes where compaction
 /// removed the others), as a broker returns it.
-fn batch_with(offsets: &[i64], first: i64, last: i64, pid: i64, txn: bool, compression: Compression) -> (BatchHeader, Bytes) {
+pub(crate) fn batch_with(offsets: &[i64], first: i64, last: i64, pid: i64, txn: bool, compression: Compression) -> (BatchHeader, Bytes) {
     // The encoder keeps records in one batch while offset - sequence stays the same; without a
     // producer id the batch's base sequence must come out as -1.
     let records: Vec<Record> = offsets
@@ -47,24 +47,24 @@ fn batch_with(offsets: &[i64], first: i64, last: i64, pid: i64, txn: bool, compr
     (parse_header(&b).unwrap(), b)
 }
 
-fn batch(base: i64, count: i64) -> (BatchHeader, Bytes) {
+pub(crate) fn batch(base: i64, count: i64) -> (BatchHeader, Bytes) {
     let offsets: Vec<i64> = (base..base + count).collect();
     batch_with(&offsets, base, base + count - 1, -1, false, Compression::Lz4)
 }
 
-fn txn_batch(base: i64, count: i64, pid: i64) -> (BatchHeader, Bytes) {
+pub(crate) fn txn_batch(base: i64, count: i64, pid: i64) -> (BatchHeader, Bytes) {
     let offsets: Vec<i64> = (base..base + count).collect();
     batch_with(&offsets, base, base + count - 1, pid, true, Compression::Zstd)
 }
 
 /// A COMMIT/ABORT marker (control batch, one record) at `offset`; only its header matters.
-fn marker(offset: i64, pid: i64) -> (BatchHeader, Bytes) {
+pub(crate) fn marker(offset: i64, pid: i64) -> (BatchHeader, Bytes) {
     let (mut h, b) = batch_with(&[offset], offset, offset, pid, true, Compression::None);
     h.attributes |= 1 << 5;
     (h, b)
 }
 
-fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
+pub(crate) fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
     p.actions
         .iter()
         .map(|a| match a {
@@ -76,7 +76,7 @@ fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
 }
 
 /// `(offset, key)` of every record the plan writes (whole batches and re-encoded runs).
-fn written(p: &Plan) -> Vec<(i64, Bytes)> {
+pub(crate) fn written(p: &Plan) -> Vec<(i64, Bytes)> {
     let mut out = Vec::new();
     for a in &p.actions {
         let (base, blob) = match a {
@@ -92,7 +92,7 @@ fn written(p: &Plan) -> Vec<(i64, Bytes)> {
     out
 }
 
-fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
+pub(crate) fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
     offsets.into_iter().map(|o| (o, Bytes::from(format!("k{o}")))).collect()
 }
 
@@ -233,7 +233,12 @@ fn a_log_append_time_batch_is_re_encoded_with_the_append_time_on_every_record() 
 /// A plan made of fills `(base, count)` only, ending at `next`.
 fn fills(ranges: &[(i64, i64)], next: i64) -> Plan {
     let actions = ranges.iter().map(|&(base, count)| Action::Fill { base, count, timestamp: 0 }).collect();
-    Plan { actions, next, reencoded: 0 }
+    Plan {
+        actions,
+        next,
+        reencoded: 0,
+        coalesced: 0,
+    }
 }
 
 #[test]
@@ -271,9 +276,9 @@ fn the_check_refuses_plans_with_gaps_or_overlaps() {
 /// 4 = marker.
 /// Generated batches, their aborted transactions `(producer id, first offset)` and the offsets
 /// of the records a read_committed consumer sees.
-type History = (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>);
+pub(crate) type History = (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>);
 
-fn history(spec: &[(i64, i64, u8)]) -> History {
+pub(crate) fn history(spec: &[(i64, i64, u8)]) -> History {
     let (mut at, mut batches, mut aborted, mut visible) = (0i64, Vec::new(), Vec::new(), Vec::new());
     for (i, &(gap, len, kind)) in spec.iter().enumerate() {
         at += gap;

@@ -77,6 +77,8 @@ pub struct PartitionStatus {
     pub bytes_mirrored: u64,
     /// Source batches with compaction holes that were re-encoded into runs and fillers.
     pub reencoded_batches: u64,
+    /// Small source batches merged into larger destination batches (`coalesce_max_bytes`).
+    pub coalesced_batches: u64,
     /// Plans refused because they broke an engine invariant (each one turned the partition FAILED).
     pub invariant_violations: u64,
     /// Newest source record timestamp (ms) written to the destination; -1 before the first.
@@ -101,6 +103,7 @@ impl Default for PartitionStatus {
             filler_records: 0,
             bytes_mirrored: 0,
             reencoded_batches: 0,
+            coalesced_batches: 0,
             invariant_violations: 0,
             last_mirrored_timestamp_ms: -1,
             replication_latency_ms: 0,

@@ -12,6 +12,7 @@ mod cursor;
 pub mod error;
 pub mod fillers;
 pub mod frame;
+pub mod merge;
 pub mod mirror_api;
 mod names;
 pub mod peek;

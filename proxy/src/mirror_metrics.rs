@@ -59,7 +59,7 @@ pub(crate) fn render(engine: &Engine) -> String {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}_total {value}");
     }
-    let gauges: [(&str, &str, Gauge); 11] = [
+    let gauges: [(&str, &str, Gauge); 12] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
             s.lag_records()
         }),
@@ -87,6 +87,11 @@ pub(crate) fn render(engine: &Engine) -> String {
             "kmp_mirror_reencoded_batches",
             "Source batches re-encoded record by record (compaction holes, or the destination log end inside the batch)",
             |s| s.reencoded_batches as i64,
+        ),
+        (
+            "kmp_mirror_coalesced_batches",
+            "Small source batches merged into larger destination batches (records, offsets and timestamps kept; mirror setting coalesce_max_bytes)",
+            |s| s.coalesced_batches as i64,
         ),
         (
             "kmp_mirror_invariant_violations",
