@@ -21,12 +21,20 @@ use crate::plan::Action;
 /// Batches smaller than `max_bytes / SMALL_PART` are merged.
 const SMALL_PART: usize = 16;
 
+/// The batch a data write produces (none for a filler).
+fn batch_of(a: &Action) -> Option<&Bytes> {
+    match a {
+        Action::Write { batch, .. } | Action::Run { batch, .. } => Some(batch),
+        Action::Fill { .. } => None,
+    }
+}
+
 /// The batch bytes and codec of a data write, if it may be merged under `max_bytes`.
 fn mergeable(a: &Action, max_bytes: usize) -> Option<(&Bytes, i16)> {
-    let (batch, codec) = match a {
-        Action::Write { header, batch, .. } => (batch, header.compression()),
-        Action::Run { batch, .. } => (batch, parse_header(batch).ok()?.compression()),
-        Action::Fill { .. } => return None,
+    let batch = batch_of(a)?;
+    let codec = match a {
+        Action::Write { header, .. } => header.compression(),
+        _ => parse_header(batch).ok()?.compression(),
     };
     (batch.len() < max_bytes / SMALL_PART).then_some((batch, codec))
 }
@@ -71,13 +79,7 @@ fn flush(run: &mut Vec<Action>, out: &mut Vec<Action>, max_bytes: usize) -> u64 
         out.append(run);
         return 0;
     }
-    let parts: Vec<Bytes> = run
-        .iter()
-        .map(|a| match a {
-            Action::Write { batch, .. } | Action::Run { batch, .. } => batch.clone(),
-            Action::Fill { .. } => Bytes::new(),
-        })
-        .collect();
+    let parts: Vec<Bytes> = run.iter().filter_map(batch_of).cloned().collect();
     let base = run[0].range().0;
     match merge(&parts) {
         Ok(m) if m.batch.len() <= max_bytes => {

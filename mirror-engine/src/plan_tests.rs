@@ -4,7 +4,7 @@ use kmp_protocol::batch::{parse_header, split};
 use kmp_protocol::kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use proptest::prelude::*;
 
-pub(crate) fn record(o: i64, pid: i64, txn: bool) -> Record {
+fn record(o: i64, pid: i64, txn: bool) -> Record {
     Record {
         transactional: txn,
         control: false,
@@ -76,7 +76,7 @@ pub(crate) fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
 }
 
 /// `(offset, key)` of every record the plan writes (whole batches and re-encoded runs).
-pub(crate) fn written(p: &Plan) -> Vec<(i64, Bytes)> {
+fn written(p: &Plan) -> Vec<(i64, Bytes)> {
     let mut out = Vec::new();
     for a in &p.actions {
         let (base, blob) = match a {
@@ -92,7 +92,7 @@ pub(crate) fn written(p: &Plan) -> Vec<(i64, Bytes)> {
     out
 }
 
-pub(crate) fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
+fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
     offsets.into_iter().map(|o| (o, Bytes::from(format!("k{o}")))).collect()
 }
 

@@ -13,7 +13,6 @@ the merged copy must hold far fewer batches than the source, the unmerged one ex
 from __future__ import annotations
 
 import socket
-import struct
 import time
 
 from confluent_kafka import Producer
@@ -22,7 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import kafka_wire
 from conftest import ProxyProcess, unique
 from test_mirror_engine import wait_caught_up
-from test_mirror_straddle import assert_same_records, read_from, strip_fillers, watermarks
+from test_mirror_straddle import assert_same_records, batch_headers, fetch_v4_records, read_from, strip_fillers, watermarks
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TXN_PARTITION = len(CODECS)
@@ -65,44 +64,17 @@ def batches(addr: str, topic: str, partition: int) -> list[tuple[int, int]]:
         while True:
             s.sendall(kafka_wire.fetch_v4(len(out) + 1, topic, partition, offset, 0))
             _, body = kafka_wire.read_response(s)
-            records = fetch_records(body, f"{topic}-{partition}@{offset} from {addr}")
-            pos, got = 0, 0
-            while pos + 61 <= len(records):
-                base, length = struct.unpack_from(">qi", records, pos)
-                if pos + 12 + length > len(records):
-                    break
-                (last_delta,) = struct.unpack_from(">i", records, pos + 23)
-                (count,) = struct.unpack_from(">i", records, pos + 57)
-                out.append((base, count))
-                offset, pos, got = base + last_delta + 1, pos + 12 + length, got + 1
-            if got == 0:
+            got = batch_headers(fetch_v4_records(body, f"{topic}-{partition}@{offset} from {addr}"))
+            if not got:
                 return out
-
-
-def fetch_records(body: bytes, what: str) -> bytes:
-    pos = 4 + 4
-    (n,) = struct.unpack_from(">h", body, pos)
-    pos += 2 + n + 4 + 4
-    (err,) = struct.unpack_from(">h", body, pos)
-    assert err == 0, f"{what}: Fetch v4 answered error {err}"
-    pos += 2 + 8 + 8
-    (aborted,) = struct.unpack_from(">i", body, pos)
-    pos += 4 + max(aborted, 0) * 16
-    (size,) = struct.unpack_from(">i", body, pos)
-    return body[pos + 4:pos + 4 + size]
+            out.extend((base, count) for base, _, count in got)
+            offset = got[-1][1] + 1
 
 
 def leaders(bootstrap: str, topic: str) -> dict[int, str]:
     md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     brokers = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
     return {p: brokers[pm.leader] for p, pm in md.topics[topic].partitions.items()}
-
-
-def metric(text: str, name: str, mirror: str, topic: str, partition: int) -> float:
-    want = f'{name}{{mirror="{mirror}",topic="{topic}",partition="{partition}"}}'
-    found = [line for line in text.splitlines() if line.startswith(want + " ")]
-    assert len(found) == 1, f"{want} exported once: {found}"
-    return float(found[0].split()[-1])
 
 
 def assert_copy_equals_source(source, destination, proxy, topic: str) -> None:
@@ -148,10 +120,12 @@ def test_one_record_source_batches_land_merged_with_every_record_at_its_source_o
     try:
         for t in (merged_topic, plain_topic):
             assert_copy_equals_source(source, destination, proxy, t)
-        _, text = proxy.http("/metrics")
+        def labels(mirror: str, topic: str, p: int) -> str:
+            return f'mirror="{mirror}",topic="{topic}",partition="{p}"'
+
         for p in range(PARTITIONS):
-            assert metric(text, "kmp_mirror_failed", f"merged-{tag}", merged_topic, p) == 0, f"{merged_topic}-{p} FAILED"
-            assert metric(text, "kmp_mirror_coalesced_batches", f"unmerged-{tag}", plain_topic, p) == 0, \
+            assert proxy.metric("kmp_mirror_failed", labels(f"merged-{tag}", merged_topic, p)) == 0, f"{merged_topic}-{p} FAILED"
+            assert proxy.metric("kmp_mirror_coalesced_batches", labels(f"unmerged-{tag}", plain_topic, p)) == 0, \
                 f"{plain_topic}-{p}: coalesce_max_bytes = 0 merges nothing"
         dst = {t: leaders(destination.bootstrap, t) for t in (merged_topic, plain_topic)}
         for p in range(PARTITIONS):
@@ -160,7 +134,7 @@ def test_one_record_source_batches_land_merged_with_every_record_at_its_source_o
                 f"{plain_topic}-{p}: unmerged, the destination holds the source's {len(src_batches[plain_topic][p])} batches, not {len(plain)}"
             merged = batches(dst[merged_topic][p], merged_topic, p)
             source_count = len(src_batches[merged_topic][p])
-            coalesced = metric(text, "kmp_mirror_coalesced_batches", f"merged-{tag}", merged_topic, p)
+            coalesced = proxy.metric("kmp_mirror_coalesced_batches", labels(f"merged-{tag}", merged_topic, p))
             if p < len(CODECS):
                 assert len(merged) * 10 <= source_count, \
                     f"{merged_topic}-{p} ({CODECS[p]}): {source_count} one-record source batches became {len(merged)} destination batches, expected at most a tenth"

@@ -100,7 +100,12 @@ def source_batches(addr: str, topic: str, partition: int, offset: int) -> list[t
     with socket.create_connection((host, int(port)), timeout=10) as s:
         s.sendall(kafka_wire.fetch_v4(1, topic, partition, offset, 100))
         _, body = kafka_wire.read_response(s)
-    records = fetch_v4_records(body)
+    return batch_headers(fetch_v4_records(body))
+
+
+def batch_headers(records: bytes) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, record count) of every whole batch in a records blob (a
+    trailing partial batch is left out)."""
     out, pos = [], 0
     while pos + 61 <= len(records):
         base, length = struct.unpack_from(">qi", records, pos)
@@ -113,14 +118,14 @@ def source_batches(addr: str, topic: str, partition: int, offset: int) -> list[t
     return out
 
 
-def fetch_v4_records(body: bytes) -> bytes:
+def fetch_v4_records(body: bytes, what: str = "the partition") -> bytes:
     """The records blob of the only partition of a Fetch v4 response body (after the correlation
-    id); fails on a partition error."""
+    id); fails on a partition error, naming ``what`` was fetched."""
     pos = 4 + 4  # throttle, topic count
     (n,) = struct.unpack_from(">h", body, pos)
     pos += 2 + n + 4 + 4  # name, partition count, partition index
     (err,) = struct.unpack_from(">h", body, pos)
-    assert err == 0, f"Fetch v4 answered error {err}"
+    assert err == 0, f"{what}: Fetch v4 answered error {err}"
     pos += 2 + 8 + 8  # error, high watermark, last stable offset
     (aborted,) = struct.unpack_from(">i", body, pos)
     pos += 4 + max(aborted, 0) * 16
