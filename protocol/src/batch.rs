@@ -169,9 +169,10 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     }
     // CRC-32C of attributes..end = the header part combined with the records part, so the
     // records are read once for the check and the new CRC.
+    // The shift past the records is built once and serves both CRCs.
     let records_crc = crc32c::crc32c(&batch[HEADER_SIZE..]);
-    let records_len = batch.len() - HEADER_SIZE;
-    let stored = crc32c::crc32c_combine(crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc, records_len);
+    let past_records = crate::crc_shift::Shift::bytes(batch.len() - HEADER_SIZE);
+    let stored = past_records.combine(crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc);
     if stored != h.crc {
         return Err(malformed(format!(
             "batch at offset {} fails its CRC (stored {:#010x}, computed {stored:#010x}): corrupted",
@@ -185,7 +186,7 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     b[43..51].copy_from_slice(&fields.producer_id.to_be_bytes());
     b[51..53].copy_from_slice(&fields.producer_epoch.to_be_bytes());
     b[53..57].copy_from_slice(&fields.base_sequence.to_be_bytes());
-    let crc = crc32c::crc32c_combine(crc32c::crc32c(&b[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc, records_len);
+    let crc = past_records.combine(crc32c::crc32c(&b[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc);
     b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(b.freeze())
 }

@@ -8,6 +8,7 @@ pub mod byte_budget;
 pub mod client;
 pub mod codec;
 pub mod compact;
+pub mod crc_shift;
 mod cursor;
 pub mod error;
 pub mod fillers;
