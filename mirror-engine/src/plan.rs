@@ -9,7 +9,7 @@
 //! is written (`check`): a filler never covers a record. Doing the I/O belongs to `partition`.
 
 use bytes::Bytes;
-use kmp_protocol::batch::BatchHeader;
+use kmp_protocol::batch::{BatchHeader, verify_crc};
 use kmp_protocol::reencode::{Piece, is_log_append_time, records, split_from};
 
 use crate::error::MirrorError;
@@ -109,6 +109,15 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mu
     let mut visible = Vec::new();
     for (h, batch) in batches {
         let end = h.next_offset();
+        // The control and transactional bits, the producer id and the record count decide
+        // whether a batch becomes fillers, and markers move the abort tracker; all are covered
+        // by the CRC. So a batch is checked here whenever the plan acts on those fields without
+        // writing the batch (markers, even below the log end; every batch that becomes
+        // fillers). Written batches are checked where their bytes are used (`rewrite_for_produce`,
+        // `reencode`), in the pass that also computes their new CRC.
+        if h.is_control() {
+            verify_crc(&batch).map_err(MirrorError::Source)?;
+        }
         let aborted = aborts.is_aborted(&h);
         if end <= p.next {
             continue;
@@ -124,6 +133,9 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mu
         let from = p.next;
         let data = !(h.is_control() || aborted || h.records_count == 0);
         if !data {
+            if !h.is_control() {
+                verify_crc(&batch).map_err(MirrorError::Source)?;
+            }
             p.actions.push(Action::Fill {
                 base: from,
                 count: end - from,

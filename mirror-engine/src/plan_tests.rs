@@ -332,3 +332,83 @@ proptest! {
         prop_assert_eq!(p2.next, end.max(next));
     }
 }
+
+/// `b` with `f` applied and its CRC left as it was: corrupted on its way from the source.
+fn corrupted(b: &Bytes, f: impl Fn(&mut BytesMut)) -> (BatchHeader, Bytes) {
+    let mut m = BytesMut::from(&b[..]);
+    f(&mut m);
+    let b = m.freeze();
+    (parse_header(&b).expect("still parses"), b)
+}
+
+const CONTROL_BIT: u8 = 1 << 5;
+
+#[test]
+fn a_data_batch_turned_into_a_marker_on_its_way_is_refused_not_filled() {
+    for limit in [0, 256 * 1024] {
+        let (_, b) = batch(1, 5);
+        let batches = vec![batch(0, 1), corrupted(&b, |m| m[22] |= CONTROL_BIT), batch(6, 1)];
+        let r = plan_coalesced(0, batches, &mut AbortTracker::default(), limit);
+        assert!(r.is_err(), "limit {limit}: a batch failing its CRC became {:?}", r.map(|p| kinds(&p)));
+    }
+}
+
+#[test]
+fn a_data_batch_whose_record_count_was_zeroed_on_its_way_is_refused_not_filled() {
+    let (_, b) = batch(1, 5);
+    let batches = vec![batch(0, 1), corrupted(&b, |m| m[57..61].copy_from_slice(&0i32.to_be_bytes())), batch(6, 1)];
+    let r = plan_coalesced(0, batches, &mut AbortTracker::default(), 256 * 1024);
+    assert!(r.is_err(), "a batch failing its CRC became {:?}", r.map(|p| kinds(&p)));
+}
+
+#[test]
+fn a_corrupted_marker_cannot_end_an_aborted_transaction_early_even_below_the_log_end() {
+    let (_, b) = txn_batch(2, 1, 8);
+    let batches = vec![batch(0, 1), txn_batch(1, 1, 8), corrupted(&b, |m| m[22] |= CONTROL_BIT), txn_batch(3, 2, 8)];
+    for next in [0, 3] {
+        let mut aborts = AbortTracker::default();
+        aborts.extend([(8, 1)]);
+        let r = plan_coalesced(next, batches.clone(), &mut aborts, 256 * 1024);
+        // Unchecked, the fake marker ends the transaction and 3..5 are written as data.
+        assert!(r.is_err(), "from {next}: planned as {:?}", r.map(|p| kinds(&p)));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// One bit flipped anywhere the CRC covers, in any batch of a generated history: the plan
+    /// refuses the fetch, or hands the corrupted bytes unchanged to a Write (whose rewrite
+    /// checks the CRC), or skips the batch as written before; it never fills or merges it.
+    #[test]
+    fn a_batch_corrupted_anywhere_the_crc_covers_is_never_filled_or_merged(
+        spec in proptest::collection::vec((0i64..4, 1i64..12, 0u8..5), 1..8),
+        which in 0usize..8,
+        bit in 0usize..1_000_000,
+        cut in 0usize..1000,
+        limit in prop_oneof![Just(0usize), Just(256 * 1024)],
+    ) {
+        let (mut batches, aborted, _) = history(&spec);
+        let which = which % batches.len();
+        let (h, b) = batches[which].clone();
+        let covered = (b.len() - 21) * 8;
+        let at = 21 * 8 + bit % covered;
+        let mut m = BytesMut::from(&b[..]);
+        m[at / 8] ^= 1 << (at % 8);
+        let Ok(bad_h) = parse_header(&m) else { return Ok(()) }; // refused before planning
+        if bad_h.next_offset() != h.next_offset() {
+            return Ok(()); // a count change the split of the Fetch answer already notices
+        }
+        let bad = m.freeze();
+        batches[which] = (bad_h, bad.clone());
+        let end = batches.last().map_or(0, |(h, _)| h.next_offset());
+        let next = (cut as i64) % (end + 1);
+        let mut aborts = AbortTracker::default();
+        aborts.extend(aborted);
+        if let Ok(p) = plan_coalesced(next, batches, &mut aborts, limit) {
+            let unchanged_write = p.actions.iter().any(|a| matches!(a, Action::Write { batch, .. } if *batch == bad));
+            let skipped = h.next_offset() <= next && !bad_h.is_control();
+            prop_assert!(unchanged_write || skipped, "batch {} corrupted at bit {}: {:?}", which, at, kinds(&p));
+        }
+    }
+}

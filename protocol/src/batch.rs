@@ -147,6 +147,16 @@ pub fn crc_is_valid(batch: &[u8]) -> bool {
     batch.len() >= HEADER_SIZE && u32::from_be_bytes(be(batch, CRC_OFFSET)) == crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..])
 }
 
+/// `Ok` when the batch's stored CRC matches its content, else the error a corrupted batch from the
+/// source is (whoever acts on a CRC-covered header field of a batch it does not write checks it).
+pub fn verify_crc(batch: &[u8]) -> Result<(), ProtocolError> {
+    if crc_is_valid(batch) {
+        return Ok(());
+    }
+    let at = batch.get(..8).map_or(-1, |b| i64::from_be_bytes(be(b, 0)));
+    Err(malformed(format!("batch at offset {at} fails its CRC: corrupted")))
+}
+
 /// Producer fields the engine writes into a batch before producing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerFields {
