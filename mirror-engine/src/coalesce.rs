@@ -72,6 +72,12 @@ pub(crate) fn coalesce(actions: Vec<Action>, max_bytes: usize) -> (Vec<Action>, 
     (out, merged)
 }
 
+/// How many bytes a merge's parts may decompress to, for a merged batch of at most `max_bytes`:
+/// room for eight-fold compression, at most 64 MiB. A run over it is written as it came.
+fn raw_limit(max_bytes: usize) -> usize {
+    max_bytes.saturating_mul(8).min(64 * 1024 * 1024)
+}
+
 /// Moves `run` to `out`, as one merged batch if it holds several writes and the merge succeeds
 /// within `max_bytes`; the number of writes merged.
 fn flush(run: &mut Vec<Action>, out: &mut Vec<Action>, max_bytes: usize) -> u64 {
@@ -81,7 +87,7 @@ fn flush(run: &mut Vec<Action>, out: &mut Vec<Action>, max_bytes: usize) -> u64 
     }
     let parts: Vec<Bytes> = run.iter().filter_map(batch_of).cloned().collect();
     let base = run[0].range().0;
-    match merge(&parts) {
+    match merge(&parts, raw_limit(max_bytes)) {
         Ok(m) if m.batch.len() <= max_bytes => {
             let n = run.len() as u64;
             run.clear();

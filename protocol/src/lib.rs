@@ -7,6 +7,7 @@ pub mod batch;
 pub mod byte_budget;
 pub mod client;
 pub mod codec;
+mod codecs;
 pub mod compact;
 pub mod crc_shift;
 mod cursor;

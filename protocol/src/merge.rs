@@ -13,7 +13,7 @@ use bytes::Bytes;
 
 use crate::batch::{BatchHeader, parse_header};
 use crate::error::ProtocolError;
-use crate::reencode::{RawRecord, encode_run, err, records};
+use crate::reencode::{RawRecord, encode_run, err, records, records_within};
 
 /// One batch made of several.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,8 +31,13 @@ pub struct Merged {
 /// — into one batch with the same records at the same offsets, compressed with that codec.
 /// (Producers such as librdkafka send a small batch uncompressed when compressing would not
 /// make it smaller, so one producer's batches alternate between its codec and none.)
-pub fn merge(parts: &[Bytes]) -> Result<Merged, ProtocolError> {
+///
+/// The parts' records may decompress to at most `max_raw` bytes in all; a run that would need
+/// more is refused as soon as decompressing crosses the limit (a few kilobytes of compressed
+/// zeros can inflate to hundreds of megabytes).
+pub fn merge(parts: &[Bytes], max_raw: usize) -> Result<Merged, ProtocolError> {
     let mut all: Vec<RawRecord> = Vec::new();
+    let mut raw_left = max_raw;
     let mut first: Option<BatchHeader> = None;
     let (mut next, mut codec) = (0i64, 0i16);
     for part in parts {
@@ -57,7 +62,10 @@ pub fn merge(parts: &[Bytes]) -> Result<Merged, ProtocolError> {
         if codec == 0 {
             codec = h.compression();
         }
-        all.extend(records(part, &h)?);
+        let recs = records_within(part, &h, raw_left)?;
+        let raw: usize = recs.iter().map(|r| r.body.len()).sum();
+        raw_left = raw_left.saturating_sub(raw);
+        all.extend(recs);
     }
     let Some(mut header) = first else {
         return Err(err("nothing to merge".into()));

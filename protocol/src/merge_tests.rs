@@ -5,6 +5,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
 use proptest::prelude::*;
 
+/// Room to decompress the tests' parts.
+const RAW: usize = 64 * 1024 * 1024;
+
 const CODECS: [Compression; 5] = [Compression::None, Compression::Gzip, Compression::Zstd, Compression::Lz4, Compression::Snappy];
 
 fn record(o: i64, transactional: bool, timestamp_type: TimestampType) -> Record {
@@ -73,7 +76,7 @@ fn assert_records(merged: &Merged, from: i64, count: i64, compression: Compressi
 fn one_record_batches_merge_into_one_batch_with_every_record_at_its_offset_for_every_codec() {
     for compression in CODECS {
         let parts: Vec<Bytes> = (0..50).map(|i| batch(100 + i, 1, compression)).collect();
-        let merged = merge(&parts).unwrap();
+        let merged = merge(&parts, RAW).unwrap();
         assert_records(&merged, 100, 50, compression);
         let max = (100..150).map(|o| record(o, false, TimestampType::Creation).timestamp).max().unwrap();
         assert_eq!(merged.max_timestamp, max);
@@ -89,10 +92,10 @@ fn uncompressed_batches_between_compressed_ones_merge_into_the_compressed_codec(
             batch(3, 1, Compression::None),
             batch(4, 1, compression),
         ];
-        assert_records(&merge(&parts).unwrap(), 0, 5, compression);
+        assert_records(&merge(&parts, RAW).unwrap(), 0, 5, compression);
     }
     assert_records(
-        &merge(&[batch(0, 1, Compression::None), batch(1, 1, Compression::None)]).unwrap(),
+        &merge(&[batch(0, 1, Compression::None), batch(1, 1, Compression::None)], RAW).unwrap(),
         0,
         2,
         Compression::None,
@@ -106,7 +109,7 @@ fn batches_of_several_records_and_committed_transactional_batches_merge_too() {
         batch_with(13, 2, Compression::Lz4, true, TimestampType::Creation),
         batch(15, 7, Compression::Lz4),
     ];
-    assert_records(&merge(&parts).unwrap(), 10, 12, Compression::Lz4);
+    assert_records(&merge(&parts, RAW).unwrap(), 10, 12, Compression::Lz4);
 }
 
 #[test]
@@ -127,7 +130,7 @@ fn log_append_time_batches_merge_with_the_append_time_on_every_record() {
             [h.max_timestamp; 2]
         })
         .collect();
-    let merged = merge(&parts).unwrap();
+    let merged = merge(&parts, RAW).unwrap();
     let set = RecordBatchDecoder::decode(&mut merged.batch.clone()).unwrap();
     let got: Vec<i64> = set.records.iter().map(|r| r.timestamp).collect();
     assert_eq!(got, want, "each record shows its source batch's append time");
@@ -151,23 +154,23 @@ fn batches_that_cannot_be_merged_are_refused_not_merged() {
         ("a truncated part", vec![lz4.clone(), lz4.slice(..lz4.len() - 1)]),
     ];
     for (what, parts) in cases {
-        assert!(merge(&parts).is_err(), "{what} must be refused");
+        assert!(merge(&parts, RAW).is_err(), "{what} must be refused");
     }
     // A control batch (COMMIT marker shape: the control bit set).
     let mut control = BytesMut::from(&batch(2, 1, Compression::None)[..]);
     control[22] |= 1 << 5;
-    let e = merge(&[lz4.clone(), fix_crc(control)]).unwrap_err().to_string();
+    let e = merge(&[lz4.clone(), fix_crc(control)], RAW).unwrap_err().to_string();
     assert!(e.contains("only contiguous data batches"), "a control batch is never merged: {e}");
     // A compacted batch (a hole inside): its offsets are not contiguous.
     let mut holed = BytesMut::from(&batch(2, 2, Compression::None)[..]);
     holed[23..27].copy_from_slice(&2i32.to_be_bytes());
-    let e = merge(&[lz4.clone(), fix_crc(holed)]).unwrap_err().to_string();
+    let e = merge(&[lz4.clone(), fix_crc(holed)], RAW).unwrap_err().to_string();
     assert!(e.contains("only contiguous data batches"), "a batch with a hole is never merged: {e}");
     // A part corrupted on the wire.
     let mut flipped = BytesMut::from(&batch(2, 2, Compression::Lz4)[..]);
     let last = flipped.len() - 1;
     flipped[last] ^= 1;
-    let e = merge(&[lz4, flipped.freeze()]).unwrap_err().to_string();
+    let e = merge(&[lz4, flipped.freeze()], RAW).unwrap_err().to_string();
     assert!(e.contains("CRC"), "a corrupt part is refused: {e}");
 }
 
@@ -194,7 +197,7 @@ proptest! {
             parts.push(batch(at, *n, compression));
             at += n;
         }
-        let merged = merge(&parts).unwrap();
+        let merged = merge(&parts, RAW).unwrap();
         assert_records(&merged, 1_000, at - 1_000, compression);
         let (i, pos, bit) = flip;
         let i = i % parts.len();
@@ -203,7 +206,7 @@ proptest! {
         bad[pos] ^= 1 << (bit % 8);
         parts[i] = bad.freeze();
         let covered = pos >= 17; // the CRC and what it covers
-        if let Ok(m) = merge(&parts) {
+        if let Ok(m) = merge(&parts, RAW) {
             // Only a bit outside the CRC (base offset, length, leader epoch, magic) can pass,
             // and then only if the parts still line up: the same records.
             prop_assert!(!covered, "a flipped bit at {} of part {} went unnoticed", pos, i);
@@ -211,4 +214,30 @@ proptest! {
             prop_assert!(h.is_contiguous());
         }
     }
+}
+
+#[test]
+fn parts_that_inflate_past_the_raw_limit_are_refused_before_they_are_all_decompressed() {
+    // Four zstd batches of one record each: 8 MiB of zeros, a few hundred bytes compressed.
+    let parts: Vec<Bytes> = (0..4)
+        .map(|o| {
+            let mut r = record(o, false, TimestampType::Creation);
+            r.value = Some(Bytes::from(vec![0u8; 8 << 20]));
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                [r].iter(),
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::Zstd,
+                },
+            )
+            .unwrap();
+            buf.freeze()
+        })
+        .collect();
+    assert!(parts.iter().all(|p| p.len() < 16 * 1024), "the parts are small as stored");
+    let e = merge(&parts, 20 << 20).expect_err("32 MiB of records over a 20 MiB limit").to_string();
+    assert!(e.contains("more than"), "{e}");
+    assert_eq!(merge(&parts, 40 << 20).expect("within the limit").records, 4);
 }

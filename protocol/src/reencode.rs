@@ -9,11 +9,10 @@
 //! deltas are re-based onto the new batch, so offsets and timestamps stay the source's. Runs are
 //! compressed again with the source batch's codec. A LogAppendTime batch is always re-encoded whole,
 //! the append time its records show on the source written as each record's CreateTime timestamp
-//! (see `is_log_append_time`). This is the only place the mirror
-//! decompresses data. Deciding when to call it belongs to the engine's planner.
+//! (see `is_log_append_time`). This and `merge` are the only places the mirror
+//! decompresses data (through `codecs`). Deciding when to call it belongs to the engine's planner.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, None as NoCompression, Snappy, Zstd};
 
 use crate::batch::{BatchHeader, HEADER_SIZE, put_varint};
 use crate::cursor::Cursor;
@@ -58,53 +57,37 @@ pub fn is_log_append_time(header: &BatchHeader) -> bool {
     header.attributes & TIMESTAMP_TYPE_BIT != 0
 }
 
-/// The records section of `batch`, decompressed.
-fn decompress(batch: &Bytes, header: &BatchHeader) -> Result<Bytes, ProtocolError> {
-    let mut section = batch
+/// The records section of `batch`, decompressed to at most `limit` bytes.
+fn decompress(batch: &Bytes, header: &BatchHeader, limit: usize) -> Result<Bytes, ProtocolError> {
+    let section = batch
         .get(HEADER_SIZE..header.size().min(batch.len()))
         .map(|s| batch.slice_ref(s))
         .unwrap_or_default();
-    let at = header.base_offset;
-    let out = |b: &mut Bytes| Ok(std::mem::take(b));
-    match header.compression() {
-        0 => Ok(section),
-        1 => <Gzip as Decompressor<Bytes>>::decompress(&mut section, out),
-        2 => <Snappy as Decompressor<Bytes>>::decompress(&mut section, out),
-        3 => <Lz4 as Decompressor<Bytes>>::decompress(&mut section, out),
-        4 => <Zstd as Decompressor<Bytes>>::decompress(&mut section, out),
-        c => return Err(err(format!("batch at {at}: unknown compression codec {c}"))),
-    }
-    .map_err(|e| err(format!("cannot decompress batch at {at}: {e}")))
+    crate::codecs::decompress(header.compression(), &section, limit).map_err(|e| err(format!("cannot decompress batch at {}: {e}", header.base_offset)))
 }
 
 fn compress(codec: i16, raw: &[u8]) -> Result<BytesMut, ProtocolError> {
-    let mut out = BytesMut::new();
-    let put = |b: &mut BytesMut| {
-        b.put_slice(raw);
-        Ok(())
-    };
-    match codec {
-        0 => <NoCompression as Compressor<BytesMut>>::compress(&mut out, put),
-        1 => <Gzip as Compressor<BytesMut>>::compress(&mut out, put),
-        2 => <Snappy as Compressor<BytesMut>>::compress(&mut out, put),
-        3 => <Lz4 as Compressor<BytesMut>>::compress(&mut out, put),
-        4 => <Zstd as Compressor<BytesMut>>::compress(&mut out, put),
-        c => return Err(err(format!("unknown compression codec {c}"))),
-    }
-    .map_err(|e| err(format!("cannot compress a re-encoded run: {e}")))?;
-    Ok(out)
+    crate::codecs::compress(codec, raw).map_err(|e| err(format!("cannot compress a re-encoded run: {e}")))
 }
 
 /// Every record of `batch` (described by `header`), in order, checked against the header: the
 /// announced count, offsets strictly increasing inside the batch's offset range, nothing left over.
 pub fn records(batch: &Bytes, header: &BatchHeader) -> Result<Vec<RawRecord>, ProtocolError> {
+    records_within(batch, header, crate::codecs::MAX_RAW_BATCH)
+}
+
+/// [`records`], refusing a batch whose records decompress to more than `max_raw` bytes.
+pub(crate) fn records_within(batch: &Bytes, header: &BatchHeader, max_raw: usize) -> Result<Vec<RawRecord>, ProtocolError> {
     let at = header.base_offset;
     // Re-encoded records get a new CRC: the source's must hold first (as `rewrite_for_produce`
     // checks it for batches written whole).
-    if !crate::batch::crc_is_valid(batch.get(..header.size()).unwrap_or(batch)) {
+    let Some(whole) = batch.get(..header.size()) else {
+        return Err(err(format!("batch at {at} of {} bytes announces {}", batch.len(), header.size())));
+    };
+    if !crate::batch::crc_is_valid(whole) {
         return Err(err(format!("batch at {at} fails its CRC: corrupted")));
     }
-    let section = decompress(batch, header)?;
+    let section = decompress(batch, header, max_raw)?;
     let mut c = Cursor::new(&section, 0, "record", Side::Broker);
     // Each record takes at least 7 bytes: a count from the header is checked against that.
     let count = usize::try_from(header.records_count).map_err(|_| err(format!("batch at {at}: negative record count")))?;
