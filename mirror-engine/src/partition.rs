@@ -50,6 +50,7 @@ pub struct PartitionTask {
 }
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
+const MESSAGE_TOO_LARGE: i16 = 10;
 const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 const UNKNOWN_TOPIC_ID: i16 = 100;
 /// How long the destination high watermark must stay unchanged before the engine trusts it as
@@ -95,7 +96,7 @@ fn replaced(layout: &crate::cluster::TopicLayout, known: [u8; 16]) -> bool {
 
 impl PartitionTask {
     /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
-    pub async fn run(self, mut stop: watch::Receiver<bool>, mut desired: watch::Receiver<Desired>) {
+    pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut desired: watch::Receiver<Desired>) {
         let mut backoff = INITIAL_BACKOFF;
         // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
         // log end tells which of them landed, so the counters stay exact across retries.
@@ -136,6 +137,16 @@ impl PartitionTask {
                 Err(MirrorError::Fenced) => {
                     info!("writes fenced: this instance is no longer the active mirror engine; partition stops here");
                     return;
+                }
+                // A merged batch can be larger than any source batch, and the destination topic's
+                // `max.message.bytes` (copied from the source) may be below the merge limit: this
+                // partition then copies the source's batches as they came, from the log end.
+                Err(MirrorError::Broker { code: MESSAGE_TOO_LARGE, .. }) if self.coalesce_max_bytes > 0 => {
+                    warn!(
+                        coalesce_max_bytes = self.coalesce_max_bytes,
+                        "the destination refused a batch as too large; merging is off for this partition, source batches are written as they came"
+                    );
+                    self.coalesce_max_bytes = 0;
                 }
                 Err(e) if e.is_retriable() => {
                     warn!(error = %e, ?backoff, "retrying");

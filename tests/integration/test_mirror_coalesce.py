@@ -144,3 +144,32 @@ def test_one_record_source_batches_land_merged_with_every_record_at_its_source_o
                 assert len(merged) < source_count, f"{merged_topic}-{p} (transactions): {len(merged)} batches, source {source_count}"
     finally:
         assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
+
+
+def test_merged_batches_over_the_topics_max_message_bytes_fall_back_to_the_source_batches(clusters, workdir):
+    """A source topic with a small ``max.message.bytes`` (copied to the destination topic) holds
+    one-record batches far below it; merged, they would exceed it. The destination refuses the
+    merged batch as too large and the partition must copy the source's batches as they came,
+    never turn FAILED."""
+    source, destination = clusters
+    tag = unique("c")
+    topic = unique("coalesce-small-max")
+    admin = AdminClient({"bootstrap.servers": source.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1, config={"max.message.bytes": "8192"})])[topic].result(30)
+    produce_one_record_batches(source.bootstrap, topic, tag)
+    servers = ", ".join(f'"{s}"' for s in source.bootstrap.split(","))
+    config = workdir / f"coalesce-small-{tag}.toml"
+    config.write_text(f'[[mirrors]]\nname = "small-{tag}"\nsource_bootstrap_servers = [{servers}]\ntopics = ["{topic}"]\n')
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)]).start()
+    try:
+        assert_copy_equals_source(source, destination, proxy, topic)
+        for p in range(PARTITIONS):
+            labels = f'mirror="small-{tag}",topic="{topic}",partition="{p}"'
+            assert proxy.metric("kmp_mirror_failed", labels) == 0, f"{topic}-{p} FAILED:\n{proxy.log()[-3000:]}"
+        dst = leaders(destination.bootstrap, topic)
+        for p in range(PARTITIONS):
+            sizes = batches(dst[p], topic, p)
+            assert sizes, f"{topic}-{p}: the destination holds batches"
+        assert "merging is off for this partition" in proxy.log(), "the destination refused a merged batch and the engine fell back"
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
