@@ -17,6 +17,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
+use kmp_protocol::produce_frame::{self, PartitionRecords, RecordsBlob};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{Instrument, debug, info_span};
 
@@ -27,7 +28,8 @@ use crate::lease::Lease;
 use crate::links::{Lane, Tasks};
 use crate::producer_id::EngineProducer;
 
-pub(crate) const PRODUCE_VERSION: i16 = 9;
+/// The engine's Produce version (its lanes' requests are encoded by `produce_frame`).
+pub(crate) const PRODUCE_VERSION: i16 = produce_frame::VERSION;
 /// Broker-side timeout of the engine's acks=all Produce and DeleteRecords requests (ms).
 pub(crate) const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
@@ -67,7 +69,7 @@ pub type Reply = Result<Outcome, MirrorError>;
 struct Item {
     topic: TopicName,
     partition: i32,
-    records: Bytes,
+    records: RecordsBlob,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -122,7 +124,7 @@ impl Producers {
 
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
-    pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: Bytes) -> oneshot::Receiver<Reply> {
+    pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: RecordsBlob) -> oneshot::Receiver<Reply> {
         let lane = crate::fetch_session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
         let (tx, rx) = oneshot::channel();
         if !self.inner.lease.holds() {
@@ -211,12 +213,14 @@ impl BrokerLane {
                 }
                 continue;
             }
-            let req = request(&batch);
             io_stats::add(&io_stats::PRODUCE_REQUESTS, 1);
             io_stats::add(&io_stats::PRODUCE_BATCHES, batch.len() as u64);
             let submitted = async {
                 let conn = self.client.link(&self.addr, Lane::Produce(self.lane)).await?;
-                conn.submit(&req, PRODUCE_VERSION).await.map_err(|e| self.client.wrap(e))
+                // The batches' records go out as segments of their own, uncopied.
+                conn.submit_segments::<ProduceRequest>(produce_frame::VERSION, |id, client_id| request_segments(&batch, id, client_id))
+                    .await
+                    .map_err(|e| self.client.wrap(e))
             }
             .await;
             match submitted {
@@ -261,8 +265,17 @@ impl BrokerLane {
     }
 }
 
-fn request(batch: &[Item]) -> ProduceRequest {
-    request_of(batch.iter().map(|i| (&i.topic, i.partition, &i.records)))
+/// The frame of one lane request carrying `batch`.
+fn request_segments(batch: &[Item], correlation_id: i32, client_id: &str) -> Result<Vec<Bytes>, kmp_protocol::ProtocolError> {
+    let parts: Vec<PartitionRecords<'_>> = batch
+        .iter()
+        .map(|i| PartitionRecords {
+            topic: i.topic.0.as_str(),
+            partition: i.partition,
+            records: &i.records,
+        })
+        .collect();
+    produce_frame::segments(correlation_id, client_id, -1, PRODUCE_TIMEOUT_MS, &parts)
 }
 
 /// An acks=all Produce of one batch blob to one partition (the state store's writes).
@@ -333,7 +346,7 @@ mod tests {
         let i = Item {
             topic: TopicName(StrBytes::from_string(topic.to_owned())),
             partition,
-            records: Bytes::from(vec![0u8; bytes]),
+            records: RecordsBlob::whole(Bytes::from(vec![0u8; bytes])),
             reply: tx,
         };
         (i, rx)

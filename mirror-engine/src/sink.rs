@@ -19,6 +19,7 @@ use kmp_protocol::batch::{self, ProducerFields};
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
 use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::produce_frame::RecordsBlob;
 use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::oneshot;
 
@@ -84,8 +85,8 @@ impl PartitionSink {
     }
 
     /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
-    pub async fn write_batch(&mut self, batch: &[u8], records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
-        let out = batch::rewrite_for_produce(batch, self.fields(base)).map_err(MirrorError::Source)?;
+    pub async fn write_batch(&mut self, batch: &Bytes, records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
+        let out = batch::rewrite_for_produce_parts(batch, self.fields(base)).map_err(MirrorError::Source)?;
         let w = Written {
             base,
             records,
@@ -110,12 +111,12 @@ impl PartitionSink {
             producer_id: self.producer.producer_id,
             sequence: sequence_at(base),
         };
-        self.produce(out, w).await
+        self.produce(RecordsBlob::whole(out), w).await
     }
 
     /// Pipelines one Produce request, first waiting for the oldest if the window is full (a
     /// window of one until the broker confirmed the producer; see the module docs).
-    async fn produce(&mut self, records_blob: Bytes, w: Written) -> Result<(), MirrorError> {
+    async fn produce(&mut self, records_blob: RecordsBlob, w: Written) -> Result<(), MirrorError> {
         while self.in_flight.len() >= self.window() {
             self.ack_oldest().await?;
         }

@@ -170,6 +170,25 @@ pub struct ProducerFields {
 /// CRC is checked first, in the same pass over the records: a batch corrupted on its way from
 /// the source must not reach the destination under a fresh, valid CRC.
 pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes, ProtocolError> {
+    let head = rewritten_header(batch, fields)?;
+    let mut b = BytesMut::with_capacity(batch.len());
+    b.put_slice(&head);
+    b.put_slice(&batch[HEADER_SIZE..]);
+    Ok(b.freeze())
+}
+
+/// [`rewrite_for_produce`] without copying the records: the rewritten header, and the records
+/// section as a slice of `batch`.
+pub fn rewrite_for_produce_parts(batch: &Bytes, fields: ProducerFields) -> Result<crate::produce_frame::RecordsBlob, ProtocolError> {
+    let head = rewritten_header(batch, fields)?;
+    Ok(crate::produce_frame::RecordsBlob {
+        head: Bytes::copy_from_slice(&head),
+        body: batch.slice(HEADER_SIZE..),
+    })
+}
+
+/// The checks of [`rewrite_for_produce`] and the header it writes (CRC included).
+fn rewritten_header(batch: &[u8], fields: ProducerFields) -> Result<[u8; HEADER_SIZE], ProtocolError> {
     let h = parse_header(batch)?;
     if batch.len() != h.size() {
         return Err(malformed(format!("batch of {} bytes announces {}", batch.len(), h.size())));
@@ -178,8 +197,8 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
         return Err(malformed("control batches cannot be produced; they become fillers".into()));
     }
     // CRC-32C of attributes..end = the header part combined with the records part, so the
-    // records are read once for the check and the new CRC.
-    // The shift past the records is built once and serves both CRCs.
+    // records are read once for the check and the new CRC. The shift past the records is built
+    // once and serves both CRCs.
     let records_crc = crc32c::crc32c(&batch[HEADER_SIZE..]);
     let past_records = crate::crc_shift::Shift::bytes(batch.len() - HEADER_SIZE);
     let stored = past_records.combine(crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc);
@@ -189,7 +208,8 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
             h.base_offset, h.crc
         )));
     }
-    let mut b = BytesMut::from(batch);
+    let mut b = [0u8; HEADER_SIZE];
+    b.copy_from_slice(&batch[..HEADER_SIZE]);
     b[0..8].copy_from_slice(&0i64.to_be_bytes());
     b[12..16].copy_from_slice(&(-1i32).to_be_bytes());
     b[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&(h.attributes & !TRANSACTIONAL_BIT).to_be_bytes());
@@ -198,7 +218,7 @@ pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes
     b[53..57].copy_from_slice(&fields.base_sequence.to_be_bytes());
     let crc = past_records.combine(crc32c::crc32c(&b[ATTRIBUTES_OFFSET..HEADER_SIZE]), records_crc);
     b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(b.freeze())
+    Ok(b)
 }
 
 /// Appends a zig-zag varint (record fields).
@@ -316,6 +336,9 @@ mod tests {
             let keys: Vec<_> = decoded.records.iter().map(|r| r.key.clone().unwrap()).collect();
             assert_eq!(keys, (0..5).map(|i| Bytes::from(format!("k{i}"))).collect::<Vec<_>>());
             assert!(decoded.records.iter().all(|r| r.producer_id == 77 && !r.transactional));
+            let parts = rewrite_for_produce_parts(&original, FIELDS).unwrap();
+            assert_eq!(parts.to_bytes(), out, "the parts are the copy, split ({compression:?})");
+            assert_eq!(parts.body.as_ptr(), original[HEADER_SIZE..].as_ptr(), "the records section is not copied");
         }
     }
 

@@ -77,9 +77,9 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
 /// A request written on a connection whose response has not been read yet.
 #[derive(Debug, Clone, Copy)]
 pub struct Sent {
-    correlation_id: i32,
-    key: ApiKey,
-    version: i16,
+    pub(crate) correlation_id: i32,
+    pub(crate) key: ApiKey,
+    pub(crate) version: i16,
 }
 
 /// The frame of `req` (header with `correlation_id` and `client_id`) and what reading its response

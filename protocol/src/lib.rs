@@ -18,6 +18,7 @@ pub mod merge;
 pub mod mirror_api;
 mod names;
 pub mod peek;
+pub mod produce_frame;
 pub mod records;
 pub mod reencode;
 pub mod rewrite;

@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use kafka_protocol::protocol::{Request, StrBytes};
-use tokio::io::AsyncWriteExt;
+use std::io::IoSlice;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Connection, Sent, decode_sent, request_frame};
@@ -23,6 +25,45 @@ use crate::error::{ProtocolError, Side};
 const WRITE_QUEUE: usize = 256;
 
 type Reply = oneshot::Sender<Result<Bytes, ProtocolError>>;
+
+/// A request frame as segments written one after the other (one for most requests; a Produce
+/// of mirrored batches keeps each batch's records a segment of their own, uncopied).
+type Frame = Vec<Bytes>;
+
+/// Most segments handed to one vectored write.
+const MAX_IOV: usize = 64;
+
+/// Writes `segments` whole, with vectored writes where the stream supports them.
+async fn write_segments<W: AsyncWrite + Unpin>(w: &mut W, segments: &[Bytes]) -> std::io::Result<()> {
+    let (mut i, mut off) = (0usize, 0usize);
+    loop {
+        while i < segments.len() && off == segments[i].len() {
+            (i, off) = (i + 1, 0);
+        }
+        if i == segments.len() {
+            return Ok(());
+        }
+        let slices: Vec<IoSlice<'_>> = std::iter::once(&segments[i][off..])
+            .chain(segments[i + 1..].iter().map(|s| &s[..]))
+            .take(MAX_IOV)
+            .map(IoSlice::new)
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while n > 0 {
+            let left = segments[i].len() - off;
+            if n < left {
+                off += n;
+                n = 0;
+            } else {
+                n -= left;
+                (i, off) = (i + 1, 0);
+            }
+        }
+    }
+}
 
 /// A cheap-to-clone handle on one connection.
 #[derive(Clone)]
@@ -35,7 +76,7 @@ struct Inner {
     client_id: StrBytes,
     next_correlation_id: AtomicI32,
     closed: Arc<AtomicBool>,
-    writes: mpsc::Sender<(Bytes, Reply)>,
+    writes: mpsc::Sender<(Frame, Reply)>,
 }
 
 impl std::fmt::Debug for SharedConnection {
@@ -59,7 +100,7 @@ impl SharedConnection {
     /// which end when the connection fails or every handle is dropped.
     pub fn new(conn: Connection) -> Self {
         let (mut reader, mut writer, next_id, client_id, addr) = conn.into_parts();
-        let (writes, mut queue) = mpsc::channel::<(Bytes, Reply)>(WRITE_QUEUE);
+        let (writes, mut queue) = mpsc::channel::<(Frame, Reply)>(WRITE_QUEUE);
         let closed = Arc::new(AtomicBool::new(false));
         // Replies in wire order: the writer pushes before writing, the reader pops per response.
         let pending: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
@@ -78,7 +119,7 @@ impl SharedConnection {
                         p.push_back(reply);
                     }
                     let written = async {
-                        writer.write_all(&frame).await?;
+                        write_segments(&mut writer, &frame).await?;
                         writer.flush().await
                     };
                     if let Err(source) = written.await {
@@ -158,6 +199,28 @@ impl SharedConnection {
     /// [`Pending::response`] (dropping it discards the response).
     pub async fn submit<R: Request>(&self, req: &R, version: i16) -> Result<Pending<R>, ProtocolError> {
         let (frame, sent) = self.frame(req, version)?;
+        self.queue(vec![frame], sent).await
+    }
+
+    /// [`SharedConnection::submit`] for a request the caller encodes itself, as segments:
+    /// `encode` gets the correlation id and the client id and returns the whole frame (length
+    /// prefix included) of an `R` at `version`.
+    pub async fn submit_segments<R: Request>(
+        &self,
+        version: i16,
+        encode: impl FnOnce(i32, &str) -> Result<Vec<Bytes>, ProtocolError>,
+    ) -> Result<Pending<R>, ProtocolError> {
+        let key = kafka_protocol::messages::ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
+            what: "request",
+            detail: format!("unknown api key {}", R::KEY),
+            side: Side::Internal,
+        })?;
+        let correlation_id = self.inner.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let frame = encode(correlation_id, &self.inner.client_id)?;
+        self.queue(frame, Sent { correlation_id, key, version }).await
+    }
+
+    async fn queue<R: Request>(&self, frame: Frame, sent: Sent) -> Result<Pending<R>, ProtocolError> {
         if self.is_closed() {
             return Err(closed_error("connection closed"));
         }
@@ -181,7 +244,7 @@ impl SharedConnection {
             return Err(closed_error("connection closed"));
         }
         let (tx, rx) = oneshot::channel();
-        self.inner.writes.send((frame, tx)).await.map_err(|_| closed_error("connection closed"))?;
+        self.inner.writes.send((vec![frame], tx)).await.map_err(|_| closed_error("connection closed"))?;
         rx.await.map_err(|_| closed_error("connection closed"))?
     }
 }
@@ -298,5 +361,59 @@ mod tests {
         .await
         .expect("the connection reports closed");
         assert!(conn.call(&ApiVersionsRequest::default(), 0).await.is_err());
+    }
+
+    /// A stream that takes at most `step` bytes per write, vectored or not.
+    struct Trickle {
+        got: Vec<u8>,
+        step: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.step);
+            self.got.extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            let mut n = 0;
+            for b in bufs {
+                let take = b.len().min(self.step - n);
+                self.got.extend_from_slice(&b[..take]);
+                n += take;
+                if n == self.step {
+                    break;
+                }
+            }
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+        fn poll_flush(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn segments_are_written_whole_and_in_order_however_little_each_write_takes(
+            sizes in proptest::collection::vec(0usize..300, 0..150),
+            step in 1usize..700,
+        ) {
+            let segs: Vec<Bytes> = sizes.iter().enumerate().map(|(i, &n)| Bytes::from(vec![i as u8; n])).collect();
+            let want: Vec<u8> = segs.iter().flat_map(|s| s.iter().copied()).collect();
+            let mut w = Trickle { got: Vec::new(), step };
+            let rt = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            rt.block_on(write_segments(&mut w, &segs)).expect("written");
+            proptest::prop_assert_eq!(w.got, want);
+        }
     }
 }
