@@ -20,14 +20,9 @@ import urllib.request
 from pathlib import Path
 
 from kafka_cluster import recv_exact
+from ports import free_port
 
 HARNESS = Path(__file__).resolve().parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LatencyRelay:
