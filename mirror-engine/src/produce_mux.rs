@@ -203,7 +203,7 @@ impl BrokerLane {
                 queue.push_back(i);
             }
             queue.retain(|i| !i.reply.is_closed());
-            let batch = self.take_batch(&mut queue);
+            let mut batch = self.take_batch(&mut queue);
             if batch.is_empty() {
                 continue;
             }
@@ -223,6 +223,13 @@ impl BrokerLane {
                     .map_err(|e| self.client.wrap(e))
             }
             .await;
+            // The records are slices of whole Fetch answers (up to 32 MiB each, counted in the
+            // engine's memory budget only while their partitions hold their shares): once the
+            // frame is queued the request holds them until it is written, and the batches waiting
+            // for the answer need only where the answer goes.
+            for i in &mut batch {
+                i.records = RecordsBlob::default();
+            }
             match submitted {
                 Ok(pending) => {
                     let client = self.client.clone();
