@@ -12,8 +12,9 @@ use crate::error::{ProtocolError, Side};
 /// The only Produce version this encoder writes (flexible: compact fields, tagged fields).
 pub const VERSION: i16 = 9;
 const PRODUCE_KEY: i16 = 0;
-/// Record sets shorter than this are copied into the framing around them: a segment of its own
-/// costs more than copying a few kilobytes.
+/// Pieces of records (a batch header, a records section, a whole merged batch) shorter than this
+/// are copied into the framing around them: a segment of its own costs more than copying a few
+/// kilobytes.
 const COPY_BELOW: usize = 4096;
 
 /// One partition's records as `head ‖ body` (a rewritten batch header and the source's records
@@ -93,9 +94,13 @@ pub fn segments(correlation_id: i32, client_id: &str, acks: i16, timeout_ms: i32
             None => topics.push((p.topic, vec![p])),
         }
     }
-    let mut out: Vec<Bytes> = Vec::new();
-    let mut cur = BytesMut::with_capacity(256);
-    cur.put_i32(0); // the frame length, set at the end
+    // The framing around the records, and the records copied into it, sized up front.
+    let framing: usize = parts
+        .iter()
+        .map(|p| p.topic.len() + 32 + small(p.records.head.len()) + small(p.records.body.len()))
+        .sum();
+    let mut out: Vec<Bytes> = vec![Bytes::new()]; // the length prefix, set at the end
+    let mut cur = BytesMut::with_capacity(64 + client_id.len() + framing);
     cur.put_i16(PRODUCE_KEY);
     cur.put_i16(VERSION);
     cur.put_i32(correlation_id);
@@ -113,12 +118,14 @@ pub fn segments(correlation_id: i32, client_id: &str, acks: i16, timeout_ms: i32
         for p in ps {
             cur.put_i32(p.partition);
             put_uvarint(&mut cur, p.records.len() as u64 + 1);
-            cur.put_slice(&p.records.head);
-            if p.records.body.len() < COPY_BELOW {
-                cur.put_slice(&p.records.body);
-            } else {
-                out.push(std::mem::replace(&mut cur, BytesMut::with_capacity(64)).freeze());
-                out.push(p.records.body.clone());
+            for piece in [&p.records.head, &p.records.body] {
+                if piece.len() < COPY_BELOW {
+                    cur.put_slice(piece);
+                } else {
+                    let rest = cur.capacity() - cur.len();
+                    out.push(std::mem::replace(&mut cur, BytesMut::with_capacity(rest)).freeze());
+                    out.push(piece.clone());
+                }
             }
             put_uvarint(&mut cur, 0); // partition tagged fields
         }
@@ -127,11 +134,14 @@ pub fn segments(correlation_id: i32, client_id: &str, acks: i16, timeout_ms: i32
     put_uvarint(&mut cur, 0); // request tagged fields
     out.push(cur.freeze());
     let total: usize = out.iter().map(Bytes::len).sum();
-    let size = i32::try_from(total - 4).map_err(|_| too_large("request"))?;
-    let mut first = BytesMut::from(&out[0][..]);
-    first[..4].copy_from_slice(&size.to_be_bytes());
-    out[0] = first.freeze();
+    let size = i32::try_from(total).map_err(|_| too_large("request"))?;
+    out[0] = Bytes::copy_from_slice(&size.to_be_bytes());
     Ok(out)
+}
+
+/// What of a piece of records of `len` bytes is copied into the framing.
+fn small(len: usize) -> usize {
+    if len < COPY_BELOW { len } else { 0 }
 }
 
 #[cfg(test)]
@@ -203,6 +213,18 @@ mod tests {
         let segs = segments(42, "kafka-mirror-proxy", -1, 30_000, &parts).expect("encodes");
         assert_eq!(joined(&segs), reference(42, "kafka-mirror-proxy", -1, 30_000, &parts).to_vec());
         assert!(segs.iter().any(|s| s.as_ptr() == big.body.as_ptr()), "the large body is not copied");
+        let merged = RecordsBlob::whole(Bytes::from(vec![5u8; 100_000]));
+        let parts = [PartitionRecords {
+            topic: "m",
+            partition: 0,
+            records: &merged,
+        }];
+        let segs = segments(7, "c", -1, 1, &parts).expect("encodes");
+        assert_eq!(joined(&segs), reference(7, "c", -1, 1, &parts).to_vec());
+        assert!(
+            segs.iter().any(|s| s.as_ptr() == merged.head.as_ptr()),
+            "a large whole batch is not copied either"
+        );
     }
 
     proptest! {
@@ -212,7 +234,7 @@ mod tests {
             client_id in "[a-z0-9-]{0,40}",
             acks in prop_oneof![Just(-1i16), Just(0), Just(1)],
             timeout_ms in any::<i32>(),
-            spec in proptest::collection::vec((0usize..4, any::<i32>(), 0usize..100, 0usize..10_000), 0..12),
+            spec in proptest::collection::vec((0usize..4, any::<i32>(), 0usize..6_000, 0usize..10_000), 0..12),
         ) {
             let names = ["t", "topic-two", "x.y_z", "a-much-longer-topic-name-than-the-others"];
             let blobs: Vec<RecordsBlob> = spec.iter().map(|&(_, _, h, b)| RecordsBlob {
