@@ -141,11 +141,22 @@ impl PartitionTask {
                 // A merged batch can be larger than any source batch, and the destination topic's
                 // `max.message.bytes` (copied from the source) may be below the merge limit: this
                 // partition then copies the source's batches as they came, from the log end.
-                Err(MirrorError::Broker { code: MESSAGE_TOO_LARGE, .. }) if self.coalesce_max_bytes > 0 => {
+                // (Once per task: if a source batch itself is too large, the next attempt FAILs.)
+                Err(
+                    e @ MirrorError::Broker {
+                        side: "destination",
+                        code: MESSAGE_TOO_LARGE,
+                        ..
+                    },
+                ) if self.coalesce_max_bytes > 0 => {
                     warn!(
+                        error = %e,
                         coalesce_max_bytes = self.coalesce_max_bytes,
                         "the destination refused a batch as too large; merging is off for this partition, source batches are written as they came"
                     );
+                    self.status.update(&self.key, |s| {
+                        s.last_error = Some(format!("{e}; merging turned off for this partition"));
+                    });
                     self.coalesce_max_bytes = 0;
                 }
                 Err(e) if e.is_retriable() => {
