@@ -26,16 +26,45 @@ pub(crate) fn decompress(codec: i16, section: &Bytes, limit: usize) -> Result<By
     let limit = limit.min(MAX_RAW_BATCH);
     let out = match codec {
         0 => section.clone(),
-        1 => read_at_most(flate2::read::GzDecoder::new(&section[..]), limit)?,
+        1 => gunzip(section, limit)?,
         2 => <Snappy as Decompressor<Bytes>>::decompress(&mut section.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).map_err(|e| e.to_string())?,
         3 => read_at_most(lz4::Decoder::new(&section[..]).map_err(|e| e.to_string())?, limit)?,
-        4 => read_at_most(zstd::stream::read::Decoder::with_buffer(&section[..]).map_err(|e| e.to_string())?, limit)?,
+        4 => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(&section[..]).map_err(|e| e.to_string())?;
+            // A frame's declared window is allocated whole: under a tight limit (a merge) no
+            // more than the limit needs (at least zstd's 8 MiB level defaults).
+            if limit < MAX_RAW_BATCH {
+                let log = usize::BITS - limit.max(1).leading_zeros();
+                d.window_log_max(log.clamp(23, 27)).map_err(|e| e.to_string())?;
+            }
+            read_at_most(d, limit)?
+        }
         c => return Err(format!("unknown compression codec {c}")),
     };
     if out.len() > limit {
         return Err(format!("decompresses to more than {limit} bytes"));
     }
     Ok(out)
+}
+
+/// Every gzip member of `section` in turn, as Java's GZIPInputStream (which Kafka uses) reads
+/// them: another member follows while the rest starts with gzip's magic bytes; anything else
+/// after a member is ignored.
+fn gunzip(section: &Bytes, limit: usize) -> Result<Bytes, String> {
+    let mut out = Vec::new();
+    let mut rest: &[u8] = &section[..];
+    loop {
+        let mut d = flate2::bufread::GzDecoder::new(rest);
+        let room = (limit - out.len()) as u64 + 1;
+        (&mut d).take(room).read_to_end(&mut out).map_err(|e| e.to_string())?;
+        if out.len() > limit {
+            return Err(format!("decompresses to more than {limit} bytes"));
+        }
+        rest = d.into_inner();
+        if !rest.starts_with(&[0x1f, 0x8b]) {
+            return Ok(out.into());
+        }
+    }
 }
 
 fn read_at_most(r: impl Read, limit: usize) -> Result<Bytes, String> {
@@ -116,6 +145,19 @@ mod tests {
             assert_eq!(decompress(codec, &packed, zeros.len()).expect("at the limit").len(), zeros.len());
         }
         assert!(decompress(0, &Bytes::from(zeros.clone()), 10).is_err(), "uncompressed sections count too");
+    }
+
+    #[test]
+    fn gzip_members_are_read_one_after_the_other_and_trailing_bytes_ignored_as_java_does() {
+        let (a, b) = (b"first member ".repeat(100), b"second member".repeat(100));
+        let mut two = BytesMut::new();
+        two.put_slice(&compress(1, &a).expect("gzip"));
+        two.put_slice(&compress(1, &b).expect("gzip"));
+        let both: Vec<u8> = a.iter().chain(b.iter()).copied().collect();
+        assert_eq!(&decompress(1, &two.clone().freeze(), MAX_RAW_BATCH).expect("two members")[..], &both[..]);
+        two.put_slice(b"trailing junk");
+        assert_eq!(&decompress(1, &two.clone().freeze(), MAX_RAW_BATCH).expect("junk ignored")[..], &both[..]);
+        assert!(decompress(1, &two.freeze(), a.len() + 10).is_err(), "the limit spans the members");
     }
 
     #[test]
