@@ -86,7 +86,7 @@ impl PartitionSink {
 
     /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
     pub async fn write_batch(&mut self, batch: &Bytes, records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
-        let out = batch::rewrite_for_produce_parts(batch, self.fields(base)).map_err(MirrorError::Source)?;
+        let out = batch::rewrite_for_produce(batch, self.fields(base)).map_err(MirrorError::Source)?;
         let w = Written {
             base,
             records,

@@ -165,21 +165,12 @@ pub struct ProducerFields {
     pub base_sequence: i32,
 }
 
-/// Copies `batch` with the producer fields replaced, the transactional bit cleared and the CRC
-/// recomputed. The records section (compressed or not) is copied byte for byte. The batch's own
-/// CRC is checked first, in the same pass over the records: a batch corrupted on its way from
-/// the source must not reach the destination under a fresh, valid CRC.
-pub fn rewrite_for_produce(batch: &[u8], fields: ProducerFields) -> Result<Bytes, ProtocolError> {
-    let head = rewritten_header(batch, fields)?;
-    let mut b = BytesMut::with_capacity(batch.len());
-    b.put_slice(&head);
-    b.put_slice(&batch[HEADER_SIZE..]);
-    Ok(b.freeze())
-}
-
-/// [`rewrite_for_produce`] without copying the records: the rewritten header, and the records
-/// section as a slice of `batch`.
-pub fn rewrite_for_produce_parts(batch: &Bytes, fields: ProducerFields) -> Result<crate::produce_frame::RecordsBlob, ProtocolError> {
+/// `batch` with the producer fields replaced, the transactional bit cleared and the CRC
+/// recomputed, as a new header and the records section (compressed or not) byte for byte, a
+/// slice of `batch` (not copied). The batch's own CRC is checked first, in the same pass over the
+/// records: a batch corrupted on its way from the source must not reach the destination under a
+/// fresh, valid CRC.
+pub fn rewrite_for_produce(batch: &Bytes, fields: ProducerFields) -> Result<crate::produce_frame::RecordsBlob, ProtocolError> {
     let head = rewritten_header(batch, fields)?;
     Ok(crate::produce_frame::RecordsBlob {
         head: Bytes::copy_from_slice(&head),
@@ -326,7 +317,9 @@ mod tests {
     fn rewrite_changes_only_producer_fields_keeps_the_payload_and_fixes_the_crc() {
         for compression in [Compression::None, Compression::Gzip] {
             let original = encoded(compression, true, 5, 9);
-            let out = rewrite_for_produce(&original, FIELDS).unwrap();
+            let parts = rewrite_for_produce(&original, FIELDS).unwrap();
+            assert_eq!(parts.body.as_ptr(), original[HEADER_SIZE..].as_ptr(), "the records section is not copied");
+            let out = parts.to_bytes();
             assert!(crc_is_valid(&out), "CRC recomputed");
             let h = parse_header(&out).unwrap();
             assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (77, 0, 500));
@@ -336,9 +329,6 @@ mod tests {
             let keys: Vec<_> = decoded.records.iter().map(|r| r.key.clone().unwrap()).collect();
             assert_eq!(keys, (0..5).map(|i| Bytes::from(format!("k{i}"))).collect::<Vec<_>>());
             assert!(decoded.records.iter().all(|r| r.producer_id == 77 && !r.transactional));
-            let parts = rewrite_for_produce_parts(&original, FIELDS).unwrap();
-            assert_eq!(parts.to_bytes(), out, "the parts are the copy, split ({compression:?})");
-            assert_eq!(parts.body.as_ptr(), original[HEADER_SIZE..].as_ptr(), "the records section is not copied");
         }
     }
 
@@ -350,14 +340,14 @@ mod tests {
             for at in [original.len() - 2, HEADER_SIZE + 1, ATTRIBUTES_OFFSET + 4, CRC_OFFSET + 1] {
                 let mut bad = BytesMut::from(&original[..]);
                 bad[at] ^= 0x10;
-                let e = rewrite_for_produce(&bad, FIELDS).expect_err("a corrupt batch must be refused");
+                let e = rewrite_for_produce(&bad.freeze(), FIELDS).expect_err("a corrupt batch must be refused");
                 assert!(e.to_string().contains("CRC"), "{compression:?} byte {at}: {e}");
             }
             // Fields outside the CRC (base offset, leader epoch) may differ: the broker sets them.
             let mut moved = BytesMut::from(&original[..]);
             moved[0..8].copy_from_slice(&1234i64.to_be_bytes());
             moved[12..16].copy_from_slice(&7i32.to_be_bytes());
-            assert!(rewrite_for_produce(&moved, FIELDS).is_ok());
+            assert!(rewrite_for_produce(&moved.freeze(), FIELDS).is_ok());
         }
     }
 
@@ -400,7 +390,7 @@ mod tests {
         fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
             let _ = parse_header(&bytes);
             let _ = split(&Bytes::from(bytes.clone()));
-            let _ = rewrite_for_produce(&bytes, FIELDS);
+            let _ = rewrite_for_produce(&Bytes::from(bytes.clone()), FIELDS);
             let _ = crc_is_valid(&bytes);
         }
     }

@@ -41,7 +41,8 @@ impl RecordsBlob {
         self.len() == 0
     }
 
-    /// The blob as one buffer (copies unless `body` is empty).
+    /// The blob as one buffer (copies unless `body` is empty; the tests' view of it).
+    #[cfg(test)]
     pub fn to_bytes(&self) -> Bytes {
         if self.body.is_empty() {
             return self.head.clone();
