@@ -85,11 +85,7 @@ pub struct Sent {
 /// The frame of `req` (header with `correlation_id` and `client_id`) and what reading its response
 /// needs.
 pub(crate) fn request_frame<R: Request>(req: &R, version: i16, correlation_id: i32, client_id: &StrBytes) -> Result<(Bytes, Sent), ProtocolError> {
-    let key = ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
-        what: "request",
-        detail: format!("unknown api key {}", R::KEY),
-        side: Side::Internal,
-    })?;
+    let key = api_key::<R>()?;
     let mut header = RequestHeader::default();
     header.request_api_key = R::KEY;
     header.request_api_version = version;
@@ -97,6 +93,15 @@ pub(crate) fn request_frame<R: Request>(req: &R, version: i16, correlation_id: i
     header.client_id = Some(client_id.clone());
     let frame = encode_request(&header, key, req)?;
     Ok((frame, Sent { correlation_id, key, version }))
+}
+
+/// The API key of request type `R`.
+pub(crate) fn api_key<R: Request>() -> Result<ApiKey, ProtocolError> {
+    ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
+        what: "request",
+        detail: format!("unknown api key {}", R::KEY),
+        side: Side::Internal,
+    })
 }
 
 /// Checks that `resp` answers `sent` (correlation id) and decodes it.

@@ -84,9 +84,7 @@ pub(crate) fn records_within(batch: &Bytes, header: &BatchHeader, max_raw: usize
     let Some(whole) = batch.get(..header.size()) else {
         return Err(err(format!("batch at {at} of {} bytes announces {}", batch.len(), header.size())));
     };
-    if !crate::batch::crc_is_valid(whole) {
-        return Err(err(format!("batch at {at} fails its CRC: corrupted")));
-    }
+    crate::batch::verify_crc(whole)?;
     let section = decompress(batch, header, max_raw)?;
     let mut c = Cursor::new(&section, 0, "record", Side::Broker);
     // Each record takes at least 7 bytes: a count from the header is checked against that.

@@ -18,7 +18,7 @@ use std::io::IoSlice;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{Connection, Sent, decode_sent, request_frame};
+use crate::client::{Connection, Sent, api_key, decode_sent, request_frame};
 use crate::error::{ProtocolError, Side};
 
 /// Frames queued for the writer before callers wait (backpressure, not a limit on in-flight).
@@ -210,11 +210,7 @@ impl SharedConnection {
         version: i16,
         encode: impl FnOnce(i32, &str) -> Result<Vec<Bytes>, ProtocolError>,
     ) -> Result<Pending<R>, ProtocolError> {
-        let key = kafka_protocol::messages::ApiKey::try_from(R::KEY).map_err(|_| ProtocolError::Malformed {
-            what: "request",
-            detail: format!("unknown api key {}", R::KEY),
-            side: Side::Internal,
-        })?;
+        let key = api_key::<R>()?;
         let correlation_id = self.inner.next_correlation_id.fetch_add(1, Ordering::Relaxed);
         let frame = encode(correlation_id, &self.inner.client_id)?;
         self.queue(frame, Sent { correlation_id, key, version }).await
