@@ -86,6 +86,13 @@ pub struct UpstreamConfig {
     /// Largest response frame (bytes, excluding the length prefix) accepted from a broker; a
     /// larger one closes that client connection. Default 1073741824 (1 GiB).
     pub max_response_frame_bytes: u32,
+    /// How long (milliseconds) a broker's answer to ApiVersions may be given to new client
+    /// connections before their own upstream connection is open. A connection's first ApiVersions
+    /// is then answered at once from the last answer of the same listener's broker (same request
+    /// version) while the upstream connection opens, and still forwarded so the broker sees it
+    /// and its answer refreshes the one kept. 0: never answered early (every connection waits for
+    /// its upstream connection first). Default 30000.
+    pub api_versions_cache_ms: u64,
     /// Kafka client properties of the proxy's connections to the destination (`[upstream.properties]`,
     /// Kafka's names: `security.protocol`, `ssl.truststore.location`, `ssl.keystore.location`,
     /// `ssl.endpoint.identification.algorithm`, `sasl.mechanism`, `sasl.username`, `sasl.password`,
@@ -103,6 +110,7 @@ impl Default for UpstreamConfig {
             connect_timeout_ms: 10_000,
             metadata_refresh_interval_ms: 10_000,
             max_response_frame_bytes: 1024 * 1024 * 1024,
+            api_versions_cache_ms: 30_000,
             properties: crate::ClientProperties::default(),
         }
     }

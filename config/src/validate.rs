@@ -58,6 +58,9 @@ impl Config {
         if self.upstream.metadata_refresh_interval_ms < 100 {
             err("upstream.metadata_refresh_interval_ms", "must be at least 100".to_owned());
         }
+        if self.upstream.api_versions_cache_ms > 3_600_000 {
+            err("upstream.api_versions_cache_ms", "must be at most 3600000 (an hour)".to_owned());
+        }
         if self.upstream.max_response_frame_bytes < 64 {
             err("upstream.max_response_frame_bytes", "must be at least 64".to_owned());
         }

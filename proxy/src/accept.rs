@@ -83,7 +83,8 @@ enum Accepted {
     Tls(Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>, Option<String>),
 }
 
-/// One accepted connection: TLS handshake (if configured), upstream connection, session.
+/// One accepted connection: TLS handshake (if configured), then the upstream connection opened
+/// alongside the session.
 async fn serve(
     client: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
@@ -107,21 +108,32 @@ async fn serve(
             }
         }
     };
-    let (upstream, addr) = match shared.connector.connect(target, &shared.cluster).await {
-        Ok(u) => u,
-        Err(e) => {
-            shared.metrics.upstream_connect_errors.inc();
-            return Err(e);
+    // Opened while the session reads the first request (which may be answered early, see
+    // `early_versions`); the session waits for it when it first writes. Not before the TLS
+    // handshake: a client that cannot complete one (no accepted certificate) opens nothing.
+    let opening = shared.clone();
+    let upstream = tokio::spawn(
+        async move {
+            match opening.connector.connect(target, &opening.cluster).await {
+                Ok((upstream, addr)) => {
+                    tracing::debug!(upstream = %addr, "connected");
+                    Ok(upstream)
+                }
+                Err(e) => {
+                    opening.metrics.upstream_connect_errors.inc();
+                    Err(e)
+                }
+            }
         }
-    };
-    tracing::debug!(upstream = %addr, "connected");
+        .in_current_span(),
+    );
     match client {
-        Accepted::Plain(tcp) => session::run(tcp, upstream, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
+        Accepted::Plain(tcp) => session::run(tcp, upstream, target, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
         Accepted::Tls(tls, principal) => {
             if let Some(p) = &principal {
                 tracing::debug!(principal = %p, "client certificate accepted");
             }
-            session::run(*tls, upstream, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
+            session::run(*tls, upstream, target, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
         }
     }
 }

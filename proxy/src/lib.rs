@@ -11,6 +11,7 @@ mod accept;
 mod admin;
 mod cluster;
 mod dashboard;
+mod early_versions;
 mod election_status;
 mod error;
 mod filters;

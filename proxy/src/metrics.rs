@@ -56,6 +56,8 @@ pub(crate) struct Metrics {
     pub(crate) client_frame_errors: Counter,
     pub(crate) broker_frame_errors: Counter,
     pub(crate) upstream_connect_errors: Counter,
+    /// First ApiVersions requests answered from a kept answer while the upstream connection opened.
+    pub(crate) api_versions_answered_early: Counter,
     pub(crate) metadata_refreshes: Counter,
     pub(crate) metadata_refresh_errors: Counter,
     pub(crate) known_brokers: Gauge,
@@ -108,6 +110,12 @@ impl Metrics {
             "upstream_connect_errors",
             "Failed connection attempts to upstream brokers",
             upstream_connect_errors.clone(),
+        );
+        let api_versions_answered_early = Counter::default();
+        registry.register(
+            "api_versions_answered_early",
+            "ApiVersions requests answered from a broker's kept answer while the connection's upstream opened (upstream.api_versions_cache_ms)",
+            api_versions_answered_early.clone(),
         );
         let metadata_refreshes = Counter::default();
         registry.register("metadata_refreshes", "Successful background metadata refreshes", metadata_refreshes.clone());
@@ -185,6 +193,7 @@ impl Metrics {
             open_connections,
             connections,
             upstream_connect_errors,
+            api_versions_answered_early,
             metadata_refreshes,
             metadata_refresh_errors,
             known_brokers,

@@ -97,6 +97,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         mirrors,
         next_connection_id: AtomicU64::new(1),
         limits: limits::Limits::new(&config.limits),
+        early_versions: crate::early_versions::EarlyVersions::new(Duration::from_millis(config.upstream.api_versions_cache_ms)),
         config,
     });
     // Every session holds a clone; when all are gone the drain is complete.

@@ -26,13 +26,15 @@ use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::splice::SpliceSocket;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
 use tracing::{debug, trace, warn};
 
 use crate::error::ProxyError;
 use crate::filters::{Chain, Conn, Exchange, Merge, Outcome};
 use crate::shared::Shared;
 use crate::stream_copy::{CopyError, Scan, Upstream};
+use crate::upstream::Target;
 
 /// Requests in flight per connection before the request side waits (backpressure).
 const MAX_IN_FLIGHT: usize = 1024;
@@ -48,6 +50,10 @@ enum Pending {
         started: Instant,
         merge: Option<Merge>,
         stream: Stream,
+        /// An ApiVersions request: its (clamped) answer is kept for early answers (`early_versions`).
+        keep_for: Option<Target>,
+        /// The client already got an early answer: this one is kept, not written.
+        answered_early: bool,
     },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
@@ -96,28 +102,74 @@ impl SplitStream for kmp_protocol::security::BrokerStream {
     }
 }
 
-/// Runs one client connection to completion.
+/// Runs one client connection to completion. `upstream` is the upstream connection being opened
+/// (a task started at accept): requests wait for it only when they are written, so a first
+/// ApiVersions can be answered early (`early_versions`) while it opens.
 pub(crate) async fn run<C: SplitStream, U: SplitStream>(
     client: C,
-    upstream: U,
+    upstream: Connecting<U>,
+    target: Target,
     conn: Arc<Conn>,
     chain: Arc<Chain>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), ProxyError> {
     let (client_r, client_w) = client.split_stream();
-    let (up_r, up_w) = upstream.split_stream();
+    let (read_tx, read_rx) = oneshot::channel();
+    let up_w = Opening {
+        connect: Some((upstream, read_tx)),
+        write: None,
+    };
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let responses = tokio::spawn(response_side(rx, up_r, client_w, conn.clone(), chain.clone(), in_flight.clone()));
-    let requests = request_side(client_r, up_w, tx, &conn, &chain, &in_flight, &mut stop).await;
+    let responses = tokio::spawn(response_side(rx, read_rx, client_w, conn.clone(), chain.clone(), in_flight.clone()));
+    let requests = request_side(client_r, up_w, target, tx, &conn, &chain, &in_flight, &mut stop).await;
     // The response side drains what is in flight, then ends (the queue's sender is gone).
     let responses = responses.await.unwrap_or(Ok(()));
     requests.and(responses)
 }
 
-async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+/// The task opening the upstream connection (started at accept).
+type Connecting<U> = JoinHandle<Result<U, ProxyError>>;
+
+/// The request side's half of the upstream connection: opening until the first write needs it;
+/// then its read half goes to the response side.
+struct Opening<U: SplitStream> {
+    /// The connect task and where its read half goes; `None` once open.
+    connect: Option<(Connecting<U>, oneshot::Sender<U::Read>)>,
+    write: Option<U::Write>,
+}
+
+impl<U: SplitStream> Opening<U> {
+    fn is_open(&self) -> bool {
+        self.connect.is_none()
+    }
+
+    /// The write half, once the connection is open (its error otherwise: the session ends).
+    async fn writer(&mut self) -> Result<&mut U::Write, ProxyError> {
+        if let Some((connect, read_tx)) = self.connect.take() {
+            let stream = connect.await.map_err(|_| ProxyError::NoUpstream)??;
+            let (r, w) = stream.split_stream();
+            let _ = read_tx.send(r);
+            self.write = Some(w);
+        }
+        self.write.as_mut().ok_or(ProxyError::NoUpstream)
+    }
+}
+
+impl<U: SplitStream> Drop for Opening<U> {
+    /// A session that ends before its upstream opened does not leave the connect running.
+    fn drop(&mut self) {
+        if let Some((connect, _)) = &self.connect {
+            connect.abort();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
     client_r: R,
-    mut up_w: W,
+    mut up_w: Opening<U>,
+    target: Target,
     tx: mpsc::Sender<Pending>,
     conn: &Conn,
     chain: &Chain,
@@ -211,6 +263,29 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         };
         let expects_response = p.api_key != ApiKey::Produce as i16 || peek::produce_acks(&frame, &p).map_err(|e| client_error(shared, e))? != 0;
         if expects_response {
+            // A first ApiVersions while the upstream opens: answered now from the broker's kept
+            // answer, and still forwarded (the broker sees it; its answer is kept, not sent).
+            let versions = p.api_key == ApiKey::ApiVersions as i16 && merge.is_none();
+            let answered_early = versions
+                && !up_w.is_open()
+                && match shared.early_versions.answer(target, p.api_version, p.correlation_id) {
+                    Some(frame) => {
+                        m.api_versions_answered_early.inc();
+                        if tx
+                            .send(Pending::Local {
+                                api_key: p.api_key,
+                                frame,
+                                started,
+                            })
+                            .await
+                            .is_err()
+                        {
+                            return Ok(());
+                        }
+                        true
+                    }
+                    None => false,
+                };
             let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
                 Stream::No
             } else if p.api_key == ApiKey::Fetch as i16 && shared.masks_fillers && shared.mirrors.topics().has_filler_topics() {
@@ -227,6 +302,8 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
                 started,
                 merge,
                 stream,
+                keep_for: versions.then_some(target),
+                answered_early,
             };
             in_flight.fetch_add(1, Ordering::AcqRel);
             if tx.send(pending).await.is_err() {
@@ -238,6 +315,7 @@ async fn request_side<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
         // TLS: a write may leave encrypted bytes buffered when the socket was full; flush sends
         // them now instead of with the next request (which may never come). Plain TCP: a no-op.
         let io = |source| ProtocolError::Io { source, side: Side::Broker };
+        let up_w = up_w.writer().await?;
         up_w.write_all(&frame).await.map_err(io)?;
         up_w.flush().await.map_err(io)?;
     }
@@ -258,7 +336,7 @@ fn frame_error(counter: &Counter, what: &str, e: ProtocolError) -> ProxyError {
 
 async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket>(
     mut rx: mpsc::Receiver<Pending>,
-    up_r: R,
+    mut opened: oneshot::Receiver<R>,
     mut client_w: W,
     conn: Arc<Conn>,
     chain: Arc<Chain>,
@@ -266,8 +344,16 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
 ) -> Result<(), ProxyError> {
     let shared = &*conn.shared;
     let m = &shared.metrics;
-    let mut upstream = Upstream::new(up_r, shared.config.upstream.max_response_frame_bytes);
+    let mut upstream = None;
     while let Some(pending) = rx.recv().await {
+        if upstream.is_none() && !matches!(pending, Pending::Local { .. }) {
+            // The request side sends the read half once the connection is open; it is dropped
+            // (the session ends, with the request side's error) if opening failed.
+            match (&mut opened).await {
+                Ok(up_r) => upstream = Some(Upstream::new(up_r, shared.config.upstream.max_response_frame_bytes)),
+                Err(_) => return Ok(()),
+            }
+        }
         let (api_key, len, started) = match pending {
             Pending::Local { api_key, frame, started } => {
                 client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
@@ -281,8 +367,10 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                 started,
                 merge,
                 stream: Stream::Yes(request),
+                ..
             } if !chain.may_change_response(api_key, api_version, request.as_ref(), &conn) => {
                 drop((merge, request));
+                let Some(upstream) = upstream.as_mut() else { return Ok(()) };
                 let len = match upstream.stream(&mut client_w, correlation_id, Scan::of(api_key, api_version)).await {
                     Ok(Some(len)) => len,
                     Ok(None) => {
@@ -303,7 +391,10 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                 started,
                 merge,
                 stream: _,
+                keep_for,
+                answered_early,
             } => {
+                let Some(upstream) = upstream.as_mut() else { return Ok(()) };
                 let frame = match upstream.whole(correlation_id).await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
@@ -318,6 +409,12 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                 };
                 let frame = chain.response(frame, api_key, api_version, &conn).map_err(|e| broker_error(shared, e))?;
                 in_flight.fetch_sub(1, Ordering::AcqRel);
+                if let Some(target) = keep_for {
+                    shared.early_versions.keep(target, api_version, &frame);
+                }
+                if answered_early {
+                    continue;
+                }
                 client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
                 // See the request side: without it the tail of a large response could wait in the
                 // TLS buffer until the client's next request (a consumer waits for this one).

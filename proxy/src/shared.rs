@@ -30,6 +30,8 @@ pub(crate) struct Shared {
     /// Connection counts and the request-byte budget (`[limits]`).
     pub(crate) limits: Limits,
     pub(crate) next_connection_id: AtomicU64,
+    /// ApiVersions answers kept to answer new connections while their upstream opens.
+    pub(crate) early_versions: crate::early_versions::EarlyVersions,
     /// Client-facing TLS of the Kafka listeners (`[listener.tls]`), reloadable.
     pub(crate) tls: Option<Arc<crate::tls::TlsIdentity>>,
 }

@@ -22,7 +22,7 @@ use crate::error::ProxyError;
 pub(crate) type UpstreamStream = BrokerStream;
 
 /// What a client listener forwards to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Target {
     /// Any reachable bootstrap broker.
     Bootstrap,
