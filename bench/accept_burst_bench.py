@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import statistics
 import struct
@@ -87,6 +88,21 @@ def go_burst(exe: Path, addr: str, clients: int) -> tuple[float, int, str]:
     return r["seconds"], r["failed"], r["first_error"]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def early_answers(admin: int) -> str:
+    """kmp_api_versions_answered_early_total from the build's /metrics; "absent" for a build without it."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=5).read().decode()
+    for line in text.splitlines():
+        if line.startswith("kmp_api_versions_answered_early_total"):
+            return line.split()[-1]
+    return "absent"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clients", type=int, default=1000)
@@ -109,6 +125,8 @@ def main() -> int:
     # the proxy's upstream connections, not the proxy).
     broker = KafkaCluster("burst", 1, free_port_block(101), work, extra_config={"socket.listen.backlog.size": 4096}).start()
     procs, targets = [], {"direct": broker.bootstrap}
+    pids: dict[str, int] = {}
+    admins: dict[str, int] = {}
     try:
         for name, binary in binaries.items():
             port, admin = free_port(), free_port()
@@ -119,6 +137,7 @@ def main() -> int:
                                   str(free_port_block(8)), "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"],
                                  stdout=log, stderr=subprocess.STDOUT)
             procs.append(p)
+            pids[name], admins[name] = p.pid, admin
             deadline = time.time() + 60
             while time.time() < deadline:
                 try:
@@ -131,12 +150,18 @@ def main() -> int:
         failures: dict[str, list[str]] = {t: [] for t in targets}
         names = list(targets)
 
+        cpu: dict[str, list[float]] = {t: [] for t in targets}
+
         def run(label: str, name: str) -> tuple[float, int, str]:
+            before = cpu_seconds(pids[name]) if name in pids else 0.0
             if client_exe:
                 secs, failed, err = go_burst(client_exe, targets[name], args.clients)
             else:
                 secs, failed, err = python_burst(targets[name], args.clients)
-            print(f"{label} {name}: {secs:.3f} s{f' ({failed} failed)' if failed else ''}", file=sys.stderr, flush=True)
+            used = cpu_seconds(pids[name]) - before if name in pids else 0.0
+            if label.startswith("round"):
+                cpu[name].append(used)
+            print(f"{label} {name}: {secs:.3f} s{f' ({failed} failed)' if failed else ''}, proxy CPU {used:.3f} s", file=sys.stderr, flush=True)
             time.sleep(1)
             return secs, failed, err
 
@@ -149,6 +174,7 @@ def main() -> int:
                 results[name].append(secs)
                 if failed:
                     failures[name].append(f"round {r + 1}: {failed} failed, first: {err}")
+        early = {name: early_answers(admin) for name, admin in admins.items()}
     finally:
         for p in procs:
             p.terminate()
@@ -156,11 +182,13 @@ def main() -> int:
         broker.stop()
     client = "Go (bench/burst)" if client_exe else "Python asyncio, one process"
     print(f"{args.clients} simultaneous connections, each answered one ApiVersions ({args.rounds} rotating rounds after {args.warmup} warm-up, client: {client}):")
-    print("| target | median s | worst s | median vs direct | failed rounds |\n|---|---|---|---|---|")
+    print("| target | median s | worst s | median vs direct | proxy CPU-s per burst (median) | answered early (all bursts) | failed rounds |")
+    print("|---|---|---|---|---|---|---|")
     base = statistics.median(results["direct"])
     for name, times in results.items():
         med = statistics.median(times)
-        print(f"| {name} | {med:.3f} | {max(times):.3f} | {med / base:.2f} | {len(failures[name])} |")
+        used = f"{statistics.median(cpu[name]):.3f}" if cpu[name] and name in pids else "-"
+        print(f"| {name} | {med:.3f} | {max(times):.3f} | {med / base:.2f} | {used} | {early.get(name, '-')} | {len(failures[name])} |")
     for name, fs in failures.items():
         for f in fs:
             print(f"{name}: {f}")
