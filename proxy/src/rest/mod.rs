@@ -12,7 +12,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Body;
-use hyper::header::HeaderMap;
 use hyper::{Method, Request, Response, StatusCode};
 use kmp_mirror_engine::{Control, TopicResult, codes};
 use kmp_protocol::mirror_api;
@@ -22,8 +21,11 @@ use serde_json::{Value, json};
 /// Largest request body accepted (bytes).
 const MAX_BODY: usize = 1024 * 1024;
 
+mod auth;
 mod forward;
 mod origin;
+
+pub(crate) use auth::AdminAuth;
 
 /// Body of the start / pause / resume / stop routes.
 #[derive(Debug, Deserialize)]
@@ -56,103 +58,6 @@ struct CreateBody {
 struct LogLevelBody {
     /// The new filter, tracing `EnvFilter` syntax (`info,kafka_mirror_engine=debug`).
     filter: String,
-}
-
-/// Who may use the admin endpoint. Loopback callers (IPv4-mapped ones on a `[::]` listener
-/// included) may do everything. Others need `Authorization: Bearer <admin.token>`: without it a
-/// read (`GET /v1/…`, `/metrics`) answers 401 when a token is configured and 403 when none is
-/// (there is no way in), unless `read_open`; a mutation answers 403 either way.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct AdminAuth<'a> {
-    /// `admin.token` (`KMP_ADMIN_TOKEN`).
-    pub(crate) token: Option<&'a str>,
-    /// `security.admin_read_open`.
-    pub(crate) read_open: bool,
-}
-
-/// Why a caller was turned away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Denied {
-    /// A token is configured; the caller did not send it (or sent another).
-    NoToken,
-    /// No token is configured: non-loopback callers cannot be let in.
-    NoTokenConfigured,
-}
-
-/// A loopback peer whose request a browser may have been made to send for another site
-/// (`origin`): let in only with the token, like a remote caller.
-struct NotLocal(&'static str);
-
-impl AdminAuth<'_> {
-    /// Whether the caller is let in; besides the refusal, the reason a loopback peer was not
-    /// exempted, if it was not.
-    fn caller(&self, headers: &HeaderMap, peer: SocketAddr, mutation: bool) -> Result<(), (Denied, Option<NotLocal>)> {
-        let mut not_local = None;
-        if kmp_config::is_loopback(peer.ip()) {
-            match origin::foreign(headers, mutation) {
-                None => return Ok(()),
-                Some(why) => not_local = Some(NotLocal(why)),
-            }
-        }
-        self.bearer(headers).map_err(|d| (d, not_local))
-    }
-
-    /// Whether the caller sent the configured token.
-    fn bearer(&self, headers: &HeaderMap) -> Result<(), Denied> {
-        let Some(token) = self.token else { return Err(Denied::NoTokenConfigured) };
-        let given = headers
-            .get(hyper::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if given.is_some_and(|given| constant_time_eq(given.as_bytes(), token.as_bytes())) {
-            Ok(())
-        } else {
-            Err(Denied::NoToken)
-        }
-    }
-
-    /// A read route (`GET /v1/…`, `/metrics`): the answer to send instead, if the caller is refused.
-    pub(crate) fn refuse_read(&self, headers: &HeaderMap, peer: SocketAddr) -> Option<Response<Full<Bytes>>> {
-        if self.read_open {
-            return None;
-        }
-        self.caller(headers, peer, false).err().map(|(d, not_local)| match (d, not_local) {
-            (_, Some(NotLocal(why))) => not_local_refusal(why),
-            (Denied::NoToken, None) => {
-                let mut r = error(
-                    StatusCode::UNAUTHORIZED,
-                    "read routes need a loopback caller or `Authorization: Bearer <admin.token>` (or security.admin_read_open = true)",
-                );
-                if let Ok(v) = "Bearer realm=\"kafka-mirror-proxy admin\"".parse() {
-                    r.headers_mut().insert(hyper::header::WWW_AUTHENTICATE, v);
-                }
-                r
-            }
-            (Denied::NoTokenConfigured, None) => error(
-                StatusCode::FORBIDDEN,
-                "read routes answer non-loopback callers only with admin.token (KMP_ADMIN_TOKEN) set on the proxy and sent as `Authorization: Bearer`, or with security.admin_read_open = true",
-            ),
-        })
-    }
-
-    /// A mutating route: the answer to send instead (403), if the caller is refused.
-    fn refuse_mutation(&self, headers: &HeaderMap, peer: SocketAddr) -> Option<Response<Full<Bytes>>> {
-        self.caller(headers, peer, true).err().map(|(_, not_local)| match not_local {
-            Some(NotLocal(why)) => not_local_refusal(why),
-            None => error(
-                StatusCode::FORBIDDEN,
-                "mutating routes need a loopback caller or `Authorization: Bearer <admin.token>`",
-            ),
-        })
-    }
-}
-
-/// 403 for a loopback peer not taken as the local machine's own.
-fn not_local_refusal(why: &str) -> Response<Full<Bytes>> {
-    error(
-        StatusCode::FORBIDDEN,
-        &format!("a loopback caller is let in without `Authorization: Bearer <admin.token>` only when it is no browser sent by another site: {why}"),
-    )
 }
 
 /// Handles a `/v1/…` request.
@@ -312,10 +217,6 @@ fn code_json(code: i16, message: Option<String>) -> Value {
     json!({ "error_code": code, "error": mirror_api::errors::name(code), "message": message })
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn list(control: &Control) -> Value {
     let mirrors: Vec<Value> = control
         .list()
@@ -471,143 +372,7 @@ fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
 const OPENAPI: &str = include_str!("../openapi.json");
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    const LOOPBACKS: [&str; 3] = ["127.0.0.1:5000", "[::1]:5000", "[::ffff:127.0.0.1]:5000"];
-    const REMOTE: &str = "[::ffff:192.0.2.7]:5000";
-
-    fn control() -> Control {
-        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
-    }
-
-    async fn call(method: &str, uri: &str, body: &str, peer: &str, bearer: Option<&str>, auth: AdminAuth<'_>) -> (StatusCode, HeaderMap, String) {
-        let mut req = Request::builder().method(method).uri(uri);
-        if let Some(t) = bearer {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-        let resp = handle(req, peer.parse().unwrap(), auth, &control(), None, None).await;
-        let (parts, body) = resp.into_parts();
-        let body = body.collect().await.unwrap().to_bytes();
-        (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
-    }
-
-    const WITH_TOKEN: AdminAuth<'static> = AdminAuth {
-        token: Some("let-me-in"),
-        read_open: false,
-    };
-    const NO_TOKEN: AdminAuth<'static> = AdminAuth { token: None, read_open: false };
-
-    #[tokio::test]
-    async fn loopback_callers_ipv4_mapped_included_may_read_and_mutate() {
-        for peer in LOOPBACKS {
-            let (status, _, _) = call("GET", "/v1/mirrors", "", peer, None, NO_TOKEN).await;
-            assert_eq!(status, StatusCode::OK, "{peer}");
-            let (status, _, _) = call("POST", "/v1/mirrors/nope/pause", r#"{"topics":[]}"#, peer, None, NO_TOKEN).await;
-            assert_eq!(status, StatusCode::NOT_FOUND, "{peer}: let in, and the mirror does not exist");
-        }
-    }
-
-    #[tokio::test]
-    async fn remote_reads_need_the_token_401_when_one_is_configured_403_when_none_is() {
-        for uri in ["/v1/mirrors", "/v1/mirrors/x", "/v1/openapi.json"] {
-            let (status, headers, _) = call("GET", uri, "", REMOTE, None, WITH_TOKEN).await;
-            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri}");
-            assert!(headers.get(hyper::header::WWW_AUTHENTICATE).is_some());
-            let (status, _, _) = call("GET", uri, "", REMOTE, Some("wrong"), WITH_TOKEN).await;
-            assert_eq!(status, StatusCode::UNAUTHORIZED, "{uri}: a wrong token");
-            let (status, _, body) = call("GET", uri, "", REMOTE, None, NO_TOKEN).await;
-            assert_eq!(status, StatusCode::FORBIDDEN, "{uri}: no token configured");
-            assert!(body.contains("admin_read_open"), "{body}");
-        }
-        let (status, _, body) = call("GET", "/v1/mirrors", "", REMOTE, Some("let-me-in"), WITH_TOKEN).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        assert!(!body.contains("let-me-in"));
-    }
-
-    #[tokio::test]
-    async fn admin_read_open_opens_reads_only() {
-        let open = AdminAuth {
-            token: Some("let-me-in"),
-            read_open: true,
-        };
-        let (status, _, _) = call("GET", "/v1/mirrors", "", REMOTE, None, open).await;
-        assert_eq!(status, StatusCode::OK);
-        let (status, _, _) = call("POST", "/v1/mirrors/x/pause", r#"{"topics":[]}"#, REMOTE, None, open).await;
-        assert_eq!(status, StatusCode::FORBIDDEN);
-        let (status, _, _) = call("DELETE", "/v1/mirrors/x", "", REMOTE, Some("wrong"), open).await;
-        assert_eq!(status, StatusCode::FORBIDDEN);
-        let (status, _, _) = call("DELETE", "/v1/mirrors/x", "", REMOTE, Some("let-me-in"), open).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "the token lets a mutation in");
-    }
-
-    #[tokio::test]
-    async fn the_log_level_route_has_the_read_and_mutation_rules_of_the_other_routes() {
-        let (status, _, _) = call("GET", "/v1/log-level", "", REMOTE, None, WITH_TOKEN).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "a remote read without the token");
-        for (bearer, auth) in [(None, WITH_TOKEN), (Some("wrong"), WITH_TOKEN), (None, NO_TOKEN)] {
-            let (status, _, body) = call("PUT", "/v1/log-level", r#"{"filter":"debug"}"#, REMOTE, bearer, auth).await;
-            assert_eq!(status, StatusCode::FORBIDDEN, "a remote change with {bearer:?}: {body}");
-        }
-        // Let in (loopback, or the token): this test process set up no logging, so 503 says so;
-        // an invalid body or filter is the caller's error first.
-        let (status, _, body) = call("PUT", "/v1/log-level", r#"{"filter":"debug"}"#, REMOTE, Some("let-me-in"), WITH_TOKEN).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-        assert!(body.contains("not set up"), "{body}");
-        let (status, _, body) = call("GET", "/v1/log-level", "", "127.0.0.1:1", None, NO_TOKEN).await;
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
-        let (status, _, body) = call("PUT", "/v1/log-level", r#"{"level":"debug"}"#, "127.0.0.1:1", None, NO_TOKEN).await;
-        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-        assert!(body.contains("filter"), "{body}");
-        let (status, _, _) = call("PUT", "/v1/mirrors", "{}", "127.0.0.1:1", None, NO_TOKEN).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "PUT is only the log level's");
-    }
-
-    #[tokio::test]
-    async fn a_loopback_request_a_browser_was_made_to_send_for_another_site_needs_the_token() {
-        let send = |headers: &'static [(&'static str, &'static str)], method: &'static str, auth: AdminAuth<'static>| async move {
-            let mut req = Request::builder().method(method).uri("/v1/mirrors/nope/pause");
-            for (k, v) in headers {
-                req = req.header(*k, *v);
-            }
-            let req = req.body(Full::new(Bytes::from_static(br#"{"topics":[]}"#))).unwrap();
-            let resp = handle(req, "127.0.0.1:5000".parse().unwrap(), auth, &control(), None, None).await;
-            let status = resp.status();
-            (
-                status,
-                String::from_utf8_lossy(&resp.into_body().collect().await.unwrap().to_bytes()).into_owned(),
-            )
-        };
-        let cross = &[("host", "127.0.0.1:9644"), ("origin", "https://evil.example"), ("content-type", "text/plain")];
-        let (status, body) = send(cross, "POST", NO_TOKEN).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "a cross-site form post: {body}");
-        assert!(body.contains("Origin"), "{body}");
-        let rebound = &[("host", "evil.example:9644")];
-        let (status, body) = send(rebound, "GET", NO_TOKEN).await;
-        assert_eq!(status, StatusCode::FORBIDDEN, "a read under a rebound DNS name: {body}");
-        let with_token = &[("host", "evil.example:9644"), ("authorization", "Bearer let-me-in")];
-        let (status, body) = send(with_token, "POST", WITH_TOKEN).await;
-        assert_eq!(
-            status,
-            StatusCode::NOT_FOUND,
-            "the token still lets it in (and the mirror does not exist): {body}"
-        );
-        let dashboard = &[("host", "127.0.0.1:9644"), ("origin", "http://127.0.0.1:9644")];
-        let (status, body) = send(dashboard, "POST", NO_TOKEN).await;
-        assert_eq!(status, StatusCode::NOT_FOUND, "the dashboard's own same-origin post is let in: {body}");
-    }
-
-    #[tokio::test]
-    async fn an_invalid_pattern_in_start_is_a_400_naming_it() {
-        for body in [r#"{"include":["orders-("]}"#, r#"{"topics":["t"],"exclude":["[z-a]"]}"#] {
-            let (status, _, text) = call("POST", "/v1/mirrors/any/start", body, "127.0.0.1:1", None, NO_TOKEN).await;
-            assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
-            assert!(text.contains("pattern"), "{text}");
-        }
-        assert_eq!(check_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
-    }
-}
+mod tests;
 
 #[cfg(test)]
 mod engine_route_tests {
