@@ -9,7 +9,7 @@
 use std::io::Read;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Snappy, Zstd};
+use kafka_protocol::compression::{Compressor, Gzip, Snappy, Zstd};
 
 /// The most one batch's records may decompress to (bytes) when the caller sets no tighter
 /// limit: the vendored kafka-protocol decompressors' own bound.
@@ -20,14 +20,14 @@ pub const MAX_RAW_BATCH: usize = 256 * 1024 * 1024;
 const LZ4_LEVEL: u32 = 0;
 
 /// `section` (compressed with `codec`) decompressed, or why not; more than `limit` bytes of
-/// output is an error, found before more than `limit + 1` bytes are produced (snappy's format
-/// bounds each block's output by its size, so it is checked after its blocks).
+/// output is an error, found before more than `limit + 1` bytes are produced (snappy: before a
+/// block that would cross it is allocated, from the length the block announces).
 pub(crate) fn decompress(codec: i16, section: &Bytes, limit: usize) -> Result<Bytes, String> {
     let limit = limit.min(MAX_RAW_BATCH);
     let out = match codec {
         0 => section.clone(),
         1 => gunzip(section, limit)?,
-        2 => <Snappy as Decompressor<Bytes>>::decompress(&mut section.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).map_err(|e| e.to_string())?,
+        2 => unsnappy(section, limit)?,
         3 => read_at_most(lz4::Decoder::new(&section[..]).map_err(|e| e.to_string())?, limit)?,
         4 => {
             let mut d = zstd::stream::read::Decoder::with_buffer(&section[..]).map_err(|e| e.to_string())?;
@@ -65,6 +65,51 @@ fn gunzip(section: &Bytes, limit: usize) -> Result<Bytes, String> {
             return Ok(out.into());
         }
     }
+}
+
+/// The stream header of snappy-java's framing (magic, version 1, compatible version 1), which
+/// Kafka's producers write; a section without it is one raw snappy block, as snappy-java reads it.
+const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+
+/// A snappy section: snappy-java's framing (the header, then blocks of a 4-byte big-endian
+/// length and a raw block) or one raw block. Each block's announced length is checked against
+/// what is left of `limit` (and against what its size can yield: at most 64 bytes per 3 input
+/// bytes) before its output is allocated.
+fn unsnappy(section: &Bytes, limit: usize) -> Result<Bytes, String> {
+    let mut out = Vec::new();
+    let Some(mut rest) = section.strip_prefix(&XERIAL_MAGIC[..]) else {
+        unsnappy_block(section, limit, &mut out)?;
+        return Ok(out.into());
+    };
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>().ok_or("snappy block length cut off")?;
+        let len = u32::from_be_bytes(*len) as usize;
+        if len > tail.len() {
+            return Err(format!("snappy block of {len} bytes, {} left", tail.len()));
+        }
+        let (block, tail) = tail.split_at(len);
+        unsnappy_block(block, limit, &mut out)?;
+        rest = tail;
+    }
+    Ok(out.into())
+}
+
+/// One raw snappy block appended to `out`, if what it announces fits under `limit` in all.
+fn unsnappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    let announced = snap::raw::decompress_len(block).map_err(|e| format!("snappy block header: {e}"))?;
+    if announced as u64 * 3 > block.len() as u64 * 64 {
+        return Err(format!("snappy block of {} bytes announces {announced} uncompressed bytes", block.len()));
+    }
+    if announced > limit - out.len().min(limit) {
+        return Err(format!("decompresses to more than {limit} bytes"));
+    }
+    let start = out.len();
+    out.resize(start + announced, 0);
+    let n = snap::raw::Decoder::new()
+        .decompress(block, &mut out[start..])
+        .map_err(|e| format!("snappy block: {e}"))?;
+    out.truncate(start + n);
+    Ok(())
 }
 
 fn read_at_most(r: impl Read, limit: usize) -> Result<Bytes, String> {
@@ -124,7 +169,8 @@ mod tests {
             assert_eq!(&back[..], &raw[..], "codec {codec}");
         }
         let packed = compress(3, &raw).expect("compresses").freeze();
-        let back = <Lz4 as Decompressor<Bytes>>::decompress(&mut packed.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).expect("kafka-protocol reads it");
+        let back = <Lz4 as kafka_protocol::compression::Decompressor<Bytes>>::decompress(&mut packed.clone(), |b: &mut Bytes| Ok(std::mem::take(b)))
+            .expect("kafka-protocol reads it");
         assert_eq!(&back[..], &raw[..]);
         let mut plain = BytesMut::new();
         <NoCompression as Compressor<BytesMut>>::compress(&mut plain, |b: &mut BytesMut| {
@@ -145,6 +191,58 @@ mod tests {
             assert_eq!(decompress(codec, &packed, zeros.len()).expect("at the limit").len(), zeros.len());
         }
         assert!(decompress(0, &Bytes::from(zeros.clone()), 10).is_err(), "uncompressed sections count too");
+    }
+
+    #[test]
+    fn a_snappy_block_announcing_more_than_the_limit_is_refused_before_it_is_allocated() {
+        // One raw block claiming 200 MiB (varint length) but a few bytes long: its announced
+        // length cannot come from its size, and a limit below it refuses it either way.
+        let mut lie = vec![0x80, 0x80, 0x80, 0x64];
+        lie.extend_from_slice(&[0u8; 16]);
+        let e = decompress(2, &Bytes::from(lie.clone()), MAX_RAW_BATCH).expect_err("impossible length");
+        assert!(e.contains("announces"), "{e}");
+        // Framed: 40 blocks of 64 KiB of zeros each, a few bytes compressed, against a 1 MiB limit.
+        let packed = compress(2, &vec![0u8; 40 * 64 * 1024]).expect("compresses").freeze();
+        let e = decompress(2, &packed, 1024 * 1024).expect_err("over the limit");
+        assert!(e.contains("more than 1048576 bytes"), "{e}");
+        // The block that would cross the limit is refused unread: here its body is garbage
+        // that decoding it would report instead.
+        let mut framed = compress(2, &vec![0u8; 1024 * 1024 + 32 * 1024]).expect("compresses").to_vec();
+        let mut at = XERIAL_MAGIC.len();
+        let mut last = at;
+        while at < framed.len() {
+            last = at;
+            at += 4 + u32::from_be_bytes(framed[at..at + 4].try_into().expect("4 bytes")) as usize;
+        }
+        let body = last + 4 + 3; // a 32 KiB block's varint length takes 3 bytes
+        framed[body..].fill(0xff);
+        let e = decompress(2, &Bytes::from(framed.clone()), 1024 * 1024).expect_err("over the limit");
+        assert!(e.contains("more than 1048576 bytes"), "refused by the limit, not by decoding it: {e}");
+        assert!(
+            decompress(2, &Bytes::from(framed), MAX_RAW_BATCH)
+                .expect_err("garbage")
+                .contains("snappy block")
+        );
+        // A block length past the section's end, and a cut-off length, are errors.
+        let mut cut = XERIAL_MAGIC.to_vec();
+        cut.extend_from_slice(&[0, 0, 1, 0, 9]);
+        assert!(decompress(2, &Bytes::from(cut), MAX_RAW_BATCH).expect_err("past the end").contains("left"));
+        let mut short = XERIAL_MAGIC.to_vec();
+        short.extend_from_slice(&[0, 0]);
+        assert!(decompress(2, &Bytes::from(short), MAX_RAW_BATCH).is_err());
+    }
+
+    #[test]
+    fn snappy_sections_read_as_kafka_protocols_decoder_reads_them() {
+        use kafka_protocol::compression::Decompressor;
+        let raw = sample();
+        let framed = compress(2, &raw).expect("compresses").freeze();
+        let theirs = <Snappy as Decompressor<Bytes>>::decompress(&mut framed.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).expect("theirs");
+        assert_eq!(&decompress(2, &framed, MAX_RAW_BATCH).expect("ours")[..], &theirs[..]);
+        let one = Bytes::from(snap::raw::Encoder::new().compress_vec(&raw).expect("raw block"));
+        let theirs = <Snappy as Decompressor<Bytes>>::decompress(&mut one.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).expect("theirs, raw");
+        assert_eq!(&decompress(2, &one, MAX_RAW_BATCH).expect("ours, raw")[..], &theirs[..]);
+        assert_eq!(&theirs[..], &raw[..]);
     }
 
     #[test]
