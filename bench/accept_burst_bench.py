@@ -30,7 +30,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,6 +39,7 @@ sys.path.insert(0, str(REPO / "tests" / "harness"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from kafka_cluster import KafkaCluster  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 
 # ApiVersions v0: api key 18, version 0, correlation id 1, client id "burst".
 REQUEST = struct.pack(">hhih", 18, 0, 1, 5) + b"burst"
@@ -119,7 +119,7 @@ def main() -> int:
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
 
     from kmp_common import free_port, free_port_block  # noqa: E402
-    work = Path(tempfile.mkdtemp(prefix="kmp-burst-"))
+    work = bench_workdir("kmp-burst-")
     client_exe = build_go_client(work) if args.client == "go" else None
     # The broker queues the same burst too (its default backlog of 50 would measure SYN retries of
     # the proxy's upstream connections, not the proxy).

@@ -8,7 +8,6 @@ between copies. Prints each round and the medians (copy seconds, copy CPU second
 For MirrorMaker 2 and the lag phase use bench/mirror_bench.py; this one only compares builds."""
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -18,10 +17,11 @@ for p in ("bench", "tests", "tests/harness"):
 import mirror_bench as mb  # noqa: E402
 from conftest import free_port, free_port_block  # noqa: E402
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 
 records = int(sys.argv[1])
 builds = dict(a.split("=", 1) for a in sys.argv[2:])
-work = Path(tempfile.mkdtemp(prefix="kmp-copy-cpu-"))
+work = bench_workdir("kmp-copy-cpu-")
 src = KafkaCluster("al-src", 1, free_port_block(101), work).start()
 dst = KafkaCluster("al-dst", 1, free_port_block(101), work).start()
 cp = classpath()

@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO / "tests" / "harness"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 from proxy_bench import PRODUCER_RE, cpu_seconds, java  # noqa: E402
 
 TOPIC = "bench"
@@ -191,7 +191,7 @@ def prepare(name: str, build: bool = True) -> tuple[str, Path, KafkaCluster, Kaf
     if build:
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
     mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True, text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix=f"kmp-{name}-"))
+    work = bench_workdir(f"kmp-{name}-")
     src = KafkaCluster(f"{name}-src", 1, free_port_block(101), work).start()
     dst = KafkaCluster(f"{name}-dst", 1, free_port_block(101), work).start()
     return mm2_libs, work, src, dst

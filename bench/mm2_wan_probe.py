@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -42,6 +41,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from wan_bench import copy  # noqa: E402  (also puts tests/, tests/harness, tests/integration on sys.path)
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 from kmp_common import free_port_block, tcp_sockets  # noqa: E402
 from latency import LatencyRelay  # noqa: E402
 from mirror_bench import create_topic, delete_topic, mm2_config, producer_perf, watermarks  # noqa: E402
@@ -88,7 +88,7 @@ def main() -> int:
 
     mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True,
                               text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="kmp-mm2-probe-"))
+    work = bench_workdir("kmp-mm2-probe-")
     print(f"work directory: {work}", flush=True)
     log4j = work / "mm2-log4j2.properties"
     log4j.write_text(LOG4J2 + ("".join(f"logger.d{i}.name = {n}\nlogger.d{i}.level = DEBUG\n" for i, n in enumerate(DEBUG_LOGGERS))

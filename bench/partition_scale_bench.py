@@ -51,7 +51,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -63,6 +62,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 from mirror_bench import watermarks  # noqa: E402
 from proxy_bench import cpu_seconds, java  # noqa: E402
 
@@ -531,7 +531,7 @@ def main() -> int:
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
 
     from kmp_common import free_port_block  # noqa: E402
-    work = Path(tempfile.mkdtemp(prefix="kmp-scale-"))
+    work = bench_workdir("kmp-scale-")
     extra = {"num.partitions": 1, "log.segment.bytes": 16 * 1024 * 1024, "log.index.size.max.bytes": 65536}
     ScaleCluster.heap = args.broker_heap
     src = ScaleCluster("scale-src", 1, free_port_block(101), work, extra_config=extra).start()

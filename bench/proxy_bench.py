@@ -25,7 +25,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO / "tests" / "harness"))
 sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from kafka_cluster import KAFKA_VERSION, KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 
 PRODUCER_RE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\), ([\d.]+) ms avg latency, "
                          r"([\d.]+) ms max latency, (\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
@@ -97,7 +97,7 @@ def main() -> int:
     from conftest import free_port, free_port_block  # noqa: E402
 
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
-    work = Path(tempfile.mkdtemp(prefix="kmp-bench-"))
+    work = bench_workdir("kmp-bench-")
     cluster = KafkaCluster("bench", 1, free_port_block(101), work).start()
     cp = classpath()
 

@@ -39,7 +39,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -137,7 +136,9 @@ def main() -> int:
     timing = {"session_timeout_ms": args.session_timeout_ms, "heartbeat_interval_ms": args.heartbeat_interval_ms}
     print(f"binary {os.environ['KMP_PROXY_BIN']}; seed {seed}; session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms",
           flush=True)
-    work = Path(tempfile.mkdtemp(prefix="kmp-takeover-"))
+    from bench_workdir import bench_workdir
+
+    work = bench_workdir("kmp-takeover-")
     # The destination accepts sessions down to 1 s (the broker default minimum is 6 s).
     with running_cluster("ha-src", 1, work) as source, \
             running_cluster("ha-dst", 3, work, extra_config={"group.min.session.timeout.ms": 1000}) as destination:

@@ -25,7 +25,6 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -36,6 +35,7 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402
+from bench_workdir import bench_workdir  # noqa: E402
 from latency import LatencyRelay  # noqa: E402
 from mirror_bench import create_topic, delete_topic, mm2_config, producer_perf, steady_lag, watermarks  # noqa: E402
 from proxy_bench import cpu_seconds  # noqa: E402
@@ -96,7 +96,7 @@ def main() -> int:
         subprocess.run(["cargo", "build", "--release", "--locked", "-p", "kafka-mirror-proxy"], cwd=REPO, check=True)
     mm2_libs = subprocess.run([str(REPO / "tests" / "harness" / "kafka-jars.sh"), "4.1.2", "mm2"], capture_output=True,
                               text=True, check=True).stdout.strip()
-    work = Path(tempfile.mkdtemp(prefix="kmp-wan-bench-"))
+    work = bench_workdir("kmp-wan-bench-")
     cp = classpath()
     src = KafkaCluster("wan-src", 1, free_port_block(101), work, wan=True).start()
     dst = KafkaCluster("wan-dst", 1, free_port_block(101), work).start()

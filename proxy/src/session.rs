@@ -247,14 +247,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
             Outcome::Forward { frame, merge } => (frame, merge),
             Outcome::Answer(response) => {
                 if let Some(frame) = response
-                    && tx
-                        .send(Pending::Local {
-                            api_key: p.api_key,
-                            frame,
-                            started,
-                        })
-                        .await
-                        .is_err()
+                    && !answer_here(&tx, p.api_key, frame, started).await
                 {
                     return Ok(());
                 }
@@ -271,15 +264,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
                 && match shared.early_versions.answer(target, p.api_version, p.correlation_id) {
                     Some(frame) => {
                         m.api_versions_answered_early.inc();
-                        if tx
-                            .send(Pending::Local {
-                                api_key: p.api_key,
-                                frame,
-                                started,
-                            })
-                            .await
-                            .is_err()
-                        {
+                        if !answer_here(&tx, p.api_key, frame, started).await {
                             return Ok(());
                         }
                         true
@@ -326,6 +311,11 @@ fn client_error(shared: &Shared, e: ProtocolError) -> ProxyError {
 }
 
 /// Counts and logs a malformed frame (plain I/O errors are neither) and closes the connection.
+/// Queues a response the proxy produced itself; false if the response side has ended.
+async fn answer_here(tx: &mpsc::Sender<Pending>, api_key: i16, frame: Bytes, started: Instant) -> bool {
+    tx.send(Pending::Local { api_key, frame, started }).await.is_ok()
+}
+
 fn frame_error(counter: &Counter, what: &str, e: ProtocolError) -> ProxyError {
     if !matches!(e, ProtocolError::Io { .. }) {
         counter.inc();
