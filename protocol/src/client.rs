@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use crate::codec::{decode_response, encode_request};
 use crate::error::{ProtocolError, Side};
 use crate::frame::{PREFIX, check_frame};
+use crate::frame_pool::FramePool;
 use crate::peek;
 use crate::security::{BrokerRead, BrokerWrite, ClientSecurity};
 
@@ -27,40 +28,23 @@ const READ_CHUNK: usize = 64 * 1024;
 /// (untouched reserved pages cost no memory until bytes land in them).
 const EAGER_FRAME: usize = 64 * 1024 * 1024;
 
-/// Frames at least this large (bytes) have their buffers kept for reuse ([`ResponseReader`]).
-const REUSE_FROM: usize = 1024 * 1024;
-/// How many of the last large frames a reader keeps a handle on (held by the engine or free).
-const REUSE_TRACKED: usize = 32;
-/// How many bytes of those buffers may be free (no other holder) at once, per connection;
-/// older free ones are released. All free ones are released when a smaller frame arrives.
-#[cfg(not(test))]
-const REUSE_FREE_BYTES: usize = 64 * 1024 * 1024;
-/// Smaller in the unit tests, so that they cross it with a few megabytes.
-#[cfg(test)]
-const REUSE_FREE_BYTES: usize = 8 * 1024 * 1024;
+/// Frames at least this large (bytes), up to [`EAGER_FRAME`], are read into pooled buffers
+/// (`frame_pool`).
+const POOLED_FROM: usize = 1024 * 1024;
+/// Most bytes of free pooled buffers one connection keeps.
+const POOL_FREE_BYTES: usize = 64 * 1024 * 1024;
 
 /// Response frames (prefix included) from a broker, each at most [`MAX_RESPONSE`] bytes. Bytes
-/// read past a frame stay buffered for the next one.
-///
-/// Large frames (from [`REUSE_FROM`] up to [`EAGER_FRAME`] bytes: the engine's Fetch answers)
-/// are each read into a buffer of their own, and that buffer is used again once every part of
-/// the frame handed out has been dropped. A fresh buffer costs the kernel a page fault and the
-/// zeroing of every page as the socket's bytes land in it — measured at a quarter to 40 % of the
-/// engine's CPU in a bulk copy — a reused one neither. The reader keeps a handle on the last
-/// [`REUSE_TRACKED`] large frames; those the engine still holds cost nothing extra. Buffers
-/// the engine has let go of stay allocated until the next frame arrives, which keeps at most
-/// [`REUSE_FREE_BYTES`] of them (per connection) for the large frames after it, and none if
-/// it is small (an idle partition's answer): so the memory held never exceeds what the
-/// engine's buffer budget let it hold at once, and between bulk transfers it is released.
-/// A kept frame's buffer holds that frame only (the bytes read past it move to a buffer of
-/// their own), so a handle never keeps another frame's memory alive.
+/// read past a frame stay buffered for the next one. Large frames ([`POOLED_FROM`] up to
+/// [`EAGER_FRAME`] bytes: the engine's Fetch answers) are each read into a buffer of their own
+/// from the connection's `frame_pool`, which takes it back (at most [`POOL_FREE_BYTES`] of free
+/// buffers) when the last part of the frame is dropped.
 pub(crate) struct ResponseReader<R> {
     inner: R,
     buf: BytesMut,
-    /// `buf` is a large frame's own buffer (`room_for`), to be kept when the frame is whole.
-    own: bool,
-    /// The last large frames handed out with their buffers' capacities, oldest first.
-    kept: std::collections::VecDeque<(Bytes, usize)>,
+    pool: std::sync::Arc<FramePool>,
+    /// A large frame being read into its own buffer, and its length.
+    large: Option<(Vec<u8>, usize)>,
 }
 
 impl<R: AsyncRead + Unpin> ResponseReader<R> {
@@ -68,76 +52,46 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
         Self {
             inner,
             buf: BytesMut::with_capacity(READ_CHUNK),
-            own: false,
-            kept: std::collections::VecDeque::new(),
+            pool: FramePool::new(POOL_FREE_BYTES, EAGER_FRAME),
+            large: None,
         }
-    }
-
-    /// Gives a large frame of `total` bytes a buffer of its own: a kept one nobody else holds
-    /// if one is large enough, else a new one of `total` rounded up to a power of two (frames of
-    /// varying sizes then fit each other's buffers; pages never written cost nothing). The
-    /// bytes already buffered (the frame's start) move to its start.
-    fn room_for(&mut self, total: usize) {
-        let mut next = self
-            .kept
-            .iter()
-            .position(|(k, cap)| *cap >= total && k.is_unique())
-            .and_then(|i| self.kept.remove(i))
-            .and_then(|(k, _)| k.try_into_mut().ok())
-            .filter(|m| m.capacity() >= total)
-            .unwrap_or_else(|| BytesMut::with_capacity(total.next_power_of_two().min(EAGER_FRAME)));
-        next.clear();
-        next.extend_from_slice(&self.buf);
-        self.buf = next;
-        self.own = true;
-    }
-
-    /// The whole frame of `total` bytes at the start of the buffer, split off. A large frame
-    /// in its own buffer is kept for reuse (free kept buffers beyond [`REUSE_FREE_BYTES`] are
-    /// released, oldest first), and what was read past it moves to a new buffer; a small frame
-    /// releases every free kept buffer.
-    fn take_frame(&mut self, total: usize) -> Bytes {
-        if !std::mem::take(&mut self.own) {
-            if total < REUSE_FROM {
-                self.kept.retain(|(k, _)| !k.is_unique());
-            }
-            return self.buf.split_to(total).freeze();
-        }
-        let capacity = self.buf.capacity();
-        let rest = self.buf.split_off(total);
-        let frame = std::mem::replace(&mut self.buf, BytesMut::with_capacity(READ_CHUNK.max(rest.len()))).freeze();
-        self.buf.extend_from_slice(&rest);
-        drop(rest);
-        if self.kept.len() == REUSE_TRACKED {
-            self.kept.pop_front();
-        }
-        self.kept.push_back((frame.clone(), capacity));
-        let mut free: usize = self.kept.iter().filter(|(k, _)| k.is_unique()).map(|(_, cap)| cap).sum();
-        self.kept.retain(|(k, cap)| {
-            if free > REUSE_FREE_BYTES && k.is_unique() {
-                free -= cap;
-                return false;
-            }
-            true
-        });
-        frame
     }
 
     /// The next whole frame, or `None` on a clean end of stream between frames.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
         loop {
-            let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
-                Some(total) if self.buf.len() >= total => return Ok(Some(self.take_frame(total))),
-                // A frame of a size the engine asks for (Fetch answers of many megabytes) gets
-                // its whole buffer at once (a reused one if it can): growing by doubling would copy
-                // what arrived again at every step. Larger announced sizes grow only as bytes
-                // actually arrive.
-                Some(total) if total <= EAGER_FRAME => {
-                    if total >= REUSE_FROM && !self.own {
-                        self.room_for(total);
+            if let Some((into, total)) = &mut self.large {
+                let total = *total;
+                if into.len() < total {
+                    let n = self.read_into_large(total).await?;
+                    if n == 0 {
+                        let have = self.large.as_ref().map_or(0, |(b, _)| b.len());
+                        return Err(ProtocolError::TruncatedFrame {
+                            have,
+                            want: total,
+                            side: Side::Broker,
+                        });
                     }
-                    total - self.buf.len()
+                    continue;
                 }
+                let Some((whole, _)) = self.large.take() else { continue };
+                return Ok(Some(self.pool.frame(whole)));
+            }
+            let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
+                Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
+                // A large frame goes into a pooled buffer of its own, starting with what arrived
+                // of it (never more: reads stop at the frame's end once its length is known).
+                Some(total) if (POOLED_FROM..=EAGER_FRAME).contains(&total) => {
+                    let mut into = self.pool.take(total);
+                    into.extend_from_slice(&self.buf);
+                    self.buf.clear();
+                    self.large = Some((into, total));
+                    continue;
+                }
+                // A frame of a size the engine asks for gets its whole buffer at once: growing
+                // by doubling would copy what arrived again at every step. Larger announced
+                // sizes grow only as bytes actually arrive.
+                Some(total) if total <= EAGER_FRAME => total - self.buf.len(),
                 Some(total) => (total - self.buf.len()).min(self.buf.len().max(READ_CHUNK)),
                 None => READ_CHUNK,
             };
@@ -158,6 +112,17 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
                 });
             }
         }
+    }
+
+    /// Reads more of the large frame of `total` bytes (never past its end); bytes read.
+    async fn read_into_large(&mut self, total: usize) -> Result<usize, ProtocolError> {
+        let Some((into, _)) = &mut self.large else { return Ok(0) };
+        let left = total.saturating_sub(into.len());
+        (&mut self.inner)
+            .take(left as u64)
+            .read_buf(into)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })
     }
 }
 
@@ -331,7 +296,7 @@ mod tests {
 
     #[test]
     fn a_large_frames_buffer_is_reused_once_dropped_and_never_while_any_part_is_held() {
-        let size = 2 * REUSE_FROM;
+        let size = 2 * POOLED_FROM;
         let mut bytes = Vec::new();
         for fill in 1..=5u8 {
             bytes.extend_from_slice(&crate::frame::with_prefix(&vec![fill; size]));
@@ -352,6 +317,7 @@ mod tests {
             assert_eq!(&part_of_second[..], &[2u8; 10], "a held slice of the second frame is not overwritten");
             for (frame, fill) in [(&third, 3u8), (&fourth, 4), (&fifth, 5)] {
                 assert_eq!(frame.len(), PREFIX + size);
+                assert_eq!(&frame[..PREFIX], &((size as i32).to_be_bytes()), "frame {fill}'s length prefix");
                 assert!(frame[PREFIX..].iter().all(|b| *b == fill), "frame {fill} intact");
             }
             assert!(r.next().await.unwrap().is_none());
@@ -359,36 +325,18 @@ mod tests {
     }
 
     #[test]
-    fn free_large_buffers_stay_allocated_up_to_the_bound_and_a_small_frame_releases_them() {
-        let size = 2 * REUSE_FROM; // each in a 4 MiB buffer (rounded up to a power of two)
-        let mut bytes = Vec::new();
-        for i in 0..10u8 {
-            bytes.extend_from_slice(&crate::frame::with_prefix(&vec![i; size]));
-        }
-        bytes.extend_from_slice(&crate::frame::with_prefix(b"small"));
-        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
-        rt.block_on(async move {
-            let mut r = ResponseReader::new(&bytes[..]);
-            let free = |r: &ResponseReader<&[u8]>| -> usize { r.kept.iter().filter(|(k, _)| k.is_unique()).map(|(_, cap)| cap).sum() };
-            let mut held = Vec::new();
-            for _ in 0..8 {
-                held.push(r.next().await.unwrap().unwrap());
-            }
-            let part = held[7].slice(PREFIX..PREFIX + 4);
-            held.clear(); // 7 of 8 frames released at once: 28 MiB of buffers free
-            assert_eq!(free(&r), 7 * 4 * REUSE_FROM, "not pruned before the next frame");
-            let ninth = r.next().await.unwrap().unwrap();
-            assert!(free(&r) <= REUSE_FREE_BYTES, "after the ninth frame {} bytes of free buffers kept", free(&r));
-            assert!(free(&r) > 0, "some kept for the next frame");
-            let tenth = r.next().await.unwrap().unwrap();
-            for (frame, fill) in [(&ninth, 8u8), (&tenth, 9)] {
-                assert!(frame[PREFIX..].iter().all(|b| *b == fill), "frame {fill} intact");
-            }
-            assert_eq!(&part[..], &[7u8; 4], "a held part of the eighth frame intact");
-            assert_eq!(&r.next().await.unwrap().unwrap()[PREFIX..], b"small");
-            assert_eq!(free(&r), 0, "a small frame releases the free buffers");
-            assert_eq!(r.kept.len(), 3, "the frames still held stay tracked (eighth, ninth, tenth)");
-        });
+    fn frames_below_the_pooled_size_and_a_large_frame_cut_off_are_read_as_before() {
+        // One byte under the pooled size (prefix included), then a large frame the broker cuts off.
+        let small = vec![9u8; POOLED_FROM - PREFIX - 1];
+        let mut bytes = crate::frame::with_prefix(&small).to_vec();
+        bytes.extend_from_slice(&crate::frame::with_prefix(&vec![1u8; 3 * POOLED_FROM])[..2 * POOLED_FROM]);
+        let (got, _) = read_all(bytes);
+        assert_eq!(got[0].as_ref().unwrap().as_ref().unwrap().len(), POOLED_FROM - 1);
+        assert!(
+            matches!(&got[1], Err(e) if e.contains("middle of a frame")),
+            "{:?}",
+            got[1].as_ref().map(|f| f.as_ref().map(Bytes::len))
+        );
     }
 
     #[test]

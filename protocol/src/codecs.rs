@@ -76,40 +76,45 @@ const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01
 /// what is left of `limit` (and against what its size can yield: at most 64 bytes per 3 input
 /// bytes) before its output is allocated.
 fn unsnappy(section: &Bytes, limit: usize) -> Result<Bytes, String> {
-    let mut out = Vec::new();
-    let Some(mut rest) = section.strip_prefix(&XERIAL_MAGIC[..]) else {
-        unsnappy_block(section, limit, &mut out)?;
-        return Ok(out.into());
-    };
-    while !rest.is_empty() {
-        let (len, tail) = rest.split_first_chunk::<4>().ok_or("snappy block length cut off")?;
-        let len = u32::from_be_bytes(*len) as usize;
-        if len > tail.len() {
-            return Err(format!("snappy block of {len} bytes, {} left", tail.len()));
+    let blocks = match section.strip_prefix(&XERIAL_MAGIC[..]) {
+        None => vec![&section[..]],
+        Some(mut rest) => {
+            let mut blocks = Vec::new();
+            while !rest.is_empty() {
+                let (len, tail) = rest.split_first_chunk::<4>().ok_or("snappy block length cut off")?;
+                let len = u32::from_be_bytes(*len) as usize;
+                if len > tail.len() {
+                    return Err(format!("snappy block of {len} bytes, {} left", tail.len()));
+                }
+                let (block, tail) = tail.split_at(len);
+                blocks.push(block);
+                rest = tail;
+            }
+            blocks
         }
-        let (block, tail) = tail.split_at(len);
-        unsnappy_block(block, limit, &mut out)?;
-        rest = tail;
+    };
+    // Every block's announced length first: the whole output is checked against the limit and
+    // allocated once, before anything is decoded.
+    let mut total = 0usize;
+    for block in &blocks {
+        let announced = snap::raw::decompress_len(block).map_err(|e| format!("snappy block header: {e}"))?;
+        if announced as u64 * 3 > block.len() as u64 * 64 {
+            return Err(format!("snappy block of {} bytes announces {announced} uncompressed bytes", block.len()));
+        }
+        total = total.saturating_add(announced);
+        if total > limit {
+            return Err(format!("decompresses to more than {limit} bytes"));
+        }
     }
+    let mut out = vec![0u8; total];
+    let mut at = 0;
+    for block in blocks {
+        at += snap::raw::Decoder::new()
+            .decompress(block, &mut out[at..])
+            .map_err(|e| format!("snappy block: {e}"))?;
+    }
+    out.truncate(at);
     Ok(out.into())
-}
-
-/// One raw snappy block appended to `out`, if what it announces fits under `limit` in all.
-fn unsnappy_block(block: &[u8], limit: usize, out: &mut Vec<u8>) -> Result<(), String> {
-    let announced = snap::raw::decompress_len(block).map_err(|e| format!("snappy block header: {e}"))?;
-    if announced as u64 * 3 > block.len() as u64 * 64 {
-        return Err(format!("snappy block of {} bytes announces {announced} uncompressed bytes", block.len()));
-    }
-    if announced > limit - out.len().min(limit) {
-        return Err(format!("decompresses to more than {limit} bytes"));
-    }
-    let start = out.len();
-    out.resize(start + announced, 0);
-    let n = snap::raw::Decoder::new()
-        .decompress(block, &mut out[start..])
-        .map_err(|e| format!("snappy block: {e}"))?;
-    out.truncate(start + n);
-    Ok(())
 }
 
 fn read_at_most(r: impl Read, limit: usize) -> Result<Bytes, String> {
@@ -201,7 +206,7 @@ mod tests {
         lie.extend_from_slice(&[0u8; 16]);
         let e = decompress(2, &Bytes::from(lie.clone()), MAX_RAW_BATCH).expect_err("impossible length");
         assert!(e.contains("announces"), "{e}");
-        // Framed: 40 blocks of 64 KiB of zeros each, a few bytes compressed, against a 1 MiB limit.
+        // Framed: 2.5 MiB of zeros (80 blocks of 32 KiB, a few bytes each), against a 1 MiB limit.
         let packed = compress(2, &vec![0u8; 40 * 64 * 1024]).expect("compresses").freeze();
         let e = decompress(2, &packed, 1024 * 1024).expect_err("over the limit");
         assert!(e.contains("more than 1048576 bytes"), "{e}");
@@ -243,6 +248,27 @@ mod tests {
         let theirs = <Snappy as Decompressor<Bytes>>::decompress(&mut one.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).expect("theirs, raw");
         assert_eq!(&decompress(2, &one, MAX_RAW_BATCH).expect("ours, raw")[..], &theirs[..]);
         assert_eq!(&theirs[..], &raw[..]);
+        // Edge cases: both decoders agree (the same bytes, or both refuse).
+        let block = snap::raw::Encoder::new().compress_vec(b"abc").expect("raw block");
+        let framed_block = |b: &[u8]| [&(b.len() as u32).to_be_bytes()[..], b].concat();
+        let cases: Vec<(&str, Vec<u8>)> = vec![
+            ("empty section", vec![]),
+            ("the header only", XERIAL_MAGIC.to_vec()),
+            ("an empty block", [&XERIAL_MAGIC[..], &framed_block(&[])].concat()),
+            ("a block, then 2 trailing bytes", [&XERIAL_MAGIC[..], &framed_block(&block), &[0, 0]].concat()),
+            ("two blocks", [&XERIAL_MAGIC[..], &framed_block(&block), &framed_block(&block)].concat()),
+            ("another header version", [&XERIAL_MAGIC[..12], &[0, 0, 0, 2], &framed_block(&block)].concat()),
+        ];
+        for (what, section) in cases {
+            let section = Bytes::from(section);
+            let ours = decompress(2, &section, MAX_RAW_BATCH);
+            let theirs = <Snappy as Decompressor<Bytes>>::decompress(&mut section.clone(), |b: &mut Bytes| Ok(std::mem::take(b)));
+            match (&ours, &theirs) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{what}"),
+                (Err(_), Err(_)) => {}
+                _ => panic!("{what}: ours {ours:?}, kafka-protocol's {:?}", theirs.as_ref().map_err(|e| e.to_string())),
+            }
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod cursor;
 pub mod error;
 pub mod fillers;
 pub mod frame;
+mod frame_pool;
 pub mod merge;
 pub mod mirror_api;
 mod names;

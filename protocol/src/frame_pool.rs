@@ -1,0 +1,156 @@
+//! Buffers for large response frames, handed back when the last part of a frame is dropped and
+//! used again for a later frame of the same size class. A fresh buffer costs the kernel a page
+//! fault and the zeroing of every page as the socket's bytes land in it — measured at a quarter
+//! to 40 % of the engine's CPU in a bulk copy of Fetch answers; a reused one costs neither.
+//!
+//! A frame is a [`Bytes`] owning its buffer ([`Bytes::from_owner`]): slices of it (the record
+//! batches the engine keeps until they are written) share it, and when the last one goes the
+//! buffer returns to its pool — if the pool then holds no more than its bound of free bytes;
+//! otherwise, or once the pool (the connection's reader) is gone, it is freed. So the memory a
+//! pool holds beyond what its frames' users hold is bounded at every moment, idle or not. Sizes
+//! are powers of two (capped at the largest frame the pool serves): a frame takes a free buffer
+//! of its own class only, never a much larger one it would keep resident. When a frame is read
+//! into a buffer is `client::ResponseReader`'s business.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use bytes::Bytes;
+
+/// Free buffers of one connection's large frames.
+pub(crate) struct FramePool {
+    free: Mutex<Vec<Vec<u8>>>,
+    /// Most bytes of free buffers kept (their capacities summed).
+    max_free_bytes: usize,
+    /// Largest size class (the largest frame this pool serves).
+    max_class: usize,
+}
+
+impl FramePool {
+    pub(crate) fn new(max_free_bytes: usize, max_class: usize) -> Arc<Self> {
+        Arc::new(Self {
+            free: Mutex::new(Vec::new()),
+            max_free_bytes,
+            max_class,
+        })
+    }
+
+    fn class(&self, len: usize) -> usize {
+        len.next_power_of_two().min(self.max_class).max(len)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.free.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An empty buffer for a frame of `len` bytes: a free one of its size class, or a new one.
+    pub(crate) fn take(&self, len: usize) -> Vec<u8> {
+        let class = self.class(len);
+        let mut free = self.lock();
+        match free.iter().position(|b| b.capacity() == class) {
+            Some(i) => free.swap_remove(i),
+            None => Vec::with_capacity(class),
+        }
+    }
+
+    /// `buf` (filled with one whole frame) as a frame that returns it here when its last part
+    /// is dropped.
+    pub(crate) fn frame(self: &Arc<Self>, buf: Vec<u8>) -> Bytes {
+        Bytes::from_owner(Pooled {
+            buf,
+            pool: Arc::downgrade(self),
+        })
+    }
+
+    fn give_back(&self, mut buf: Vec<u8>) {
+        if buf.capacity() != self.class(buf.capacity()) {
+            return; // not one of ours (cannot happen: `take` sizes them)
+        }
+        let mut free = self.lock();
+        let held: usize = free.iter().map(Vec::capacity).sum();
+        if held + buf.capacity() <= self.max_free_bytes {
+            buf.clear();
+            free.push(buf);
+        }
+    }
+
+    /// Bytes of free buffers held now.
+    #[cfg(test)]
+    pub(crate) fn free_bytes(&self) -> usize {
+        self.lock().iter().map(Vec::capacity).sum()
+    }
+}
+
+/// A frame's buffer, owned by the frame's [`Bytes`] and its slices.
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Weak<FramePool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.upgrade() {
+            pool.give_back(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1024 * 1024;
+
+    fn filled(pool: &Arc<FramePool>, len: usize, fill: u8) -> Bytes {
+        let mut b = pool.take(len);
+        b.resize(len, fill);
+        pool.frame(b)
+    }
+
+    #[test]
+    fn a_buffer_returns_when_the_last_slice_is_dropped_and_serves_its_size_class_only() {
+        let pool = FramePool::new(64 * MIB, 64 * MIB);
+        let frame = filled(&pool, 3 * MIB, 7);
+        let at = frame.as_ptr();
+        let part = frame.slice(10..20);
+        drop(frame);
+        assert_eq!(pool.free_bytes(), 0, "a slice still holds the buffer");
+        assert_eq!(&part[..], &[7u8; 10]);
+        drop(part);
+        assert_eq!(pool.free_bytes(), 4 * MIB, "back in the pool, in its 4 MiB class");
+        let small = pool.take(MIB + 1);
+        assert_eq!(small.capacity(), 2 * MIB, "a smaller frame does not take the 4 MiB buffer");
+        let again = pool.take(3 * MIB + 5);
+        assert_eq!(again.as_ptr(), at, "a frame of the same class reuses it");
+        assert!(again.is_empty());
+    }
+
+    #[test]
+    fn free_buffers_never_exceed_the_bound_even_when_many_frames_go_at_once() {
+        let pool = FramePool::new(8 * MIB, 64 * MIB);
+        let frames: Vec<Bytes> = (0..10).map(|i| filled(&pool, 2 * MIB, i)).collect();
+        drop(frames);
+        assert_eq!(pool.free_bytes(), 8 * MIB, "two 4 MiB buffers kept, the other eight freed");
+    }
+
+    #[test]
+    fn frames_outliving_their_pool_free_their_buffers() {
+        let pool = FramePool::new(64 * MIB, 64 * MIB);
+        let frame = filled(&pool, 2 * MIB, 1);
+        drop(pool);
+        assert_eq!(frame[0], 1);
+        drop(frame); // the pool is gone: freed, no panic
+    }
+
+    #[test]
+    fn the_largest_class_is_the_largest_frame() {
+        let pool = FramePool::new(128 * MIB, 64 * MIB);
+        assert_eq!(pool.take(33 * MIB).capacity(), 64 * MIB);
+        assert_eq!(pool.take(64 * MIB).capacity(), 64 * MIB);
+    }
+}
