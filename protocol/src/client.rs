@@ -38,7 +38,7 @@ const POOL_FREE_BYTES: usize = 64 * 1024 * 1024;
 /// read past a frame stay buffered for the next one. Large frames ([`POOLED_FROM`] up to
 /// [`EAGER_FRAME`] bytes: the engine's Fetch answers) are each read into a buffer of their own
 /// from the connection's `frame_pool`, which takes it back (at most [`POOL_FREE_BYTES`] of free
-/// buffers) when the last part of the frame is dropped.
+/// buffers) when the last part of the frame is dropped; a small frame empties the pool.
 pub(crate) struct ResponseReader<R> {
     inner: R,
     buf: BytesMut,
@@ -65,7 +65,7 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
                 if into.len() < total {
                     let n = self.read_into_large(total).await?;
                     if n == 0 {
-                        let have = self.large.as_ref().map_or(0, |(b, _)| b.len());
+                        let have = self.large.take().map_or(0, |(b, _)| b.len());
                         return Err(ProtocolError::TruncatedFrame {
                             have,
                             want: total,
@@ -78,7 +78,14 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
                 return Ok(Some(self.pool.frame(whole)));
             }
             let want = match check_frame(&self.buf, MAX_RESPONSE, Side::Broker)? {
-                Some(total) if self.buf.len() >= total => return Ok(Some(self.buf.split_to(total).freeze())),
+                Some(total) if self.buf.len() >= total => {
+                    if total < POOLED_FROM {
+                        // The connection has gone quiet (an idle partition's answer): an idle
+                        // connection keeps no free buffers.
+                        self.pool.release_free();
+                    }
+                    return Ok(Some(self.buf.split_to(total).freeze()));
+                }
                 // A large frame goes into a pooled buffer of its own, starting with what arrived
                 // of it (never more: reads stop at the frame's end once its length is known).
                 Some(total) if (POOLED_FROM..=EAGER_FRAME).contains(&total) => {
@@ -321,6 +328,20 @@ mod tests {
                 assert!(frame[PREFIX..].iter().all(|b| *b == fill), "frame {fill} intact");
             }
             assert!(r.next().await.unwrap().is_none());
+        });
+    }
+
+    #[test]
+    fn a_small_frame_empties_the_connections_pool() {
+        let mut bytes = crate::frame::with_prefix(&vec![1u8; 2 * POOLED_FROM]).to_vec();
+        bytes.extend_from_slice(&crate::frame::with_prefix(b"idle"));
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async move {
+            let mut r = ResponseReader::new(&bytes[..]);
+            drop(r.next().await.unwrap().unwrap());
+            assert!(r.pool.free_bytes() > 0, "the large frame's buffer is back in the pool");
+            assert_eq!(&r.next().await.unwrap().unwrap()[PREFIX..], b"idle");
+            assert_eq!(r.pool.free_bytes(), 0, "a small frame empties the pool");
         });
     }
 

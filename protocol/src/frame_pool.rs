@@ -5,9 +5,11 @@
 //!
 //! A frame is a [`Bytes`] owning its buffer ([`Bytes::from_owner`]): slices of it (the record
 //! batches the engine keeps until they are written) share it, and when the last one goes the
-//! buffer returns to its pool — if the pool then holds no more than its bound of free bytes;
-//! otherwise, or once the pool (the connection's reader) is gone, it is freed. So the memory a
-//! pool holds beyond what its frames' users hold is bounded at every moment, idle or not. Sizes
+//! buffer returns to its pool as the newest free one, the oldest free ones being freed as far as
+//! the pool's bound of free bytes needs; once the pool (the connection's reader) is gone, it is
+//! freed. So the memory a pool holds beyond what its frames' users hold is bounded at every
+//! moment; the reader also empties its pool when a small frame arrives (the connection has gone
+//! quiet), so an idle connection holds none. Sizes
 //! are powers of two (capped at the largest frame the pool serves): a frame takes a free buffer
 //! of its own class only, never a much larger one it would keep resident. When a frame is read
 //! into a buffer is `client::ResponseReader`'s business.
@@ -61,16 +63,32 @@ impl FramePool {
         })
     }
 
+    /// Keeps `buf` as the newest free buffer, releasing the oldest ones if the bound needs it
+    /// (a buffer of a size class no longer in use must not hold the room for ever).
     fn give_back(&self, mut buf: Vec<u8>) {
-        if buf.capacity() != self.class(buf.capacity()) {
-            return; // not one of ours (cannot happen: `take` sizes them)
+        if buf.capacity() != self.class(buf.capacity()) || buf.capacity() > self.max_free_bytes {
+            return; // not one of ours (cannot happen: `take` sizes them), or larger than the bound
         }
-        let mut free = self.lock();
-        let held: usize = free.iter().map(Vec::capacity).sum();
-        if held + buf.capacity() <= self.max_free_bytes {
-            buf.clear();
+        buf.clear();
+        let released: Vec<Vec<u8>> = {
+            let mut free = self.lock();
+            let mut held: usize = free.iter().map(Vec::capacity).sum();
+            let mut oldest = 0;
+            while held + buf.capacity() > self.max_free_bytes {
+                held -= free[oldest].capacity();
+                oldest += 1;
+            }
+            let released = free.drain(..oldest).collect();
             free.push(buf);
-        }
+            released
+        };
+        drop(released); // freed outside the lock
+    }
+
+    /// Frees every free buffer (the connection has gone quiet: it received a small frame).
+    pub(crate) fn release_free(&self) {
+        let released = std::mem::take(&mut *self.lock());
+        drop(released);
     }
 
     /// Bytes of free buffers held now.
@@ -135,7 +153,20 @@ mod tests {
         let pool = FramePool::new(8 * MIB, 64 * MIB);
         let frames: Vec<Bytes> = (0..10).map(|i| filled(&pool, 2 * MIB, i)).collect();
         drop(frames);
-        assert_eq!(pool.free_bytes(), 8 * MIB, "two 4 MiB buffers kept, the other eight freed");
+        assert_eq!(pool.free_bytes(), 8 * MIB, "four 2 MiB buffers kept, the other six freed");
+    }
+
+    #[test]
+    fn a_returning_buffer_releases_the_oldest_free_ones_and_release_free_empties_the_pool() {
+        let pool = FramePool::new(64 * MIB, 64 * MIB);
+        drop(filled(&pool, 40 * MIB, 1)); // a 64 MiB buffer fills the bound
+        assert_eq!(pool.free_bytes(), 64 * MIB);
+        drop(filled(&pool, 3 * MIB, 2)); // a 4 MiB one comes back: the stale 64 MiB one goes
+        assert_eq!(pool.free_bytes(), 4 * MIB, "the newest buffer is kept, the oldest released");
+        assert_eq!(pool.take(3 * MIB + 1).capacity(), 4 * MIB);
+        drop(filled(&pool, 3 * MIB, 3));
+        pool.release_free();
+        assert_eq!(pool.free_bytes(), 0, "release_free empties the pool");
     }
 
     #[test]
