@@ -20,8 +20,8 @@ pub const MAX_RAW_BATCH: usize = 256 * 1024 * 1024;
 const LZ4_LEVEL: u32 = 0;
 
 /// `section` (compressed with `codec`) decompressed, or why not; more than `limit` bytes of
-/// output is an error, found before more than `limit + 1` bytes are produced (snappy: before a
-/// block that would cross it is allocated, from the length the block announces).
+/// output is an error, found before more than `limit + 1` bytes are produced (snappy: before
+/// anything is allocated, from the lengths its blocks announce).
 pub(crate) fn decompress(codec: i16, section: &Bytes, limit: usize) -> Result<Bytes, String> {
     let limit = limit.min(MAX_RAW_BATCH);
     let out = match codec {
@@ -72,9 +72,9 @@ fn gunzip(section: &Bytes, limit: usize) -> Result<Bytes, String> {
 const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
 
 /// A snappy section: snappy-java's framing (the header, then blocks of a 4-byte big-endian
-/// length and a raw block) or one raw block. Each block's announced length is checked against
-/// what is left of `limit` (and against what its size can yield: at most 64 bytes per 3 input
-/// bytes) before its output is allocated.
+/// length and a raw block) or one raw block. Every block's announced length is checked against
+/// what its size can yield (at most 64 bytes per 3 input bytes) and their sum against `limit`
+/// before the output is allocated, once, and any block decoded.
 fn unsnappy(section: &Bytes, limit: usize) -> Result<Bytes, String> {
     let blocks = match section.strip_prefix(&XERIAL_MAGIC[..]) {
         None => vec![&section[..]],

@@ -9,10 +9,10 @@
 //! the pool's bound of free bytes needs; once the pool (the connection's reader) is gone, it is
 //! freed. So the memory a pool holds beyond what its frames' users hold is bounded at every
 //! moment; the reader also empties its pool when a small frame arrives (the connection has gone
-//! quiet), so an idle connection holds none. Sizes
-//! are powers of two (capped at the largest frame the pool serves): a frame takes a free buffer
-//! of its own class only, never a much larger one it would keep resident. When a frame is read
-//! into a buffer is `client::ResponseReader`'s business.
+//! quiet), so an idle connection holds none. Sizes are powers of two (capped at the largest frame
+//! the pool serves): a frame takes a free buffer of its own class only, never a much larger one
+//! it would keep resident. When a frame is read into a buffer is `client::ResponseReader`'s
+//! business.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -45,11 +45,12 @@ impl FramePool {
     }
 
     /// An empty buffer for a frame of `len` bytes: a free one of its size class, or a new one.
+    /// (The free list stays oldest first, as `give_back` releases from its front.)
     pub(crate) fn take(&self, len: usize) -> Vec<u8> {
         let class = self.class(len);
         let mut free = self.lock();
         match free.iter().position(|b| b.capacity() == class) {
-            Some(i) => free.swap_remove(i),
+            Some(i) => free.remove(i),
             None => Vec::with_capacity(class),
         }
     }
@@ -167,6 +168,22 @@ mod tests {
         drop(filled(&pool, 3 * MIB, 3));
         pool.release_free();
         assert_eq!(pool.free_bytes(), 0, "release_free empties the pool");
+    }
+
+    #[test]
+    fn taking_a_buffer_keeps_the_rest_oldest_first() {
+        let pool = FramePool::new(16 * MIB, 64 * MIB);
+        let (a, b, c) = (filled(&pool, 3 * MIB, 1), filled(&pool, 2 * MIB, 2), filled(&pool, 5 * MIB, 3));
+        drop((a, b, c)); // free, oldest first: 4, 2, 8 MiB
+        let taken = pool.take(3 * MIB); // the oldest, the 4 MiB one
+        let other = filled(&pool, 3 * MIB, 4); // no free 4 MiB buffer left: a new one
+        drop(pool.frame(taken)); // free: 2, 8, 4 MiB (14)
+        drop(other); // another 4 MiB one: 18 > 16, so the oldest (2 MiB) goes
+        assert_eq!(
+            pool.free_bytes(),
+            16 * MIB,
+            "the 2 MiB buffer, the oldest left, was released, not the 8 MiB one"
+        );
     }
 
     #[test]

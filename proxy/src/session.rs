@@ -259,18 +259,16 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
             // A first ApiVersions while the upstream opens: answered now from the broker's kept
             // answer, and still forwarded (the broker sees it; its answer is kept, not sent).
             let versions = p.api_key == ApiKey::ApiVersions as i16 && merge.is_none();
-            let answered_early = versions
-                && !up_w.is_open()
-                && match shared.early_versions.answer(target, p.api_version, p.correlation_id) {
-                    Some(frame) => {
-                        m.api_versions_answered_early.inc();
-                        if !answer_here(&tx, p.api_key, frame, started).await {
-                            return Ok(());
-                        }
-                        true
-                    }
-                    None => false,
-                };
+            let early = (versions && !up_w.is_open())
+                .then(|| shared.early_versions.answer(target, p.api_version, p.correlation_id))
+                .flatten();
+            let answered_early = early.is_some();
+            if let Some(frame) = early {
+                m.api_versions_answered_early.inc();
+                if !answer_here(&tx, p.api_key, frame, started).await {
+                    return Ok(());
+                }
+            }
             let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
                 Stream::No
             } else if p.api_key == ApiKey::Fetch as i16 && shared.masks_fillers && shared.mirrors.topics().has_filler_topics() {
@@ -310,12 +308,12 @@ fn client_error(shared: &Shared, e: ProtocolError) -> ProxyError {
     frame_error(&shared.metrics.client_frame_errors, "bad frame", e)
 }
 
-/// Counts and logs a malformed frame (plain I/O errors are neither) and closes the connection.
 /// Queues a response the proxy produced itself; false if the response side has ended.
 async fn answer_here(tx: &mpsc::Sender<Pending>, api_key: i16, frame: Bytes, started: Instant) -> bool {
     tx.send(Pending::Local { api_key, frame, started }).await.is_ok()
 }
 
+/// Counts and logs a malformed frame (plain I/O errors are neither) and closes the connection.
 fn frame_error(counter: &Counter, what: &str, e: ProtocolError) -> ProxyError {
     if !matches!(e, ProtocolError::Io { .. }) {
         counter.inc();
