@@ -15,6 +15,11 @@ use crate::batch::{BatchHeader, parse_header};
 use crate::error::ProtocolError;
 use crate::reencode::{RawRecord, encode_run, err, records, records_within};
 
+/// The most bytes a record's framing — its length, attributes, timestamp delta and offset delta,
+/// before its body — takes in a decompressed section as `records` reads it: one byte and three
+/// varints of up to 10 bytes. A merge charges each record this, as it cannot see the section.
+const RECORD_FRAMING_MAX: usize = 1 + 3 * 10;
+
 /// One batch made of several.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Merged {
@@ -32,9 +37,10 @@ pub struct Merged {
 /// (Producers such as librdkafka send a small batch uncompressed when compressing would not
 /// make it smaller, so one producer's batches alternate between its codec and none.)
 ///
-/// The parts' records may decompress to at most `max_raw` bytes in all; a run that would need
-/// more is refused as soon as decompressing crosses the limit (a few kilobytes of compressed
-/// zeros can inflate to hundreds of megabytes).
+/// The parts' decompressed records sections, and the records read from them, may take at most
+/// `max_raw` bytes in all (each record's framing counted at the most it can take); a run that
+/// would need more is refused as soon as decompressing crosses the limit (a few kilobytes of
+/// compressed zeros can inflate to hundreds of megabytes).
 pub fn merge(parts: &[Bytes], max_raw: usize) -> Result<Merged, ProtocolError> {
     let mut all: Vec<RawRecord> = Vec::new();
     let mut raw_left = max_raw;
@@ -63,8 +69,11 @@ pub fn merge(parts: &[Bytes], max_raw: usize) -> Result<Merged, ProtocolError> {
             codec = h.compression();
         }
         let recs = records_within(part, &h, raw_left)?;
-        let raw: usize = recs.iter().map(|r| r.body.len()).sum();
-        raw_left = raw_left.saturating_sub(raw);
+        // The whole section stays in memory (the bodies are slices of it), with every record.
+        let held: usize = recs.iter().map(|r| r.body.len() + RECORD_FRAMING_MAX + size_of::<RawRecord>()).sum();
+        raw_left = raw_left
+            .checked_sub(held)
+            .ok_or_else(|| err(format!("batches up to {} take more than {max_raw} bytes decompressed", h.next_offset())))?;
         all.extend(recs);
     }
     let Some(mut header) = first else {

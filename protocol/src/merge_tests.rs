@@ -241,3 +241,44 @@ fn parts_that_inflate_past_the_raw_limit_are_refused_before_they_are_all_decompr
     assert!(e.contains("more than"), "{e}");
     assert_eq!(merge(&parts, 40 << 20).expect("within the limit").records, 4);
 }
+
+#[test]
+fn the_raw_limit_counts_whole_decompressed_sections_and_the_records_not_only_record_bodies() {
+    // Ten zstd parts of 100 records each, no key, value or headers: a record body is 3 of the
+    // record's ~8 decompressed bytes, and every record read costs a `RawRecord` more.
+    let parts: Vec<Bytes> = (0..10i64)
+        .map(|i| {
+            let records: Vec<Record> = (i * 100..i * 100 + 100)
+                .map(|o| Record {
+                    key: None,
+                    value: None,
+                    headers: Default::default(),
+                    ..record(o, false, TimestampType::Creation)
+                })
+                .collect();
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                records.iter(),
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::Zstd,
+                },
+            )
+            .unwrap();
+            buf.freeze()
+        })
+        .collect();
+    let raw: usize = parts
+        .iter()
+        .map(|p| crate::codecs::decompress(4, &p.slice(crate::batch::HEADER_SIZE..), usize::MAX).unwrap().len())
+        .sum();
+    assert!(
+        merge(&parts, raw / 2).is_err(),
+        "parts that decompress to {raw} bytes in all merged under max_raw = {}",
+        raw / 2
+    );
+    assert!(merge(&parts, raw).is_err(), "the records read from {raw} bytes take more than {raw} bytes");
+    let with_records = raw + 1000 * (RECORD_FRAMING_MAX + size_of::<RawRecord>());
+    assert_eq!(merge(&parts, with_records).expect("within the limit").records, 1000);
+}
