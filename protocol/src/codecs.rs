@@ -19,9 +19,10 @@ pub const MAX_RAW_BATCH: usize = 256 * 1024 * 1024;
 /// LZ4HC, several times slower; kafka-protocol's own encoder uses 4).
 const LZ4_LEVEL: u32 = 0;
 
-/// `section` (compressed with `codec`) decompressed, or why not; more than `limit` bytes of
-/// output is an error, found before more than `limit + 1` bytes are produced (snappy: before
-/// anything is allocated, from the lengths its blocks announce).
+/// `section` (compressed with `codec`) decompressed as Kafka's broker reads it, or why not; more
+/// than `limit` bytes of output is an error, found before more than `limit + 1` bytes are
+/// produced (snappy: before anything is allocated, from the lengths its blocks announce; gzip:
+/// every member after the first counts [`GZIP_MEMBER_COST`] bytes more).
 pub(crate) fn decompress(codec: i16, section: &Bytes, limit: usize) -> Result<Bytes, String> {
     let limit = limit.min(MAX_RAW_BATCH);
     let out = match codec {
@@ -47,42 +48,151 @@ pub(crate) fn decompress(codec: i16, section: &Bytes, limit: usize) -> Result<By
     Ok(out)
 }
 
-/// Every gzip member of `section` in turn, as Java's GZIPInputStream (which Kafka uses) reads
-/// them: another member follows while the rest starts with gzip's magic bytes; anything else
-/// after a member is ignored.
-fn gunzip(section: &Bytes, limit: usize) -> Result<Bytes, String> {
+/// Kafka's `GzipCompression.wrapForInput` gives Java's GZIPInputStream an input buffer of 8 KiB:
+/// where its reads end decides whether JDK 17/21 look for another member (see [`gunzip`]).
+const JAVA_GZIP_BUFFER: usize = 8 * 1024;
+
+/// What every gzip member after the first costs against the caller's limit, on top of its output:
+/// starting a member (resetting the inflater, about this much state) costs work even when the
+/// member is empty, and a section of empty 20-byte members must not buy more of it per input
+/// byte than one ordinary member. (Java has no such bound; no producer writes more than one
+/// member per batch.)
+const GZIP_MEMBER_COST: usize = 32 * 1024;
+
+/// Every gzip member of `section` in turn, as Kafka's broker reads them: Java's GZIPInputStream
+/// (JDK 17 and 21) with an 8 KiB input buffer, read to the end. Whatever follows a member is
+/// another member only where Java looks for one (more input than its buffer holds, or more than
+/// 18 bytes after the trailer) and a gzip header reads there; anything else after a member is
+/// ignored. A cut-off or corrupt member (data, CRC or size) is an error. One inflater serves
+/// every member.
+fn gunzip(section: &[u8], limit: usize) -> Result<Bytes, String> {
+    let mut at = gzip_header(section).map_err(|e| format!("gzip header: {e}"))?;
+    let mut inflater = flate2::Decompress::new(false);
+    let mut chunk = vec![0u8; (limit + 1).min(32 * 1024)];
     let mut out = Vec::new();
-    let mut rest: &[u8] = &section[..];
+    let (mut charged, mut java_buffer_end) = (0usize, 0usize);
     loop {
-        let mut d = flate2::bufread::GzDecoder::new(rest);
-        let room = (limit - out.len()) as u64 + 1;
-        (&mut d).take(room).read_to_end(&mut out).map_err(|e| e.to_string())?;
-        if out.len() > limit {
-            return Err(format!("decompresses to more than {limit} bytes"));
+        let first = out.len();
+        inflater.reset(false);
+        loop {
+            let room = limit - charged - out.len() + 1;
+            let (was_in, was_out) = (inflater.total_in(), inflater.total_out());
+            let room = room.min(chunk.len());
+            let status = inflater
+                .decompress(&section[at + was_in as usize..], &mut chunk[..room], flate2::FlushDecompress::None)
+                .map_err(|e| format!("gzip: {e}"))?;
+            let made = (inflater.total_out() - was_out) as usize;
+            out.extend_from_slice(&chunk[..made]);
+            if out.len() + charged > limit {
+                return Err(format!("decompresses to more than {limit} bytes"));
+            }
+            if status == flate2::Status::StreamEnd {
+                break;
+            }
+            if made == 0 && inflater.total_in() == was_in {
+                return Err("gzip member cut off".into());
+            }
         }
-        rest = d.into_inner();
-        if !rest.starts_with(&[0x1f, 0x8b]) {
+        let end = at + inflater.total_in() as usize;
+        // Java fills its buffer 8 KiB at a time from where the member's data (or the buffer
+        // before it) starts; `n` is what the buffer still holds after the member's data.
+        if end > java_buffer_end {
+            let from = java_buffer_end.max(at);
+            java_buffer_end = (from + (end - from).div_ceil(JAVA_GZIP_BUFFER) * JAVA_GZIP_BUFFER).min(section.len());
+        }
+        let n = java_buffer_end - end;
+        let trailer = section.get(end..end + 8).ok_or("gzip trailer cut off")?;
+        let member = &out[first..];
+        let mut crc = flate2::Crc::new();
+        crc.update(member);
+        if trailer[..4] != crc.sum().to_le_bytes() || trailer[4..] != (member.len() as u32).to_le_bytes() {
+            return Err("corrupt gzip trailer".into());
+        }
+        let rest = end + 8;
+        // GZIPInputStream.readTrailer (JDK 17, 21): `if (this.in.available() > 0 || n > 26)`
+        // it reads another header, and any failure there ends the stream.
+        if section.len() <= java_buffer_end.max(rest) && n <= 26 {
             return Ok(out.into());
         }
+        let Ok(header) = gzip_header(&section[rest..]) else {
+            return Ok(out.into());
+        };
+        charged += GZIP_MEMBER_COST;
+        if out.len() + charged > limit {
+            return Err(format!("gzip members cost more than {limit} bytes"));
+        }
+        at = rest + header;
     }
 }
 
-/// The stream header of snappy-java's framing (magic, version 1, compatible version 1), which
-/// Kafka's producers write; a section without it is one raw snappy block, as snappy-java reads it.
-const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+/// The length of the gzip header `s` starts with, read as GZIPInputStream.readHeader reads it:
+/// magic, method 8 (deflate), flags (reserved bits ignored), 6 bytes skipped, then the extra
+/// field, name and comment if flagged, and the header CRC (checked) if flagged.
+fn gzip_header(s: &[u8]) -> Result<usize, &'static str> {
+    const CUT: &str = "cut off";
+    match s.get(..4).ok_or(CUT)? {
+        [0x1f, 0x8b, 8, _] => {}
+        [0x1f, 0x8b, ..] => return Err("not deflate"),
+        _ => return Err("not gzip"),
+    }
+    let flags = s[3];
+    let mut at = 10;
+    if flags & 4 != 0 {
+        let len = s.get(at..at + 2).ok_or(CUT)?;
+        at += 2 + usize::from(u16::from_le_bytes([len[0], len[1]]));
+    }
+    for flag in [8, 16] {
+        if flags & flag != 0 {
+            at += 1 + s.get(at..).ok_or(CUT)?.iter().position(|&b| b == 0).ok_or(CUT)?;
+        }
+    }
+    if flags & 2 != 0 {
+        let mut crc = flate2::Crc::new();
+        crc.update(s.get(..at).ok_or(CUT)?);
+        if s.get(at..at + 2).ok_or(CUT)? != &(crc.sum() as u16).to_le_bytes()[..] {
+            return Err("header CRC");
+        }
+        at += 2;
+    }
+    if at > s.len() {
+        return Err(CUT);
+    }
+    Ok(at)
+}
 
-/// A snappy section: snappy-java's framing (the header, then blocks of a 4-byte big-endian
-/// length and a raw block) or one raw block. Every block's announced length is checked against
-/// what its size can yield (at most 64 bytes per 3 input bytes) and their sum against `limit`
-/// before the output is allocated, once, and any block decoded.
+/// The magic that starts snappy-java's stream header (16 bytes: the magic, a version and a
+/// compatible version, big-endian), which Kafka's producers write; a section of fewer than 16
+/// bytes or without it is one raw snappy block, as snappy-java reads it.
+const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
+const XERIAL_HEADER: usize = 16;
+
+/// A snappy section as Kafka's broker reads it (snappy-java 1.1.10's SnappyInputStream): the
+/// stream header (its versions unread), then blocks of a 4-byte big-endian length and a raw
+/// block, until fewer than 4 bytes are left; another stream header between blocks (concatenated
+/// streams) is skipped if its version is at least 1. Or one raw block. Every block's announced
+/// length is checked against what its size can yield (at most 64 bytes per 3 input bytes) and
+/// their sum against `limit` before the output is allocated, once, and any block decoded.
 fn unsnappy(section: &Bytes, limit: usize) -> Result<Bytes, String> {
-    let blocks = match section.strip_prefix(&XERIAL_MAGIC[..]) {
-        None => vec![&section[..]],
-        Some(mut rest) => {
+    let blocks = match section.get(XERIAL_HEADER..) {
+        _ if section.is_empty() => return Err("empty snappy section".into()),
+        Some(mut rest) if section.starts_with(XERIAL_MAGIC) => {
             let mut blocks = Vec::new();
-            while !rest.is_empty() {
-                let (len, tail) = rest.split_first_chunk::<4>().ok_or("snappy block length cut off")?;
-                let len = u32::from_be_bytes(*len) as usize;
+            while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+                if len[..] == XERIAL_MAGIC[..4] {
+                    // snappy-java reads a stream header with another magic as the end of the
+                    // stream, or skips it, depending on its caller's read sizes: refused.
+                    let header = rest.get(..XERIAL_HEADER).ok_or("snappy stream header cut off")?;
+                    if !header.starts_with(XERIAL_MAGIC) {
+                        return Err("snappy stream header with a broken magic".into());
+                    }
+                    let version = i32::from_be_bytes([header[8], header[9], header[10], header[11]]);
+                    if version < 1 {
+                        return Err(format!("snappy stream header of version {version}"));
+                    }
+                    rest = &rest[XERIAL_HEADER..];
+                    continue;
+                }
+                let len = usize::try_from(i32::from_be_bytes(*len)).map_err(|_| "negative snappy block length")?;
                 if len > tail.len() {
                     return Err(format!("snappy block of {len} bytes, {} left", tail.len()));
                 }
@@ -92,6 +202,7 @@ fn unsnappy(section: &Bytes, limit: usize) -> Result<Bytes, String> {
             }
             blocks
         }
+        _ => vec![&section[..]],
     };
     // Every block's announced length first: the whole output is checked against the limit and
     // allocated once, before anything is decoded.
@@ -159,6 +270,9 @@ mod tests {
     use super::*;
     use kafka_protocol::compression::{Lz4, None as NoCompression};
 
+    /// The stream header Kafka's producers write (snappy-java's, version 1, compatible with 1).
+    const KAFKAS_SNAPPY_HEADER: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+
     fn sample() -> Vec<u8> {
         (0..300_000u32)
             .map(|i| if i % 7 == 0 { (i >> 3) as u8 } else { b'a' + (i % 5) as u8 })
@@ -213,7 +327,7 @@ mod tests {
         // The block that would cross the limit is refused unread: here its body is garbage
         // that decoding it would report instead.
         let mut framed = compress(2, &vec![0u8; 1024 * 1024 + 32 * 1024]).expect("compresses").to_vec();
-        let mut at = XERIAL_MAGIC.len();
+        let mut at = KAFKAS_SNAPPY_HEADER.len();
         let mut last = at;
         while at < framed.len() {
             last = at;
@@ -228,13 +342,10 @@ mod tests {
                 .expect_err("garbage")
                 .contains("snappy block")
         );
-        // A block length past the section's end, and a cut-off length, are errors.
-        let mut cut = XERIAL_MAGIC.to_vec();
+        // A block length past the section's end is an error.
+        let mut cut = KAFKAS_SNAPPY_HEADER.to_vec();
         cut.extend_from_slice(&[0, 0, 1, 0, 9]);
         assert!(decompress(2, &Bytes::from(cut), MAX_RAW_BATCH).expect_err("past the end").contains("left"));
-        let mut short = XERIAL_MAGIC.to_vec();
-        short.extend_from_slice(&[0, 0]);
-        assert!(decompress(2, &Bytes::from(short), MAX_RAW_BATCH).is_err());
     }
 
     #[test]
@@ -248,16 +359,16 @@ mod tests {
         let theirs = <Snappy as Decompressor<Bytes>>::decompress(&mut one.clone(), |b: &mut Bytes| Ok(std::mem::take(b))).expect("theirs, raw");
         assert_eq!(&decompress(2, &one, MAX_RAW_BATCH).expect("ours, raw")[..], &theirs[..]);
         assert_eq!(&theirs[..], &raw[..]);
-        // Edge cases: both decoders agree (the same bytes, or both refuse).
+        // Edge cases: both decoders agree (the same bytes, or both refuse). Where kafka-protocol's
+        // decoder differs from snappy-java (bytes after the last block, the header's versions),
+        // snappy-java's reading is ours: see the next test.
         let block = snap::raw::Encoder::new().compress_vec(b"abc").expect("raw block");
         let framed_block = |b: &[u8]| [&(b.len() as u32).to_be_bytes()[..], b].concat();
         let cases: Vec<(&str, Vec<u8>)> = vec![
             ("empty section", vec![]),
-            ("the header only", XERIAL_MAGIC.to_vec()),
-            ("an empty block", [&XERIAL_MAGIC[..], &framed_block(&[])].concat()),
-            ("a block, then 2 trailing bytes", [&XERIAL_MAGIC[..], &framed_block(&block), &[0, 0]].concat()),
-            ("two blocks", [&XERIAL_MAGIC[..], &framed_block(&block), &framed_block(&block)].concat()),
-            ("another header version", [&XERIAL_MAGIC[..12], &[0, 0, 0, 2], &framed_block(&block)].concat()),
+            ("the header only", KAFKAS_SNAPPY_HEADER.to_vec()),
+            ("an empty block", [&KAFKAS_SNAPPY_HEADER[..], &framed_block(&[])].concat()),
+            ("two blocks", [&KAFKAS_SNAPPY_HEADER[..], &framed_block(&block), &framed_block(&block)].concat()),
         ];
         for (what, section) in cases {
             let section = Bytes::from(section);
@@ -282,6 +393,140 @@ mod tests {
         two.put_slice(b"trailing junk");
         assert_eq!(&decompress(1, &two.clone().freeze(), MAX_RAW_BATCH).expect("junk ignored")[..], &both[..]);
         assert!(decompress(1, &two.freeze(), a.len() + 10).is_err(), "the limit spans the members");
+    }
+
+    /// What a section is, the section, and what Kafka's Java code read from it (`None`: refused).
+    type JavaCase = (&'static str, Vec<u8>, Option<&'static [u8]>);
+
+    /// A gzip member of `data`: a 10-byte header with `flags` (and `more` after it), one stored
+    /// deflate block, the trailer.
+    fn stored_member(data: &[u8], flags: u8, more: &[u8]) -> Vec<u8> {
+        let mut crc = flate2::Crc::new();
+        crc.update(data);
+        let len = (data.len() as u16).to_le_bytes();
+        let mut m = vec![0x1f, 0x8b, 8, flags, 0, 0, 0, 0, 0, 0xff];
+        m.extend_from_slice(more);
+        m.extend_from_slice(&[1, len[0], len[1], !len[0], !len[1]]);
+        m.extend_from_slice(data);
+        m.extend_from_slice(&crc.sum().to_le_bytes());
+        m.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        m
+    }
+
+    #[test]
+    fn what_follows_a_gzip_member_reads_as_kafkas_gzipinputstream_on_jdk_17_reads_it() {
+        // Expected: what Kafka 4.1's GzipCompression.wrapForInput (GZIPInputStream, 8 KiB input
+        // buffer) read on JDK 17 from the same bytes, to the end of the stream.
+        let member = stored_member(b"the records", 0, &[]);
+        let header = &member[..10];
+        let cases: Vec<JavaCase> = vec![
+            ("a bare magic", [&member[..], b"\x1f\x8b"].concat(), Some(b"the records")),
+            (
+                "magic and another method",
+                [&member[..], b"\x1f\x8b\x07", &[b'z'; 40]].concat(),
+                Some(b"the records"),
+            ),
+            ("a cut-off header", [&member[..], b"\x1f\x8b\x08"].concat(), Some(b"the records")),
+            // Up to 18 bytes after the trailer, all in Java's buffer: never read as a member.
+            ("a header and 8 bytes", [&member[..], header, &[3, 0], &[0; 6]].concat(), Some(b"the records")),
+            ("a header and 9 bytes", [&member[..], header, &[3, 0], &[0; 7]].concat(), None),
+            ("an empty member", [&member[..], &stored_member(b"", 0, &[])].concat(), Some(b"the records")),
+            ("a member", [&member[..], &stored_member(b"!", 0, &[])].concat(), Some(b"the records!")),
+            (
+                "a member, reserved flags",
+                [&member[..], &stored_member(b"!", 0xe0, &[])].concat(),
+                Some(b"the records!"),
+            ),
+            (
+                "a header with a wrong CRC",
+                [&member[..], &stored_member(b"!", 2, &[0, 0])].concat(),
+                Some(b"the records"),
+            ),
+            (
+                "a member with a wrong CRC",
+                [&member[..], &stored_member(b"!", 0, &[])[..16], &[0; 8]].concat(),
+                None,
+            ),
+            ("a cut-off trailer", member[..member.len() - 3].to_vec(), None),
+            ("nothing", vec![], None),
+            ("a first header of another method", [b"\x1f\x8b\x07", &member[3..]].concat(), None),
+        ];
+        for (what, section, java) in cases {
+            let ours = decompress(1, &Bytes::from(section), MAX_RAW_BATCH);
+            assert_eq!(ours.as_deref().ok(), java, "{what}: {ours:?}");
+        }
+        // A header and 2 bytes after a member of 8187 bytes: the section ends past Java's first
+        // 8 KiB buffer (which starts after the 10-byte header), so Java reads them as a member,
+        // cut off. After 8167 or 8188 bytes the section ends in the buffer: ignored.
+        for (len, read) in [(8167, true), (8168, false), (8187, false), (8188, true)] {
+            let data = vec![b'x'; len];
+            let section = Bytes::from([&stored_member(&data, 0, &[])[..], header, &[3, 0]].concat());
+            assert_eq!(decompress(1, &section, MAX_RAW_BATCH).is_ok(), read, "after {len} bytes");
+        }
+    }
+
+    #[test]
+    fn every_gzip_member_after_the_first_costs_32_kib_of_the_limit() {
+        let empty = compress(1, b"").expect("gzip").to_vec(); // 20 bytes
+        let hundred = Bytes::from(empty.repeat(100));
+        assert_eq!(decompress(1, &hundred, 99 * GZIP_MEMBER_COST).expect("within the limit").len(), 0);
+        let e = decompress(1, &hundred, 99 * GZIP_MEMBER_COST - 1).expect_err("over the limit");
+        assert!(e.contains("members cost more than"), "{e}");
+        // A MiB of empty members (52,428, each one an inflater reset) is refused at 8,193.
+        assert!(decompress(1, &Bytes::from(empty.repeat((1 << 20) / empty.len())), MAX_RAW_BATCH).is_err());
+        let data = vec![7u8; 100 * 1024];
+        let members = Bytes::from([compress(1, &data).expect("gzip"), compress(1, &data).expect("gzip")].concat());
+        assert!(decompress(1, &members, 2 * data.len() + GZIP_MEMBER_COST).is_ok());
+        assert!(
+            decompress(1, &members, 2 * data.len() + GZIP_MEMBER_COST - 1).is_err(),
+            "output and members add up"
+        );
+    }
+
+    #[test]
+    fn snappy_sections_read_as_snappy_javas_snappyinputstream_reads_them() {
+        // Expected: what Kafka 4.1's SnappyCompression.wrapForInput (snappy-java 1.1.10.7) read
+        // from the same bytes, to the end of the stream.
+        let block = snap::raw::Encoder::new().compress_vec(b"the records").expect("raw block");
+        let framed_block = |b: &[u8]| [&(b.len() as u32).to_be_bytes()[..], b].concat();
+        let header = |version: i32, compatible: i32| [&XERIAL_MAGIC[..], &version.to_be_bytes(), &compatible.to_be_bytes()].concat();
+        let one = [&header(1, 1)[..], &framed_block(&block)].concat();
+        let cases: Vec<JavaCase> = vec![
+            ("2 bytes after the last block", [&one[..], &[0, 0]].concat(), Some(b"the records")),
+            ("3 bytes after the last block", [&one[..], &[0, 0, 0]].concat(), Some(b"the records")),
+            ("an empty block", [&one[..], &[0, 0, 0, 0]].concat(), None),
+            ("two streams", [&one[..], &one[..]].concat(), Some(b"the recordsthe records")),
+            (
+                "a second stream of version 2",
+                [&one[..], &header(2, 9), &framed_block(&block)].concat(),
+                Some(b"the recordsthe records"),
+            ),
+            ("a second stream of version 0", [&one[..], &header(0, 1), &framed_block(&block)].concat(), None),
+            ("a second header cut off", [&one[..], &header(1, 1)[..10]].concat(), None),
+            ("a second header, then nothing", [&one[..], &header(1, 1)].concat(), Some(b"the records")),
+            (
+                "a first header of version 0",
+                [&header(0, 9)[..], &framed_block(&block)].concat(),
+                Some(b"the records"),
+            ),
+            ("the header only", header(1, 1), Some(b"")),
+            ("the header and 3 bytes", [&header(1, 1)[..], &[0, 1, 2]].concat(), Some(b"")),
+            ("an empty section", vec![], None),
+            ("a raw block", block.clone(), Some(b"the records")),
+            ("15 bytes of header: one raw block", header(1, 1)[..15].to_vec(), None),
+            ("a negative block length", [&header(1, 1)[..], b"\x80\x00\x00\x00", &block].concat(), None),
+            // snappy-java ends the stream here or skips the header, depending on its caller's
+            // read sizes (2048-byte reads after 2048 bytes of output end it): refused.
+            (
+                "a second header with a broken magic",
+                [&one[..], b"\x82SNAXXXX", &header(1, 1)[8..], &framed_block(&block)].concat(),
+                None,
+            ),
+        ];
+        for (what, section, java) in cases {
+            let ours = decompress(2, &Bytes::from(section), MAX_RAW_BATCH);
+            assert_eq!(ours.as_deref().ok(), java, "{what}: {ours:?}");
+        }
     }
 
     #[test]
