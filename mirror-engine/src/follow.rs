@@ -280,7 +280,8 @@ async fn learn_once(destination: &ClusterClient, registry: &MirrorTopics) -> Res
         match ids.get(topic) {
             Some(id) => registry.learn_topic_id(topic, *id),
             None if !registry.is_mirror_topic(topic) => registry.forget_filler_topic(topic),
-            None => {}
+            // Nothing to protect by id until it is created; looked up again until then.
+            None => registry.mark_absent(topic),
         }
     }
     Ok(registry.topics_without_id().is_empty())
@@ -288,7 +289,7 @@ async fn learn_once(destination: &ClusterClient, registry: &MirrorTopics) -> Res
 
 /// Keeps looking up missing topic ids: woken when the state names new topics, retrying every
 /// 200 ms (doubling to 5 s) while some are missing.
-async fn learn_ids(destination: ClusterClient, registry: MirrorTopics, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn learn_ids(destination: ClusterClient, registry: MirrorTopics, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(200);
     loop {
         let done = match learn_once(&destination, &registry).await {

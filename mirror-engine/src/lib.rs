@@ -72,6 +72,10 @@ pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now
 pub use sync::{SyncKind, SyncStatus};
 pub use topic_configs::{FORCED_CONFIGS, NEVER_COPIED};
 
+/// Longest wait at boot for the state topic's destination id before requests are let through
+/// (then it is looked up in the background).
+const STATE_TOPIC_ID_WAIT: Duration = Duration::from_secs(10);
+
 /// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -302,11 +306,27 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         }
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
-    tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
-    // Topics the state records as a mirror's are read-only from now on, before any is prepared.
+    // The state topic's id before the proxy lets requests through (it refuses the topic by id
+    // too): the topic exists now, so its id is normally known at once.
+    if tokio::time::timeout(STATE_TOPIC_ID_WAIT, learn_state_topic_id(shared.clone(), state_topic.clone()))
+        .await
+        .is_err()
+    {
+        tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
+    }
+    // Topics the state records as a mirror's are read-only from now on, before any is prepared;
+    // their destination ids are looked up until known (requests naming unknown ids are refused
+    // meanwhile, `registry`).
     for (topic, owner) in store.owned_topics() {
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
     }
+    let ids = follow::learn_ids(
+        shared.destination.clone(),
+        shared.topics.clone(),
+        shared.topics.id_wanted(),
+        shared.stop.clone(),
+    );
+    tokio::spawn(ids.in_current_span());
     // Former mirror topics are writable, but their fillers stay masked.
     let mut unknown_ids: Vec<String> = store.owned_topics().into_iter().map(|(t, _)| t).collect();
     for (topic, former) in store.former_topics() {

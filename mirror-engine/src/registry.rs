@@ -4,6 +4,13 @@
 //! those that are or were mirror topics (a deleted mirror's topics keep their fillers) — so the
 //! proxy masks fillers there and nowhere else. Deciding states belongs to the engine; refusing
 //! writes and masking to the proxy.
+//!
+//! Requests that name topics by id (Produce v13+, DeleteTopics v6+) can only be checked against
+//! mirror topics whose destination id is known: while some mirror topic's id is not known yet
+//! (after a restart, before the destination's metadata answered), [`MirrorTopics::ids_pending`]
+//! says so and the proxy refuses unknown ids (retriably) rather than let one through. A mirror
+//! topic the destination does not have at all has no id to protect; it is marked absent until it
+//! appears (`follow::learn_ids` keeps looking).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -31,6 +38,10 @@ pub struct MirrorTopics {
     fillers_by_id: Arc<DashMap<[u8; 16], ()>>,
     /// How many of them have no known id yet.
     unknown_ids: Arc<AtomicUsize>,
+    /// Mirror topics without a known id that the destination does not have (no id to protect).
+    absent: Arc<DashMap<String, ()>>,
+    /// Signalled when a topic without a known id is registered (the id learner wakes up).
+    id_wanted: Arc<tokio::sync::Notify>,
     /// The destination topic id of the engine's state topic, once learned (the proxy refuses it
     /// to clients by name and by id).
     state_topic_id: Arc<std::sync::OnceLock<[u8; 16]>>,
@@ -61,7 +72,28 @@ impl MirrorTopics {
         e.mirror = mirror.to_owned();
         if topic_id != [0; 16] {
             e.topic_id = topic_id;
+        } else if e.topic_id == [0; 16] {
+            self.id_wanted.notify_one();
         }
+    }
+
+    /// Woken when a topic whose destination id is unknown is registered.
+    pub fn id_wanted(&self) -> Arc<tokio::sync::Notify> {
+        self.id_wanted.clone()
+    }
+
+    /// Records that the destination has no topic `topic` (a mirror topic whose id is unknown):
+    /// until it appears, there is no id by which it could be written.
+    pub fn mark_absent(&self, topic: &str) {
+        if self.by_name.get(topic).is_some_and(|t| t.topic_id == [0; 16]) {
+            self.absent.insert(topic.to_owned(), ());
+        }
+    }
+
+    /// Whether some mirror topic (or former one) the destination has is not known by id yet:
+    /// a request naming a topic by an unknown id may then be naming it (no allocation).
+    pub fn ids_pending(&self) -> bool {
+        self.unknown_ids.load(Ordering::Relaxed) > self.absent.len()
     }
 
     /// Marks `topic` writable (stopped / failed over) or read-only again.
@@ -84,6 +116,8 @@ impl MirrorTopics {
             }
             *e = topic_id;
             self.fillers_by_id.insert(topic_id, ());
+            drop(e);
+            self.absent.remove(topic);
         }
     }
 
@@ -125,6 +159,7 @@ impl MirrorTopics {
     pub fn forget_filler_topic(&self, topic: &str) {
         if self.fillers_by_name.remove_if(topic, |_, id| *id == [0; 16]).is_some() {
             self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
+            self.absent.remove(topic);
         }
     }
 
@@ -217,6 +252,30 @@ mod tests {
         assert!(r.is_read_only_id(&[7; 16]) && r.may_hold_fillers_id(&[7; 16]));
         assert!(!r.is_read_only_id(&[9; 16]) && r.may_hold_fillers_id(&[9; 16]));
         assert!(!r.may_hold_fillers_id(&[5; 16]) && !r.is_mirror_topic("unknown"), "only known topics learn ids");
+    }
+
+    #[test]
+    fn ids_are_pending_while_a_mirror_topic_the_destination_has_is_not_known_by_id() {
+        let r = MirrorTopics::default();
+        assert!(!r.ids_pending(), "nothing registered");
+        r.register("orders", "dr", [0; 16]);
+        r.register("payments", "dr", [0; 16]);
+        assert!(r.ids_pending(), "restarted: ids not learned yet");
+        r.learn_topic_id("orders", [7; 16]);
+        assert!(r.ids_pending(), "payments is still unknown");
+        r.mark_absent("orders");
+        r.mark_absent("payments");
+        assert!(!r.ids_pending(), "the destination has no payments topic: no id to protect");
+        r.learn_topic_id("payments", [8; 16]);
+        assert!(!r.ids_pending() && r.is_read_only_id(&[8; 16]), "created later: learned, protected");
+        r.register("refunds", "dr", [0; 16]);
+        assert!(r.ids_pending(), "a new topic without id");
+        r.mark_absent("refunds");
+        r.remove("refunds");
+        r.forget_filler_topic("refunds");
+        assert!(!r.ids_pending(), "a forgotten absent topic leaves the counts even");
+        r.mark_filler_topic("old", [0; 16]);
+        assert!(r.ids_pending(), "a former mirror topic may still hold fillers under an unknown id");
     }
 
     #[test]
