@@ -1,6 +1,7 @@
 //! Admin and transaction requests that would change a read-only mirror topic behind the
 //! engine's back — DeleteTopics, CreatePartitions, DeleteRecords, AlterConfigs,
-//! IncrementalAlterConfigs (topic resources) and AddPartitionsToTxn (v0-3) — are refused for
+//! IncrementalAlterConfigs (topic resources) and AddPartitionsToTxn (v0-3); CreateTopics,
+//! reassignments, log-directory moves and unclean elections are `layout_guard`'s — are refused for
 //! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
 //! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
 //! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). Produce has its own
@@ -38,6 +39,7 @@ pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
     match ApiKey::try_from(key) {
         Ok(ApiKey::DeleteTopics | ApiKey::CreatePartitions | ApiKey::DeleteRecords | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => true,
         Ok(ApiKey::AddPartitionsToTxn) => version <= 3,
+        Ok(k) => super::layout_guard::guards(k),
         _ => false,
     }
 }
@@ -48,6 +50,16 @@ pub(crate) trait Protected: Sync {
     fn by_name(&self, topic: &str) -> Option<String>;
     /// `(topic name, message)` when the topic with this id is protected.
     fn by_id(&self, id: &[u8; 16]) -> Option<(String, String)>;
+    /// The refusal message when it cannot be told yet whether the topic with this id (not
+    /// protected as far as is known) is protected: some protected topic's id is not known yet.
+    /// Such a refusal is retriable.
+    fn pending_id(&self, _id: &[u8; 16]) -> Option<String> {
+        None
+    }
+    /// Whether any topic is protected at all.
+    fn any(&self) -> bool {
+        true
+    }
 }
 
 /// The read-only mirror topics (the engine's registry).
@@ -69,6 +81,22 @@ impl Protected for MirrorTopicGuard<'_> {
             (t, msg)
         })
     }
+    fn any(&self) -> bool {
+        !self.0.is_empty()
+    }
+    fn pending_id(&self, id: &[u8; 16]) -> Option<String> {
+        (self.0.ids_pending() && !self.0.is_read_only_id(id)).then(|| {
+            format!(
+                "topic id {} may be a read-only mirror topic's: the proxy has not learned every mirror topic's id from the destination yet; retry shortly",
+                uuid_text(id)
+            )
+        })
+    }
+}
+
+/// A topic id as Kafka prints it (its UUID form).
+fn uuid_text(id: &[u8; 16]) -> String {
+    uuid::Uuid::from_bytes(*id).to_string()
 }
 
 fn name(s: &str) -> TopicName {
@@ -89,7 +117,9 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                     let mut out = take(&mut req.topic_names, |n| ro(n.0.as_str()));
                     out.extend(take(&mut req.topics, |t| match &t.name {
                         Some(n) => ro(n.0.as_str()),
-                        None => by_id(t.topic_id.as_bytes()),
+                        None => {
+                            by_id(t.topic_id.as_bytes()).or_else(|| topics.pending_id(t.topic_id.as_bytes()).map(|m| (uuid_text(t.topic_id.as_bytes()), m)))
+                        }
                     }));
                     out
                 },
@@ -155,6 +185,7 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
             super::config_resources::refuse_any(frame, key, version, REFUSED_CODE, &pick)
         }
         Ok(ApiKey::AddPartitionsToTxn) => add_partitions_to_txn(frame, version, topics),
+        Ok(k) if super::layout_guard::guards(k) => super::layout_guard::check(frame, k, version, topics),
         _ => Ok(Decision::Forward),
     }
 }
@@ -295,5 +326,40 @@ mod tests {
         let (_, resp) = decode_response::<CreatePartitionsResponse>(&merged, ApiKey::CreatePartitions, 3).unwrap();
         let got: Vec<_> = resp.results.iter().map(|r| (r.name.0.as_str().to_owned(), r.error_code)).collect();
         assert_eq!(got, vec![("plain".to_owned(), 0), ("mirrored".to_owned(), REFUSED_CODE)]);
+    }
+
+    #[test]
+    fn delete_topics_by_an_id_not_known_yet_is_refused_while_a_mirror_topics_id_is_unknown() {
+        use kmp_protocol::kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+        let mut req = DeleteTopicsRequest::default();
+        let mut t = DeleteTopicState::default();
+        t.topic_id = uuid::Uuid::from_bytes([7; 16]);
+        req.topics.push(t);
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::DeleteTopics as i16;
+        h.request_api_version = 6;
+        let frame = encode_request(&h, ApiKey::DeleteTopics, &req).unwrap();
+        let r = registry();
+        let key = ApiKey::DeleteTopics as i16;
+        assert!(
+            matches!(check(&frame, key, 6, &MirrorTopicGuard(&r)).unwrap(), Decision::Refuse(_, 1)),
+            "id unknown: refused"
+        );
+        r.learn_topic_id("mirrored", [7; 16]);
+        assert!(
+            matches!(check(&frame, key, 6, &MirrorTopicGuard(&r)).unwrap(), Decision::Refuse(_, 1)),
+            "the mirror topic's id"
+        );
+        let other = {
+            let mut req = DeleteTopicsRequest::default();
+            let mut t = DeleteTopicState::default();
+            t.topic_id = uuid::Uuid::from_bytes([8; 16]);
+            req.topics.push(t);
+            encode_request(&h, ApiKey::DeleteTopics, &req).unwrap()
+        };
+        assert!(
+            matches!(check(&other, key, 6, &MirrorTopicGuard(&r)).unwrap(), Decision::Forward),
+            "other topics pass"
+        );
     }
 }

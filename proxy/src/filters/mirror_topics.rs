@@ -42,7 +42,8 @@ impl Filter for MirrorTopicWrites {
             // Decoded only when it names a mirror topic (or cannot be scanned: then its error).
             return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
                 peek::ProduceTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.is_read_only(n)),
-                peek::ProduceTopic::Id(id) => topics.is_read_only_id(id),
+                // An id not known yet may be a mirror topic's: checked (and refused retriably).
+                peek::ProduceTopic::Id(id) => topics.is_read_only_id(id) || topics.ids_pending(),
             })
             .unwrap_or(true);
         }

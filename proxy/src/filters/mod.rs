@@ -28,6 +28,7 @@ pub(crate) mod broker_configs;
 pub(crate) mod config_resources;
 pub(crate) mod fillers;
 pub(crate) mod guard;
+pub(crate) mod layout_guard;
 pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;

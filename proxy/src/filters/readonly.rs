@@ -20,6 +20,10 @@ use super::guard::{Decision, Merge, Protected};
 
 /// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
 pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
+/// The code of a Produce v13+ naming a topic id the proxy cannot check yet (some mirror topic's
+/// id is not known yet, e.g. just after a restart): retriable, the client refreshes its metadata
+/// and sends again.
+const PENDING_CODE: i16 = 100; // UNKNOWN_TOPIC_ID
 
 /// Decides what to do with a Produce request frame (prefix included).
 pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
@@ -28,11 +32,15 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
     let mut partitions = 0u64;
     req.topic_data.retain(|t| {
         let owner = if version >= 13 {
-            topics.by_id(t.topic_id.as_bytes())
+            let id = t.topic_id.as_bytes();
+            topics
+                .by_id(id)
+                .map(|(_, m)| (m, REFUSED_CODE))
+                .or_else(|| topics.pending_id(id).map(|m| (m, PENDING_CODE)))
         } else {
-            topics.by_name(t.name.0.as_str()).map(|m| (t.name.0.as_str().to_owned(), m))
+            topics.by_name(t.name.0.as_str()).map(|m| (m, REFUSED_CODE))
         };
-        let Some((_, message)) = owner else { return true };
+        let Some((message, code)) = owner else { return true };
         let mut r = TopicProduceResponse::default();
         r.name = t.name.clone();
         r.topic_id = t.topic_id;
@@ -42,7 +50,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
             .map(|p| {
                 let mut pr = PartitionProduceResponse::default();
                 pr.index = p.index;
-                pr.error_code = REFUSED_CODE;
+                pr.error_code = code;
                 pr.base_offset = -1;
                 pr.log_append_time_ms = -1;
                 pr.log_start_offset = -1;
@@ -154,5 +162,50 @@ mod tests {
         let (_, resp) = decode_response::<ProduceResponse>(&merged, ApiKey::Produce, 9).unwrap();
         let names: Vec<_> = resp.responses.iter().map(|t| t.name.0.as_str().to_owned()).collect();
         assert_eq!(names, vec!["plain", "mirrored"]);
+    }
+
+    fn by_id(id: [u8; 16]) -> Bytes {
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        req.timeout_ms = 1000;
+        let mut td = TopicProduceData::default();
+        td.topic_id = uuid::Uuid::from_bytes(id);
+        let mut pd = PartitionProduceData::default();
+        pd.records = Some(Bytes::from_static(b"batch"));
+        td.partition_data.push(pd);
+        req.topic_data.push(td);
+        let mut h = RequestHeader::default();
+        h.request_api_key = 0;
+        h.request_api_version = 13;
+        h.correlation_id = 42;
+        encode_request(&h, ApiKey::Produce, &req).unwrap()
+    }
+
+    fn code_of(decision: Decision) -> i16 {
+        let Decision::Refuse(frame, 1) = decision else { panic!("refused") };
+        let (_, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 13).unwrap();
+        resp.responses[0].partition_responses[0].error_code
+    }
+
+    #[test]
+    fn produce_by_an_unknown_id_is_refused_retriably_while_a_mirror_topics_id_is_not_known() {
+        // After a restart the mirror topic is registered by name; its id comes from the
+        // destination's metadata a moment later. A Produce v13 naming it by id must not pass.
+        let r = registry();
+        let g = MirrorTopicGuard(&r);
+        assert_eq!(code_of(check(&by_id([7; 16]), 13, &g).unwrap()), 100, "UNKNOWN_TOPIC_ID: the client retries");
+        r.learn_topic_id("mirrored", [7; 16]);
+        assert_eq!(code_of(check(&by_id([7; 16]), 13, &g).unwrap()), REFUSED_CODE, "known: refused for good");
+        assert!(
+            matches!(check(&by_id([8; 16]), 13, &g).unwrap(), Decision::Forward),
+            "other topics pass once every id is known"
+        );
+    }
+
+    #[test]
+    fn a_mirror_topic_the_destination_does_not_have_holds_no_other_topic_back() {
+        let r = registry();
+        r.mark_absent("mirrored");
+        assert!(matches!(check(&by_id([8; 16]), 13, &MirrorTopicGuard(&r)).unwrap(), Decision::Forward));
     }
 }
