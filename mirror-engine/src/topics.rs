@@ -5,7 +5,8 @@
 //! Keeping configs in sync later is `sync::configs`' job; per-partition copying is `partition`'s.
 
 use kmp_protocol::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
-use kmp_protocol::kafka_protocol::messages::{CreateTopicsRequest, TopicName};
+use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+use kmp_protocol::kafka_protocol::messages::{CreateTopicsRequest, IncrementalAlterConfigsRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::cluster::ClusterClient;
@@ -201,12 +202,44 @@ pub async fn ensure_destination_topic(
                     });
                 }
             }
+            // Whoever created it may have set what identical records forbid (LogAppendTime
+            // would restamp every copied record, a compression type would recompress it).
+            set_forced_configs(destination, topic).await?;
             Ok((Prepared::AdoptedEmpty(partitions), src.topic_id))
         }
         code => Err(MirrorError::Broker {
             side: "destination",
             what: format!("create topic {topic}"),
             code,
+        }),
+    }
+}
+
+/// Sets [`FORCED_CONFIGS`] on an existing destination topic the mirror adopts.
+async fn set_forced_configs(destination: &ClusterClient, topic: &str) -> Result<(), MirrorError> {
+    let mut r = AlterConfigsResource::default();
+    r.resource_type = topic_configs::TOPIC_RESOURCE;
+    r.resource_name = StrBytes::from_string(topic.to_owned());
+    r.configs = FORCED_CONFIGS
+        .iter()
+        .map(|(k, v)| {
+            let mut a = AlterableConfig::default();
+            a.name = StrBytes::from_static_str(k);
+            a.config_operation = 0; // SET
+            a.value = Some(StrBytes::from_static_str(v));
+            a
+        })
+        .collect();
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![r];
+    let conn = destination.link_any().await?;
+    let resp = conn.call(&req, 1).await.map_err(|e| destination.wrap(e))?;
+    match resp.responses.iter().find(|r| r.resource_name.as_str() == topic) {
+        Some(r) if r.error_code == 0 => Ok(()),
+        other => Err(MirrorError::Broker {
+            side: "destination",
+            what: format!("set the mirror's forced configs on the adopted topic {topic}"),
+            code: other.map_or(-1, |r| r.error_code),
         }),
     }
 }
