@@ -66,6 +66,7 @@ pub use follow::FollowProgress;
 pub use forward::{ForwardError, Forwarding, RequestHandler};
 pub use io_stats::{IoCounters, io_counters};
 pub use lease::Lease;
+pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub use registry::{MirrorTopic, MirrorTopics};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};

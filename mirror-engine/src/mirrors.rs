@@ -138,6 +138,26 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
     }
 }
 
+/// Longest mirror name: Kafka's topic-name limit, which mirror names follow.
+pub const MAX_MIRROR_NAME_LEN: usize = 249;
+
+/// Why `name` cannot be a mirror name (Kafka's topic name rules: 1 to 249 bytes of ASCII
+/// letters, digits, `.`, `_` and `-`), or `None` if it can. CreateClusterMirror refuses such a
+/// name, and the topic RPCs refuse one naming no existing mirror before doing any work. The
+/// message never repeats a name over the limit.
+pub fn invalid_mirror_name(name: &str) -> Option<String> {
+    if name.len() > MAX_MIRROR_NAME_LEN {
+        return Some(format!(
+            "a mirror name of {} bytes is not a valid mirror name (topic name rules: at most {MAX_MIRROR_NAME_LEN} bytes)",
+            name.len()
+        ));
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        return Some(format!("`{name}` is not a valid mirror name (topic name rules)"));
+    }
+    None
+}
+
 impl Control {
     /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
     /// `mirror.topics.include` / `.exclude` comma-separated regexes; the source connection's
@@ -146,8 +166,8 @@ impl Control {
     pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
         let booted = self.booted_store().await;
         let get = |k: &str| configs.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.as_deref());
-        if name.is_empty() || name.len() > 249 || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
-            return (INVALID_REQUEST, Some(format!("`{name}` is not a valid mirror name (topic name rules)")));
+        if let Some(message) = invalid_mirror_name(name) {
+            return (INVALID_REQUEST, Some(message));
         }
         if self.has_mirror(name) {
             return (CLUSTER_MIRROR_ALREADY_EXISTS, Some(format!("cluster mirror {name} already exists")));
@@ -201,16 +221,21 @@ impl Control {
     pub async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
         let _ = self.booted_store().await;
         let Some(mut def) = self.definition(name) else {
-            let msg = format!("cluster mirror {name} does not exist");
+            // A name no mirror could have is refused alone; an unknown one is named once, at
+            // the top: never copied into every topic's result (a long name times many topics
+            // made an answer thousands of times the request's size).
+            if let Some(message) = invalid_mirror_name(name) {
+                return (INVALID_REQUEST, Some(message), Vec::new());
+            }
             let results = topics
                 .iter()
                 .map(|t| TopicResult {
                     topic: t.clone(),
                     error_code: codes::UNKNOWN_CLUSTER_MIRROR,
-                    message: Some(msg.clone()),
+                    message: None,
                 })
                 .collect();
-            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(msg), results);
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")), results);
         };
         let source = self.source_client(&def);
         let mut results = Vec::new();
@@ -363,6 +388,30 @@ mod tests {
         let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
         assert!(accepted.is_err(), "a refused source is never connected to");
         assert!(!control.has_mirror("m"));
+    }
+
+    #[tokio::test]
+    async fn start_topics_on_an_unknown_mirror_names_it_once_and_refuses_an_overlong_name_alone() {
+        let control = Control::new(StatusBoard::default(), MirrorTopics::default());
+        control.mark_booted();
+        let topics = vec!["t".to_owned(); 1000];
+
+        let (code, msg, results) = control.start_topics("missing", &topics, &[], &[]).await;
+        assert_eq!(code, codes::UNKNOWN_CLUSTER_MIRROR);
+        assert!(msg.unwrap().contains("missing"));
+        assert_eq!(results.len(), topics.len());
+        assert!(results.iter().all(|r| r.error_code == codes::UNKNOWN_CLUSTER_MIRROR && r.message.is_none()));
+
+        let long = "m".repeat(MAX_MIRROR_NAME_LEN + 1);
+        let (code, msg, results) = control.start_topics(&long, &topics, &[], &[]).await;
+        assert_eq!(code, INVALID_REQUEST);
+        let msg = msg.unwrap();
+        assert!(!msg.contains(&long) && msg.len() < 200, "{msg}");
+        assert!(results.is_empty(), "an overlong name is refused once, not per topic");
+
+        let longest = "m".repeat(MAX_MIRROR_NAME_LEN);
+        assert!(invalid_mirror_name(&longest).is_none());
+        assert_eq!(control.create_mirror(&long, &configs("127.0.0.1:9092")).await.0, INVALID_REQUEST);
     }
 
     #[tokio::test]

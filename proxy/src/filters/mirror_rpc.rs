@@ -6,6 +6,13 @@
 //! topic and every other RPC gets NOT_CONTROLLER (41) with a message saying why; an `auto`
 //! standby hands those to the active instance instead (the engine's `forward`) and relays its
 //! answer, and as the active instance it answers what standbys hand it with the same code.
+//!
+//! Answers stay within a small multiple of the request: a topics RPC naming a mirror name no
+//! mirror can have is refused alone, an unknown mirror is named once at the top (never in each
+//! topic's result), per-topic messages are cut to a budget of a few times the request's size, and
+//! Describe answers each distinct mirror name once.
+
+use std::collections::HashSet;
 
 use bytes::Bytes;
 use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, codes};
@@ -138,17 +145,20 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control, identity: EngineIde
         api::START_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
             let (error_code, error_message, results) = control.start_topics(&req.mirror_name, &req.topics, &req.patterns, &req.exclude_patterns).await;
-            TopicsResponse {
-                error_code,
-                error_message,
-                topics: results.into_iter().map(result).collect(),
-                ..Default::default()
-            }
+            bounded(
+                TopicsResponse {
+                    error_code,
+                    error_message,
+                    topics: results.into_iter().map(result).collect(),
+                    ..Default::default()
+                },
+                frame.len(),
+            )
             .encode()
         }
         api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
-            topics_op(header.api_key, req, control).await.encode()
+            bounded(topics_op(header.api_key, req, control).await, frame.len()).encode()
         }
         api::LIST_CLUSTER_MIRRORS => {
             let include_names = r.bool()?;
@@ -201,21 +211,31 @@ fn error_body(api_key: i16, error_code: i16, error_message: Option<String>) -> k
 }
 
 async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsResponse {
+    // The message goes in the top-level field only: copied into every topic's result it made
+    // an answer thousands of times the request's size (a long name or pattern, many topics).
     let fail_all = |code: i16, message: String| TopicsResponse {
         error_code: code,
-        error_message: Some(message.clone()),
+        error_message: Some(message),
         topics: req
             .topics
             .iter()
             .map(|t| TopicResult {
                 name: t.clone(),
                 error_code: code,
-                error_message: Some(message.clone()),
+                error_message: None,
             })
             .collect(),
         ..Default::default()
     };
     if !control.has_mirror(&req.mirror_name) {
+        if let Some(message) = kmp_mirror_engine::invalid_mirror_name(&req.mirror_name) {
+            // No mirror can have this name: refused alone, before any per-topic work.
+            return TopicsResponse {
+                error_code: errors::INVALID_REQUEST,
+                error_message: Some(message),
+                ..Default::default()
+            };
+        }
         return fail_all(errors::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {} does not exist", req.mirror_name));
     }
     let mut topics = req.topics.clone();
@@ -234,7 +254,12 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
             .find(|m| m.name == req.mirror_name)
             .map(|m| m.topics)
             .unwrap_or_default();
-        topics.extend(mine.into_iter().filter(|t| regexes.iter().any(|r| r.is_match(t)) && !req.topics.contains(t)));
+        let named: HashSet<&String> = req.topics.iter().collect();
+        let matched: Vec<String> = mine
+            .into_iter()
+            .filter(|t| !named.contains(t) && regexes.iter().any(|r| r.is_match(t)))
+            .collect();
+        topics.extend(matched);
     }
     let results = match key {
         api::STOP_MIRROR_TOPICS => control.stop_topics(&req.mirror_name, &topics, None).await,
@@ -245,6 +270,31 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
         topics: results.into_iter().map(result).collect(),
         ..Default::default()
     }
+}
+
+/// Per-topic messages of a topics answer may take at most this many times the request's size.
+const MESSAGE_BUDGET_PER_REQUEST_BYTE: usize = 4;
+
+/// `resp` with its per-topic messages cut to a budget of a few times the request's size
+/// (`request_len` bytes): messages past it become null, their error codes stay. Without the
+/// messages a topic's result is its name and a few bytes, so the answer is bounded by a small
+/// multiple of the request (plus, for Stop with patterns, the mirror's own matching topics).
+fn bounded(mut resp: TopicsResponse, request_len: usize) -> TopicsResponse {
+    let mut budget = request_len.saturating_mul(MESSAGE_BUDGET_PER_REQUEST_BYTE);
+    let mut dropped = 0usize;
+    for t in &mut resp.topics {
+        let len = t.error_message.as_ref().map_or(0, String::len);
+        if len > budget {
+            t.error_message = None;
+            dropped += 1;
+        } else {
+            budget -= len;
+        }
+    }
+    if dropped > 0 {
+        tracing::debug!(dropped, "per-topic error messages left out of a mirror topics answer (size bound)");
+    }
+    resp
 }
 
 fn result(r: EngineResult) -> TopicResult {
@@ -274,7 +324,10 @@ fn describe(control: &Control, req: &DescribeRequest) -> DescribeResponse {
     let names: Vec<String> = if req.mirror_names.is_empty() {
         control.list().into_iter().map(|m| m.name).collect()
     } else {
-        req.mirror_names.clone()
+        // Each distinct name once, in the order first asked: the KIP's admin client keys the
+        // descriptions by name (a map), so repeats add nothing but a full description each.
+        let mut seen = HashSet::new();
+        req.mirror_names.iter().filter(|n| seen.insert(n.as_str())).cloned().collect()
     };
     let mirrors = names
         .into_iter()
@@ -362,5 +415,120 @@ fn kip_state(state: PartitionState) -> (&'static str, i16) {
         PartitionState::Paused => ("PAUSED", 0),
         PartitionState::Stopping => ("STOPPING", 0),
         PartitionState::Stopped => ("STOPPED", 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn idle_control() -> Control {
+        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
+    }
+
+    fn topics_answer(resp: &Bytes) -> TopicsResponse {
+        let (_, mut r) = api::read_response(resp).unwrap();
+        TopicsResponse::decode(&mut r).unwrap()
+    }
+
+    const TOPIC_KEYS: [i16; 4] = [
+        api::PAUSE_MIRROR_TOPICS,
+        api::RESUME_MIRROR_TOPICS,
+        api::STOP_MIRROR_TOPICS,
+        api::START_MIRROR_TOPICS,
+    ];
+
+    #[tokio::test]
+    async fn an_unknown_mirror_name_is_not_copied_into_every_topic_result() {
+        let control = idle_control();
+        for key in TOPIC_KEYS {
+            let req = TopicsRequest {
+                mirror_name: "m".repeat(4096),
+                topics: vec![String::new(); 4096],
+                ..Default::default()
+            };
+            let frame = api::request_frame(key, 1, "c", req.encode(key));
+            let resp = answer(&frame, &control, EngineIdentity::default()).await.unwrap();
+            assert!(
+                resp.len() <= 64 * frame.len(),
+                "api key {key}: a {}-byte request got a {}-byte answer",
+                frame.len(),
+                resp.len()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_overlong_mirror_name_is_refused_once_at_the_top() {
+        let control = idle_control();
+        for key in TOPIC_KEYS {
+            let req = TopicsRequest {
+                mirror_name: "m".repeat(kmp_mirror_engine::MAX_MIRROR_NAME_LEN + 1),
+                topics: vec!["t".to_owned(); 100],
+                ..Default::default()
+            };
+            let frame = api::request_frame(key, 1, "c", req.encode(key));
+            let got = topics_answer(&answer(&frame, &control, EngineIdentity::default()).await.unwrap());
+            assert_eq!(got.error_code, errors::INVALID_REQUEST, "api key {key}");
+            assert!(got.error_message.is_some_and(|m| m.len() < 200), "api key {key}: the name is not echoed");
+            assert!(got.topics.is_empty(), "api key {key}: no per-topic results");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unknown_mirror_is_named_only_in_the_top_level_message() {
+        let control = idle_control();
+        for key in TOPIC_KEYS {
+            let req = TopicsRequest {
+                mirror_name: "missing".into(),
+                topics: vec!["a".into(), "b".into()],
+                ..Default::default()
+            };
+            let frame = api::request_frame(key, 1, "c", req.encode(key));
+            let got = topics_answer(&answer(&frame, &control, EngineIdentity::default()).await.unwrap());
+            assert_eq!(got.error_code, errors::UNKNOWN_CLUSTER_MIRROR, "api key {key}");
+            assert!(got.error_message.is_some_and(|m| m.contains("missing")), "api key {key}");
+            assert_eq!(got.topics.len(), 2, "api key {key}");
+            assert!(
+                got.topics
+                    .iter()
+                    .all(|t| t.error_code == errors::UNKNOWN_CLUSTER_MIRROR && t.error_message.is_none()),
+                "api key {key}: {:?}",
+                got.topics
+            );
+        }
+    }
+
+    #[test]
+    fn per_topic_messages_past_a_few_times_the_request_size_are_left_out() {
+        let resp = TopicsResponse {
+            topics: (0..100)
+                .map(|i| TopicResult {
+                    name: format!("t{i}"),
+                    error_code: 1,
+                    error_message: Some("x".repeat(100)),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let got = bounded(resp, 1000);
+        let kept: usize = got.topics.iter().filter_map(|t| t.error_message.as_ref()).map(String::len).sum();
+        assert_eq!(kept, 1000 * MESSAGE_BUDGET_PER_REQUEST_BYTE);
+        assert!(got.topics.iter().all(|t| t.error_code == 1), "codes are kept");
+    }
+
+    #[tokio::test]
+    async fn describe_answers_a_repeated_mirror_name_once() {
+        let control = idle_control();
+        let req = DescribeRequest {
+            mirror_names: [vec!["x".to_owned(); 1000], vec!["y".to_owned(), "x".to_owned()]].concat(),
+            include_authorized_operations: false,
+        };
+        let frame = api::request_frame(api::DESCRIBE_CLUSTER_MIRRORS, 1, "c", req.encode());
+        let resp = answer(&frame, &control, EngineIdentity::default()).await.unwrap();
+        let (_, mut r) = api::read_response(&resp).unwrap();
+        let got = DescribeResponse::decode(&mut r).unwrap();
+        let names: Vec<&str> = got.mirrors.iter().map(|m| m.mirror_name.as_str()).collect();
+        assert_eq!(names, ["x", "y"], "each distinct name once, in the order first asked");
     }
 }
