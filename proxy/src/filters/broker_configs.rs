@@ -4,7 +4,11 @@
 //! (`log.retention.ms` → `retention.ms`, `log.roll.ms` → `segment.ms`, ...) reaches every mirror
 //! topic that has no explicit value for it — `log.retention.ms=1000` deleted mirrored data. Such
 //! resources get POLICY_VIOLATION (44) with a message; other keys and other resources go to the
-//! broker. Chosen over writing explicit topic-level values on every mirror topic because it
+//! broker. Legacy AlterConfigs (key 33) on a BROKER resource is refused whatever keys it names
+//! (same code, a message pointing to IncrementalAlterConfigs): it replaces the resource's whole
+//! dynamic config, so every key it does not name — an operator's per-broker `log.retention.ms`,
+//! say — would be deleted, and mirror topics inheriting it would change. Other resources of the
+//! same request still go to the broker. Chosen over writing explicit topic-level values on every mirror topic because it
 //! cannot miss a key a future Kafka adds to a topic's defaults only through this list, and
 //! operators change broker defaults on the brokers themselves, not through a client proxy.
 
@@ -68,6 +72,17 @@ fn message(keys: &[String]) -> String {
     )
 }
 
+fn replace_message(name: &str) -> String {
+    let which = if name.is_empty() {
+        "the cluster-wide broker default".to_owned()
+    } else {
+        format!("broker {name}")
+    };
+    format!(
+        "legacy AlterConfigs replaces every dynamic config of {which}, deleting the topic-config defaults it does not name, which would reach read-only mirror topics; kafka-mirror-proxy refuses it on BROKER resources while mirroring — use IncrementalAlterConfigs"
+    )
+}
+
 /// The broker-config guard.
 pub(crate) struct BrokerConfigGuard;
 
@@ -86,11 +101,16 @@ impl Filter for BrokerConfigGuard {
 }
 
 fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
-    // AlterConfigs replaces a whole resource, IncrementalAlterConfigs changes the keys it names:
-    // either way a topic default among the keys refuses the resource.
+    // IncrementalAlterConfigs changes the keys it names: a topic default among them refuses the
+    // resource. AlterConfigs replaces the whole resource, deleting every dynamic key it does not
+    // name — topic defaults included — so a BROKER resource is refused whatever it names.
+    let legacy = x.api_key == ApiKey::AlterConfigs as i16;
     let pick = |r: &config_resources::Resource<'_>| {
         if r.kind != BROKER_RESOURCE {
             return None;
+        }
+        if legacy {
+            return Some(replace_message(r.name));
         }
         let bad: Vec<String> = r.keys.iter().filter(|k| reaches_topics(k)).map(|k| (*k).to_owned()).collect();
         (!bad.is_empty()).then(|| message(&bad))
@@ -101,6 +121,76 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+    use kmp_protocol::kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kmp_protocol::kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, RequestHeader, alter_configs_response};
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+    fn alter_configs(resources: &[(i8, &str, &[&str])]) -> Exchange {
+        let mut req = AlterConfigsRequest::default();
+        for (kind, name, keys) in resources {
+            let mut r = AlterConfigsResource::default();
+            r.resource_type = *kind;
+            r.resource_name = StrBytes::from_string((*name).to_owned());
+            for k in *keys {
+                let mut c = AlterableConfig::default();
+                c.name = StrBytes::from_string((*k).to_owned());
+                c.value = Some(StrBytes::from_static_str("1"));
+                r.configs.push(c);
+            }
+            req.resources.push(r);
+        }
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::AlterConfigs as i16;
+        h.request_api_version = 2;
+        h.correlation_id = 9;
+        let frame: Bytes = encode_request(&h, ApiKey::AlterConfigs, &req).unwrap();
+        Exchange::new(frame, ApiKey::AlterConfigs as i16, 2, 9)
+    }
+
+    #[test]
+    fn legacy_alter_configs_on_a_broker_resource_is_refused_whatever_keys_it_names() {
+        // Keys that are not topic defaults: the replace would still delete every other dynamic key.
+        for name in ["", "1"] {
+            let x = alter_configs(&[(BROKER_RESOURCE, name, &["background.threads"])]);
+            let Decision::Refuse(frame, 1) = check(&x).unwrap() else {
+                panic!("broker `{name}`: refused whole")
+            };
+            let (h, resp) = decode_response::<AlterConfigsResponse>(&frame, ApiKey::AlterConfigs, 2).unwrap();
+            assert_eq!((h.correlation_id, resp.responses.len()), (9, 1));
+            let r = &resp.responses[0];
+            assert_eq!(
+                (r.resource_type, r.resource_name.as_str(), r.error_code),
+                (BROKER_RESOURCE, name, POLICY_VIOLATION)
+            );
+            let msg = r.error_message.as_ref().map(|m| m.to_string()).unwrap_or_default();
+            assert!(msg.contains("IncrementalAlterConfigs"), "{msg}");
+        }
+        // No keys at all: a replace by nothing deletes every dynamic key.
+        assert!(matches!(check(&alter_configs(&[(BROKER_RESOURCE, "", &[])])).unwrap(), Decision::Refuse(_, 1)));
+    }
+
+    #[test]
+    fn legacy_alter_configs_refuses_only_the_broker_resource_of_a_mixed_request() {
+        let x = alter_configs(&[(2, "t", &["retention.ms"]), (BROKER_RESOURCE, "1", &["background.threads"])]);
+        let Decision::Split(rest, merge, 1) = check(&x).unwrap() else {
+            panic!("split")
+        };
+        let (_, fwd) = decode_request::<AlterConfigsRequest>(&rest, ApiKey::AlterConfigs, 2).unwrap();
+        assert_eq!(fwd.resources.iter().map(|r| r.resource_type).collect::<Vec<_>>(), vec![2]);
+        let mut broker = AlterConfigsResponse::default();
+        let mut ok = alter_configs_response::AlterConfigsResourceResponse::default();
+        ok.resource_type = 2;
+        ok.resource_name = StrBytes::from_static_str("t");
+        broker.responses.push(ok);
+        let merged = merge(encode_response(9, ApiKey::AlterConfigs, 2, &broker).unwrap()).unwrap();
+        let (_, resp) = decode_response::<AlterConfigsResponse>(&merged, ApiKey::AlterConfigs, 2).unwrap();
+        let got: Vec<_> = resp.responses.iter().map(|r| (r.resource_type, r.error_code)).collect();
+        assert_eq!(got, vec![(2, 0), (BROKER_RESOURCE, POLICY_VIOLATION)]);
+        // Topic resources alone are not this filter's business.
+        assert!(matches!(check(&alter_configs(&[(2, "t", &["retention.ms"])])).unwrap(), Decision::Forward));
+    }
 
     #[test]
     fn only_broker_keys_that_default_topic_configs_are_refused() {
