@@ -1,8 +1,11 @@
 //! The engine's state topic (`engine.state_topic`, default `__kmp_mirror_state`) is refused to
-//! clients entirely: Produce, Fetch, DeleteTopics, DeleteRecords, CreatePartitions,
-//! AlterConfigs/IncrementalAlterConfigs and AddPartitionsToTxn naming it (by name, or by topic id
-//! once the engine learned it) get TOPIC_AUTHORIZATION_FAILED (29) for it; the rest of the
-//! request is forwarded. A forged record there would become a mirror after the next restart.
+//! clients entirely: Produce, Fetch, ShareFetch, ShareAcknowledge, DeleteTopics, DeleteRecords,
+//! CreatePartitions, AlterConfigs/IncrementalAlterConfigs and AddPartitionsToTxn naming it (by
+//! name, or by topic id once the engine learned it; ShareFetch and ShareAcknowledge name topics
+//! by id only) get TOPIC_AUTHORIZATION_FAILED (29) for it; the rest of the request is forwarded.
+//! A forged record there would become a mirror after the next restart, and its records may hold
+//! secrets (a mirror's source security properties), so reading it through a share group is
+//! refused as a Fetch is.
 //!
 //! Cost: a Produce is decoded only when an allocation-free scan of its topics names the state
 //! topic; other requests only when their raw bytes contain its name or id (a SIMD substring
@@ -11,7 +14,10 @@
 use bytes::Bytes;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kmp_protocol::kafka_protocol::messages::{
+    ApiKey, FetchRequest, FetchResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, share_acknowledge_response,
+    share_fetch_response,
+};
 use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
@@ -43,7 +49,10 @@ impl Protected for StateTopic<'_> {
 pub(crate) struct StateTopicGuard;
 
 fn watched(api_key: i16, api_version: i16) -> bool {
-    matches!(ApiKey::try_from(api_key), Ok(ApiKey::Produce | ApiKey::Fetch)) || guard::is_guarded(api_key, api_version)
+    matches!(
+        ApiKey::try_from(api_key),
+        Ok(ApiKey::Produce | ApiKey::Fetch | ApiKey::ShareFetch | ApiKey::ShareAcknowledge)
+    ) || guard::is_guarded(api_key, api_version)
 }
 
 impl Filter for StateTopicGuard {
@@ -73,6 +82,8 @@ impl Filter for StateTopicGuard {
             let decision = match ApiKey::try_from(x.api_key) {
                 Ok(ApiKey::Produce) => readonly::check(&x.frame, x.api_version, &topic)?,
                 Ok(ApiKey::Fetch) => fetch(&x.frame, x.api_version, &topic)?,
+                Ok(ApiKey::ShareFetch) => share_fetch(&x.frame, x.api_version, &topic)?,
+                Ok(ApiKey::ShareAcknowledge) => share_acknowledge(&x.frame, x.api_version, &topic)?,
                 _ => guard::check(&x.frame, x.api_key, x.api_version, &topic)?,
             };
             super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
@@ -133,4 +144,228 @@ fn fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<Decision
         |req| req.topics.len(),
         move |resp, _| resp.responses.extend(refused),
     )
+}
+
+/// Takes the state topic (named by id) out of a ShareFetch request and answers its partitions
+/// with the refusal, acknowledgements included.
+fn share_fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<Decision, ProtocolError> {
+    use kmp_protocol::kafka_protocol::messages::share_fetch_request::FetchTopic;
+    let hit = |t: &FetchTopic| topic.by_id(t.topic_id.as_bytes()).is_some();
+    let (_, req) = decode_request::<ShareFetchRequest>(frame, ApiKey::ShareFetch, version)?;
+    let text = message(topic.name);
+    let refused: Vec<share_fetch_response::ShareFetchableTopicResponse> = req
+        .topics
+        .iter()
+        .filter(|t| hit(t))
+        .map(|t| {
+            let mut r = share_fetch_response::ShareFetchableTopicResponse::default();
+            r.topic_id = t.topic_id;
+            r.partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut d = share_fetch_response::PartitionData::default();
+                    d.partition_index = p.partition_index;
+                    d.error_code = REFUSED_CODE;
+                    d.error_message = Some(text.clone().into());
+                    if !p.acknowledgement_batches.is_empty() {
+                        d.acknowledge_error_code = REFUSED_CODE;
+                    }
+                    d.current_leader.leader_id = -1;
+                    d.current_leader.leader_epoch = -1;
+                    d
+                })
+                .collect();
+            r
+        })
+        .collect();
+    split::<ShareFetchRequest, ShareFetchResponse>(
+        frame,
+        ApiKey::ShareFetch,
+        version,
+        |req| {
+            let mut out = Vec::new();
+            req.topics.retain(|t| {
+                if hit(t) {
+                    out.push((topic.name.to_owned(), message(topic.name)));
+                    false
+                } else {
+                    true
+                }
+            });
+            out
+        },
+        |req| req.topics.len() + req.forgotten_topics_data.len(),
+        move |resp, _| resp.responses.extend(refused),
+    )
+}
+
+/// Takes the state topic (named by id) out of a ShareAcknowledge request and answers its
+/// partitions with the refusal.
+fn share_acknowledge(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<Decision, ProtocolError> {
+    use kmp_protocol::kafka_protocol::messages::share_acknowledge_request::AcknowledgeTopic;
+    let hit = |t: &AcknowledgeTopic| topic.by_id(t.topic_id.as_bytes()).is_some();
+    let (_, req) = decode_request::<ShareAcknowledgeRequest>(frame, ApiKey::ShareAcknowledge, version)?;
+    let text = message(topic.name);
+    let refused: Vec<share_acknowledge_response::ShareAcknowledgeTopicResponse> = req
+        .topics
+        .iter()
+        .filter(|t| hit(t))
+        .map(|t| {
+            let mut r = share_acknowledge_response::ShareAcknowledgeTopicResponse::default();
+            r.topic_id = t.topic_id;
+            r.partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let mut d = share_acknowledge_response::PartitionData::default();
+                    d.partition_index = p.partition_index;
+                    d.error_code = REFUSED_CODE;
+                    d.error_message = Some(text.clone().into());
+                    d.current_leader.leader_id = -1;
+                    d.current_leader.leader_epoch = -1;
+                    d
+                })
+                .collect();
+            r
+        })
+        .collect();
+    split::<ShareAcknowledgeRequest, ShareAcknowledgeResponse>(
+        frame,
+        ApiKey::ShareAcknowledge,
+        version,
+        |req| {
+            let mut out = Vec::new();
+            req.topics.retain(|t| {
+                if hit(t) {
+                    out.push((topic.name.to_owned(), message(topic.name)));
+                    false
+                } else {
+                    true
+                }
+            });
+            out
+        },
+        |req| req.topics.len(),
+        move |resp, _| resp.responses.extend(refused),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmp_protocol::codec::{decode_response, encode_request, encode_response};
+    use kmp_protocol::kafka_protocol::messages::RequestHeader;
+    use kmp_protocol::kafka_protocol::messages::share_acknowledge_request::{AcknowledgePartition, AcknowledgeTopic};
+    use kmp_protocol::kafka_protocol::messages::share_fetch_request::{AcknowledgementBatch, FetchPartition, FetchTopic};
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
+    use uuid::Uuid;
+
+    const STATE_ID: [u8; 16] = [7; 16];
+    const OTHER_ID: [u8; 16] = [9; 16];
+
+    fn state_topic() -> StateTopic<'static> {
+        StateTopic {
+            name: "__kmp_mirror_state",
+            id: Some(STATE_ID),
+        }
+    }
+
+    fn header(key: ApiKey) -> RequestHeader {
+        let mut h = RequestHeader::default();
+        h.request_api_key = key as i16;
+        h.request_api_version = 1;
+        h.correlation_id = 5;
+        h
+    }
+
+    fn share_fetch_request(ids: &[[u8; 16]]) -> Bytes {
+        let mut req = ShareFetchRequest::default();
+        req.group_id = Some(StrBytes::from_static_str("g").into());
+        for id in ids {
+            let mut t = FetchTopic::default();
+            t.topic_id = Uuid::from_bytes(*id);
+            let mut p = FetchPartition::default();
+            p.partition_index = 0;
+            let mut b = AcknowledgementBatch::default();
+            b.acknowledge_types = vec![1];
+            p.acknowledgement_batches.push(b);
+            t.partitions.push(p);
+            req.topics.push(t);
+        }
+        encode_request(&header(ApiKey::ShareFetch), ApiKey::ShareFetch, &req).unwrap()
+    }
+
+    fn share_acknowledge_request(ids: &[[u8; 16]]) -> Bytes {
+        let mut req = ShareAcknowledgeRequest::default();
+        req.group_id = Some(StrBytes::from_static_str("g").into());
+        for id in ids {
+            let mut t = AcknowledgeTopic::default();
+            t.topic_id = Uuid::from_bytes(*id);
+            let mut p = AcknowledgePartition::default();
+            p.partition_index = 0;
+            t.partitions.push(p);
+            req.topics.push(t);
+        }
+        encode_request(&header(ApiKey::ShareAcknowledge), ApiKey::ShareAcknowledge, &req).unwrap()
+    }
+
+    #[test]
+    fn share_fetch_and_share_acknowledge_are_watched_like_fetch() {
+        for key in [ApiKey::Fetch, ApiKey::ShareFetch, ApiKey::ShareAcknowledge] {
+            assert!(watched(key as i16, 1), "{key:?}");
+        }
+    }
+
+    #[test]
+    fn share_fetch_of_the_state_topic_by_id_is_refused() {
+        let Decision::Refuse(frame, 1) = share_fetch(&share_fetch_request(&[STATE_ID]), 1, &state_topic()).unwrap() else {
+            panic!("refused whole")
+        };
+        let (h, resp) = decode_response::<ShareFetchResponse>(&frame, ApiKey::ShareFetch, 1).unwrap();
+        assert_eq!(h.correlation_id, 5);
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(
+            (resp.responses[0].topic_id.into_bytes(), p.error_code, p.acknowledge_error_code),
+            (STATE_ID, REFUSED_CODE, REFUSED_CODE)
+        );
+        assert!(p.records.as_ref().is_none_or(|r| r.is_empty()), "no records of the state topic");
+
+        let Decision::Split(rest, merge, 1) = share_fetch(&share_fetch_request(&[OTHER_ID, STATE_ID]), 1, &state_topic()).unwrap() else {
+            panic!("split")
+        };
+        let (_, fwd) = decode_request::<ShareFetchRequest>(&rest, ApiKey::ShareFetch, 1).unwrap();
+        assert_eq!(fwd.topics.iter().map(|t| t.topic_id.into_bytes()).collect::<Vec<_>>(), vec![OTHER_ID]);
+        let mut broker = ShareFetchResponse::default();
+        let mut ok = share_fetch_response::ShareFetchableTopicResponse::default();
+        ok.topic_id = Uuid::from_bytes(OTHER_ID);
+        broker.responses.push(ok);
+        let merged = merge(encode_response(5, ApiKey::ShareFetch, 1, &broker).unwrap()).unwrap();
+        let (_, resp) = decode_response::<ShareFetchResponse>(&merged, ApiKey::ShareFetch, 1).unwrap();
+        let ids: Vec<_> = resp.responses.iter().map(|t| t.topic_id.into_bytes()).collect();
+        assert_eq!(ids, vec![OTHER_ID, STATE_ID]);
+
+        assert!(matches!(
+            share_fetch(&share_fetch_request(&[OTHER_ID]), 1, &state_topic()).unwrap(),
+            Decision::Forward
+        ));
+    }
+
+    #[test]
+    fn share_acknowledge_of_the_state_topic_by_id_is_refused() {
+        let Decision::Refuse(frame, 1) = share_acknowledge(&share_acknowledge_request(&[STATE_ID]), 1, &state_topic()).unwrap() else {
+            panic!("refused whole")
+        };
+        let (_, resp) = decode_response::<ShareAcknowledgeResponse>(&frame, ApiKey::ShareAcknowledge, 1).unwrap();
+        assert_eq!(resp.responses[0].partitions[0].error_code, REFUSED_CODE);
+        let Decision::Split(rest, _, 1) = share_acknowledge(&share_acknowledge_request(&[STATE_ID, OTHER_ID]), 1, &state_topic()).unwrap() else {
+            panic!("split")
+        };
+        let (_, fwd) = decode_request::<ShareAcknowledgeRequest>(&rest, ApiKey::ShareAcknowledge, 1).unwrap();
+        assert_eq!(fwd.topics.len(), 1);
+        assert!(matches!(
+            share_acknowledge(&share_acknowledge_request(&[OTHER_ID]), 1, &state_topic()).unwrap(),
+            Decision::Forward
+        ));
+    }
 }
