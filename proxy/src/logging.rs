@@ -4,6 +4,9 @@
 //! `rest`). [`init`] installs the subscriber once per process and keeps the filter's reload
 //! handle in a process-wide cell, because the binary sets logging up before the server exists;
 //! a proxy embedded without [`init`] (in-process tests) has no filter to show or change.
+//! A filter is at most [`MAX_FILTER_LEN`] bytes and its field values (`[{field=value}]`) match
+//! literally, never as regexes: regexes there are compiled into an unbounded DFA, so one short
+//! `PUT` could take seconds of CPU and hundreds of MiB.
 
 use std::sync::OnceLock;
 
@@ -42,8 +45,12 @@ type FilterHandle = reload::Handle<EnvFilter, Registry>;
 
 static FILTER: OnceLock<FilterHandle> = OnceLock::new();
 
+/// Longest filter accepted (bytes).
+pub const MAX_FILTER_LEN: usize = 4096;
+
 /// Parses a filter in `EnvFilter` syntax; an empty text is refused (it would silence everything
-/// but errors without saying so).
+/// but errors without saying so), and so is one longer than [`MAX_FILTER_LEN`]. Field values in
+/// span directives (`[{field=value}]`) match literally (`with_regex(false)`).
 pub fn parse_filter(filter: &str) -> Result<EnvFilter, LoggingError> {
     let invalid = |reason: String| LoggingError::InvalidFilter {
         filter: filter.to_owned(),
@@ -52,7 +59,13 @@ pub fn parse_filter(filter: &str) -> Result<EnvFilter, LoggingError> {
     if filter.trim().is_empty() {
         return Err(invalid("empty filter (give e.g. `info`)".to_owned()));
     }
-    EnvFilter::builder().parse(filter).map_err(|e| invalid(e.to_string()))
+    if filter.len() > MAX_FILTER_LEN {
+        return Err(LoggingError::InvalidFilter {
+            filter: format!("{}…", filter.chars().take(64).collect::<String>()),
+            reason: format!("{} bytes, longer than the {MAX_FILTER_LEN} allowed", filter.len()),
+        });
+    }
+    EnvFilter::builder().with_regex(false).parse(filter).map_err(|e| invalid(e.to_string()))
 }
 
 /// The subscriber writing to `writer` in `format`, and the handle that swaps its filter.
@@ -188,6 +201,24 @@ mod tests {
             assert!(err.contains("invalid log filter"), "{bad}: {err}");
         }
         assert_eq!(handle.with_current(ToString::to_string).unwrap(), "warn");
+    }
+
+    #[test]
+    fn a_field_value_that_would_be_an_exponential_regex_is_parsed_quickly_as_a_literal() {
+        let filter = format!("info,[{{x=(a|b)*a{}}}]", "(a|b)".repeat(16));
+        let started = std::time::Instant::now();
+        let parsed = parse_filter(&filter);
+        assert!(started.elapsed() < std::time::Duration::from_millis(500), "took {:?}", started.elapsed());
+        assert!(parsed.is_ok(), "{parsed:?}");
+    }
+
+    #[test]
+    fn a_filter_longer_than_the_limit_is_refused_with_its_length() {
+        let long = format!("info,{}", "a=debug,".repeat(MAX_FILTER_LEN / 8));
+        let err = parse_filter(&long).expect_err("too long").to_string();
+        assert!(err.contains("longer than the 4096 allowed"), "{err}");
+        assert!(err.len() < 300, "the refusal does not echo the whole filter: {err}");
+        assert!(parse_filter(&format!("info,{}", "a=debug,".repeat(100))).is_ok());
     }
 
     #[test]
