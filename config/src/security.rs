@@ -67,8 +67,8 @@ pub struct LimitsConfig {
     /// Time (milliseconds) a client connection may stay without any request and without a
     /// request in flight before it is closed (Kafka's `connections.max.idle.ms`). Default 600000.
     pub idle_timeout_ms: u64,
-    /// Time (milliseconds) an HTTP client of the admin endpoint has to send its request headers.
-    /// Default 10000.
+    /// Time (milliseconds) an HTTP client of the admin endpoint has to send its request headers;
+    /// a `/v1` request's body then has as long again to arrive (408 after it). Default 10000.
     pub http_header_read_timeout_ms: u64,
     /// Time (milliseconds) a request that could write waits for the mirror engine to load its
     /// state at start-up before it is answered with a retriable error. Default 30000.

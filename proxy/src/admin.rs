@@ -8,7 +8,7 @@
 //! readiness by `refresh`. `/healthz` and `/readyz` answer anyone; `/metrics` and every `/v1`
 //! route need a loopback caller or the admin token (`rest::AdminAuth`), reads unless
 //! `security.admin_read_open`. A client has `limits.http_header_read_timeout_ms` to send its
-//! request headers; failing accepts (e.g. out of file descriptors) back off instead of spinning.
+//! request headers, and as long again to send a `/v1` request's body (408 after it); failing accepts (e.g. out of file descriptors) back off instead of spinning.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -101,6 +101,12 @@ fn header_read_timeout(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
 }
 
+/// How long a `/v1` caller has to send its whole request body: the header-read timeout
+/// (`limits.http_header_read_timeout_ms`), 10 s when that is off.
+fn body_timeout(shared: &Shared) -> Duration {
+    header_read_timeout(shared.config.limits.http_header_read_timeout_ms).unwrap_or(Duration::from_secs(10))
+}
+
 /// The pause after each failed accept in a row: 100 ms, doubling to 1 s.
 #[derive(Debug, Default)]
 struct AcceptBackoff {
@@ -125,7 +131,16 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         read_open: shared.config.security.admin_read_open,
     };
     if req.uri().path().starts_with("/v1/") {
-        return crate::rest::handle(req, peer, auth, &shared.mirrors.control(), shared.mirrors.election(), Some(&shared.mirrors)).await;
+        return crate::rest::handle(
+            req,
+            peer,
+            auth,
+            body_timeout(shared),
+            &shared.mirrors.control(),
+            shared.mirrors.election(),
+            Some(&shared.mirrors),
+        )
+        .await;
     }
     if crate::dashboard::owns(req.uri().path()) {
         return crate::dashboard::handle(req.method(), req.uri().path(), req.headers(), peer, auth, &shared.mirrors.control()).await;

@@ -61,12 +61,14 @@ struct LogLevelBody {
 }
 
 /// Handles a `/v1/…` request.
+/// `body_timeout`: how long the caller has to send the whole request body (408 after it);
 /// `election`: where this instance stands in the engine election (`engine.role = "auto"`);
 /// `slot`: where a standby hands mutations to the active instance (`None`: it cannot).
 pub(crate) async fn handle<B>(
     req: Request<B>,
     peer: SocketAddr,
     auth: AdminAuth<'_>,
+    body_timeout: Duration,
     control: &Control,
     election: Option<kmp_mirror_engine::ElectionView>,
     slot: Option<&kmp_mirror_engine::EngineSlot>,
@@ -103,9 +105,9 @@ where
         (Method::GET, ["engine"]) => json_response(StatusCode::OK, engine_json(control, election.as_ref())),
         (Method::PUT, ["log-level"]) => {
             // Per process, so a follower changes its own too (never refused as a mirror change).
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
+            let body = match read_body(req.into_body(), body_timeout).await {
+                Ok(b) => b,
+                Err(refused) => return refused,
             };
             match serde_json::from_slice::<LogLevelBody>(&body) {
                 Ok(b) => log_level(crate::logging::set(&b.filter)),
@@ -119,13 +121,31 @@ where
         (Method::GET, ["mirrors", name]) => describe(control, name),
         (method @ (Method::POST | Method::DELETE), rest) => {
             let rest: Vec<String> = rest.iter().map(|s| (*s).to_owned()).collect();
-            let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-                Ok(b) => b.to_bytes(),
-                Err(e) => return error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}")),
+            let body = match read_body(req.into_body(), body_timeout).await {
+                Ok(b) => b,
+                Err(refused) => return refused,
             };
             mutate(method, &rest, &body, control, slot).await
         }
         _ => error(StatusCode::NOT_FOUND, "no such route; see /v1/openapi.json"),
+    }
+}
+
+/// The request body, at most [`MAX_BODY`] bytes and within `timeout` (a caller that sends its
+/// headers and then trickles or never ends its body must not hold the handler); the answer to
+/// give instead when it is too large or unreadable (400) or late (408).
+async fn read_body<B>(body: B, timeout: Duration) -> Result<Bytes, Response<Full<Bytes>>>
+where
+    B: Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match tokio::time::timeout(timeout, Limited::new(body, MAX_BODY).collect()).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, &format!("cannot read the body: {e}"))),
+        Err(_) => Err(error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the request body did not arrive within {} ms", timeout.as_millis()),
+        )),
     }
 }
 

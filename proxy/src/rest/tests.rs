@@ -16,7 +16,7 @@ async fn call(method: &str, uri: &str, body: &str, peer: &str, bearer: Option<&s
         req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
     }
     let req = req.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
-    let resp = handle(req, peer.parse().unwrap(), auth, &control(), None, None).await;
+    let resp = handle(req, peer.parse().unwrap(), auth, BODY_TIMEOUT, &control(), None, None).await;
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.unwrap().to_bytes();
     (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
@@ -27,6 +27,36 @@ const WITH_TOKEN: AdminAuth<'static> = AdminAuth {
     read_open: false,
 };
 const NO_TOKEN: AdminAuth<'static> = AdminAuth { token: None, read_open: false };
+
+/// The body deadline `handle` gets in these tests.
+const BODY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A request body whose end never comes.
+struct Endless;
+
+impl hyper::body::Body for Endless {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn a_body_that_never_ends_is_answered_408_after_the_body_timeout() {
+    for (method, uri) in [("POST", "/v1/mirrors"), ("PUT", "/v1/log-level")] {
+        let req = Request::builder().method(method).uri(uri).body(Endless).unwrap();
+        let started = std::time::Instant::now();
+        let answered = tokio::time::timeout(
+            Duration::from_secs(5),
+            handle(req, "127.0.0.1:5000".parse().unwrap(), NO_TOKEN, BODY_TIMEOUT, &control(), None, None),
+        )
+        .await;
+        let resp = answered.unwrap_or_else(|_| panic!("{method} {uri}: the handler still waits for the body after 5 s"));
+        assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{method} {uri}");
+        assert!(started.elapsed() >= BODY_TIMEOUT, "{method} {uri}: {:?}", started.elapsed());
+    }
+}
 
 #[tokio::test]
 async fn loopback_callers_ipv4_mapped_included_may_read_and_mutate() {
@@ -101,7 +131,7 @@ async fn a_loopback_request_a_browser_was_made_to_send_for_another_site_needs_th
             req = req.header(*k, *v);
         }
         let req = req.body(Full::new(Bytes::from_static(br#"{"topics":[]}"#))).unwrap();
-        let resp = handle(req, "127.0.0.1:5000".parse().unwrap(), auth, &control(), None, None).await;
+        let resp = handle(req, "127.0.0.1:5000".parse().unwrap(), auth, BODY_TIMEOUT, &control(), None, None).await;
         let status = resp.status();
         (
             status,
