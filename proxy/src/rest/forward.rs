@@ -50,7 +50,7 @@ pub(super) async fn mutate(method: Method, path: &[&str], body: &[u8], slot: &En
             }
         }
         (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
-            let body = match topics_body(body) {
+            let body = match topics_body(body).await {
                 Ok(b) => b,
                 Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };

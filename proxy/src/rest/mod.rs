@@ -21,6 +21,12 @@ use serde_json::{Value, json};
 /// Largest request body accepted (bytes).
 const MAX_BODY: usize = 1024 * 1024;
 
+/// Most `include` (and most `exclude`) patterns one `start` body may carry.
+const MAX_PATTERNS: usize = 256;
+
+/// Longest `include` / `exclude` pattern accepted (bytes).
+const MAX_PATTERN_LEN: usize = 1024;
+
 mod auth;
 mod forward;
 mod origin;
@@ -173,7 +179,7 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control,
             json_response(delete_status(code), code_json(code, message))
         }
         (Method::POST, ["mirrors", name, op @ ("start" | "pause" | "resume" | "stop")]) => {
-            let body = match topics_body(body) {
+            let body = match topics_body(body).await {
                 Ok(b) => b,
                 Err(why) => return error(StatusCode::BAD_REQUEST, &why),
             };
@@ -215,14 +221,29 @@ fn create_body(body: &[u8]) -> Result<(String, Configs), String> {
 
 /// A start / pause / resume / stop body, or why it is refused (400). Patterns are checked here,
 /// whatever the mirror's state: an invalid one is the caller's error, never an empty success.
-fn topics_body(body: &[u8]) -> Result<TopicsBody, String> {
+/// Compiling them is CPU work, so it runs on the blocking pool, not on an async worker.
+async fn topics_body(body: &[u8]) -> Result<TopicsBody, String> {
     let body: TopicsBody = serde_json::from_slice(body).map_err(|e| format!("body must be {{\"topics\": [..], …}}: {e}"))?;
-    check_patterns(&body.include, &body.exclude)?;
+    let (include, exclude) = (body.include.clone(), body.exclude.clone());
+    match tokio::task::spawn_blocking(move || check_patterns(&include, &exclude)).await {
+        Ok(checked) => checked?,
+        Err(e) => return Err(format!("cannot check the patterns: {e}")),
+    }
     Ok(body)
 }
 
-/// Every include / exclude pattern compiles (whole-name regexes, as the engine compiles them).
+/// At most [`MAX_PATTERNS`] include and as many exclude patterns, each at most
+/// [`MAX_PATTERN_LEN`] bytes, and every one compiles (whole-name regexes, as the engine compiles
+/// them, within `kmp_config::TOPIC_PATTERN_SIZE_LIMIT`).
 fn check_patterns(include: &[String], exclude: &[String]) -> Result<(), String> {
+    for (what, patterns) in [("include", include), ("exclude", exclude)] {
+        if patterns.len() > MAX_PATTERNS {
+            return Err(format!("{} {what} patterns, more than the {MAX_PATTERNS} allowed", patterns.len()));
+        }
+        if let Some(p) = patterns.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
+            return Err(format!("an {what} pattern of {} bytes, longer than the {MAX_PATTERN_LEN} allowed", p.len()));
+        }
+    }
     for (what, patterns) in [("include", include), ("exclude", exclude)] {
         for p in patterns {
             if let Err(e) = kmp_config::topic_pattern(p) {

@@ -166,3 +166,28 @@ async fn an_invalid_pattern_in_start_is_a_400_naming_it() {
     }
     assert_eq!(check_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
 }
+
+#[tokio::test]
+async fn patterns_too_expensive_to_compile_are_refused_quickly() {
+    let body = format!(r#"{{"include": [{}]}}"#, [r#""\\w{200}""#; 6].join(","));
+    let started = std::time::Instant::now();
+    let refused = topics_body(body.as_bytes()).await.expect_err("over the regex size limit");
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    assert!(refused.contains("invalid include pattern"), "{refused}");
+}
+
+#[tokio::test]
+async fn too_many_or_too_long_patterns_are_a_400_naming_the_limit() {
+    let many = serde_json::to_string(&json!({ "include": vec!["t"; MAX_PATTERNS + 1] })).unwrap();
+    let long = serde_json::to_string(&json!({ "exclude": ["a".repeat(MAX_PATTERN_LEN + 1)] })).unwrap();
+    for (body, says) in [
+        (many, "257 include patterns, more than the 256 allowed"),
+        (long, "exclude pattern of 1025 bytes"),
+    ] {
+        let (status, _, text) = call("POST", "/v1/mirrors/any/start", &body, "127.0.0.1:1", None, NO_TOKEN).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+        assert!(text.contains(says), "{text}");
+    }
+    let at_limits = serde_json::to_string(&json!({ "include": vec!["a".repeat(MAX_PATTERN_LEN); MAX_PATTERNS] })).unwrap();
+    assert!(topics_body(at_limits.as_bytes()).await.is_ok());
+}
