@@ -56,6 +56,10 @@ pub struct LimitsConfig {
     pub max_connections: u32,
     /// Client connections open at once from one IP address. Default 1000.
     pub max_connections_per_ip: u32,
+    /// Admin endpoint (HTTP) connections open at once, from anyone; further connections are
+    /// accepted and closed at once, so callers that need no token (`/healthz`) cannot take the
+    /// file descriptors the Kafka listeners need. Default 256; at least 1.
+    pub max_admin_connections: u32,
     /// Bytes of partly or wholly received request frames all connections may hold together
     /// (bytes). A connection whose next frame does not fit waits until others release theirs
     /// (backpressure; nothing is aborted). A frame larger than the whole budget cannot be read.
@@ -68,7 +72,8 @@ pub struct LimitsConfig {
     /// request in flight before it is closed (Kafka's `connections.max.idle.ms`). Default 600000.
     pub idle_timeout_ms: u64,
     /// Time (milliseconds) an HTTP client of the admin endpoint has to send its request headers;
-    /// a `/v1` request's body then has as long again to arrive (408 after it). Default 10000.
+    /// a `/v1` request's body then has as long again to arrive (408 after it), and a connection
+    /// whose answer the client takes no byte of for as long is closed. Default 10000.
     pub http_header_read_timeout_ms: u64,
     /// Time (milliseconds) a request that could write waits for the mirror engine to load its
     /// state at start-up before it is answered with a retriable error. Default 30000.
@@ -82,6 +87,7 @@ impl Default for LimitsConfig {
         Self {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
+            max_admin_connections: 256,
             buffered_request_bytes: 512 * 1024 * 1024,
             frame_read_timeout_ms: 60_000,
             idle_timeout_ms: 600_000,

@@ -243,6 +243,9 @@ impl Config {
                 "max_connections and max_connections_per_ip must be at least 1".to_owned(),
             );
         }
+        if l.max_admin_connections == 0 {
+            err("limits.max_admin_connections", "must be at least 1".to_owned());
+        }
         if l.buffered_request_bytes < u64::from(self.listener.max_request_frame_bytes) + 4 {
             err(
                 "limits.buffered_request_bytes",

@@ -8,11 +8,21 @@
 //! readiness by `refresh`. `/healthz` and `/readyz` answer anyone; `/metrics` and every `/v1`
 //! route need a loopback caller or the admin token (`rest::AdminAuth`), reads unless
 //! `security.admin_read_open`. A client has `limits.http_header_read_timeout_ms` to send its
-//! request headers, and as long again to send a `/v1` request's body (408 after it); failing accepts (e.g. out of file descriptors) back off instead of spinning.
+//! request headers, and as long again to send a `/v1` request's body (408 after it); a
+//! connection whose answers make no write progress for as long (a client that pipelines
+//! requests and never reads) is closed. At most `limits.max_admin_connections` connections are
+//! open at once; further ones are closed at accept, so unauthenticated callers cannot take every
+//! file descriptor from the Kafka listeners. Failing accepts (e.g. out of file descriptors) back
+//! off instead of spinning.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,8 +32,10 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::time::Sleep;
 use tracing::{debug, info, warn};
 
 use crate::rest::AdminAuth;
@@ -34,12 +46,53 @@ use crate::tls::TlsIdentity;
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
+/// How long a connection's answer may make no write progress when the header-read timeout is
+/// off (`limits.http_header_read_timeout_ms = 0`).
+const WRITE_STALL_DEFAULT: Duration = Duration::from_secs(10);
+
 /// Serves the admin endpoint on `listener`, over HTTPS when `tls` is given (`[admin.tls]`).
-pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Option<Arc<TlsIdentity>>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Option<Arc<TlsIdentity>>, stop: watch::Receiver<bool>) {
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, https = tls.is_some(), "admin endpoint listening");
     }
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
+    let max_connections = usize::try_from(shared.config.limits.max_admin_connections).unwrap_or(usize::MAX);
+    accept_loop(listener, max_connections, stop, move |stream, peer| {
+        let (shared, tls) = (shared.clone(), tls.clone());
+        async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let shared = shared.clone();
+                async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
+            });
+            let served = match tls {
+                None => serve_http(stream, header_timeout, svc).await,
+                Some(identity) => {
+                    let handshake = header_timeout.unwrap_or(Duration::from_secs(10));
+                    match crate::tls::accept(&identity, stream, handshake).await {
+                        Ok((tls, _)) => serve_http(tls, header_timeout, svc).await,
+                        Err(why) => {
+                            debug!(%peer, %why, "admin TLS handshake failed");
+                            return;
+                        }
+                    }
+                }
+            };
+            if let Err(err) = served {
+                debug!(%err, "admin connection error");
+            }
+        }
+    })
+    .await;
+}
+
+/// Accepts connections on `listener` until `stop` changes and runs `connection` for each on its
+/// own task, at most `max_connections` at once: a connection beyond them is closed at accept.
+async fn accept_loop<F, Fut>(listener: TcpListener, max_connections: usize, mut stop: watch::Receiver<bool>, connection: F)
+where
+    F: Fn(TcpStream, SocketAddr) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let slots = Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS)));
     let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
@@ -62,29 +115,92 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
             },
             _ = stop.changed() => return,
         };
-        let (shared, tls) = (shared.clone(), tls.clone());
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Dropping the stream closes it.
+            debug!(%peer, max_connections, "admin connection refused: too many open");
+            continue;
+        };
+        let served = connection(stream, peer);
         tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let shared = shared.clone();
-                async move { Ok::<_, Infallible>(respond(req, peer, &shared).await) }
-            });
-            let served = match tls {
-                None => http_builder(header_timeout).serve_connection(TokioIo::new(stream), svc).await,
-                Some(identity) => {
-                    let handshake = header_timeout.unwrap_or(Duration::from_secs(10));
-                    match crate::tls::accept(&identity, stream, handshake).await {
-                        Ok((tls, _)) => http_builder(header_timeout).serve_connection(TokioIo::new(tls), svc).await,
-                        Err(why) => {
-                            debug!(%peer, %why, "admin TLS handshake failed");
-                            return;
-                        }
-                    }
-                }
-            };
-            if let Err(err) = served {
-                debug!(%err, "admin connection error");
-            }
+            served.await;
+            drop(slot);
         });
+    }
+}
+
+/// Serves one admin HTTP/1 connection on `io`: the header-read timeout (see [`http_builder`]),
+/// and the connection is closed when its answers make no write progress for as long
+/// ([`WRITE_STALL_DEFAULT`] when that is off): hyper stops reading while it cannot write, so a
+/// client that pipelines requests and never reads its answers would otherwise hold it forever.
+async fn serve_http<S, Svc>(io: S, header_timeout: Option<Duration>, svc: Svc) -> Result<(), hyper::Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<Incoming, ResBody = Full<Bytes>>,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let io = WriteStallGuard::new(io, header_timeout.unwrap_or(WRITE_STALL_DEFAULT));
+    http_builder(header_timeout).serve_connection(TokioIo::new(io), svc).await
+}
+
+/// A stream whose writes fail with `TimedOut` once one has waited `limit` without the peer
+/// taking any byte (each write that goes through starts the clock afresh).
+struct WriteStallGuard<S> {
+    inner: S,
+    limit: Duration,
+    /// Running while a write waits; `None` while writes go through.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> WriteStallGuard<S> {
+    fn new(inner: S, limit: Duration) -> Self {
+        Self { inner, limit, stalled: None }
+    }
+
+    /// `outcome` of the inner write, or `TimedOut` when it has been pending for `limit`.
+    fn check<T>(&mut self, cx: &mut Context<'_>, outcome: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if outcome.is_ready() {
+            self.stalled = None;
+            return outcome;
+        }
+        let limit = self.limit;
+        let stalled = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(stalled.as_mut().poll(cx));
+        Poll::Ready(Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the peer took no answer bytes for {} ms", limit.as_millis()),
+        )))
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for WriteStallGuard<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for WriteStallGuard<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let outcome = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.check(cx, outcome)
+    }
+
+    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        let outcome = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.check(cx, outcome)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let outcome = Pin::new(&mut self.inner).poll_flush(cx);
+        self.check(cx, outcome)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let outcome = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.check(cx, outcome)
     }
 }
 
@@ -293,6 +409,66 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_client_that_pipelines_requests_and_never_reads_the_answers_is_disconnected() {
+        use tokio::io::AsyncWriteExt;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "x".repeat(16 * 1024))) });
+            let _ = serve_http(stream, header_read_timeout(200), svc).await;
+            let _ = done_tx.send(());
+        });
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut client = socket.connect(addr).await.unwrap();
+        let reqs = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(2000);
+        let _ = tokio::time::timeout(Duration::from_secs(2), client.write_all(&reqs)).await; // never read
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), done_rx).await.is_ok(),
+            "the server still holds the connection 5 s after its 200 ms timeout"
+        );
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_cap_are_closed_at_accept_until_one_ends() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, 2, stop_rx, |stream, _peer| async move {
+            let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "ok\n".into())) });
+            let _ = serve_http(stream, header_read_timeout(10_000), svc).await;
+        }));
+        async fn get(client: &mut tokio::net::TcpStream) -> String {
+            let _ = client.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+            let mut buf = [0u8; 512];
+            let n = tokio::time::timeout(Duration::from_secs(5), client.read(&mut buf))
+                .await
+                .expect("an answer or a close");
+            String::from_utf8_lossy(&buf[..n.unwrap_or(0)]).into_owned()
+        }
+        let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert!(get(&mut first).await.contains("200 OK"));
+        assert!(get(&mut second).await.contains("200 OK"));
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        assert_eq!(get(&mut third).await, "", "the third connection is closed without an answer");
+        drop(first);
+        let mut again = None;
+        for _ in 0..50 {
+            let mut next = tokio::net::TcpStream::connect(addr).await.unwrap();
+            if get(&mut next).await.contains("200 OK") {
+                again = Some(next);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(again.is_some(), "a slot freed by a closed connection is used again");
+    }
+
+    #[tokio::test]
     async fn a_client_that_never_finishes_its_headers_is_disconnected() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -300,7 +476,7 @@ mod tests {
         tokio::spawn(async move {
             let (stream, _) = listener.accept().await.unwrap();
             let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "ok".into())) });
-            let _ = http_builder(header_read_timeout(200)).serve_connection(TokioIo::new(stream), svc).await;
+            let _ = serve_http(stream, header_read_timeout(200), svc).await;
         });
         let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
         client.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await.unwrap();
