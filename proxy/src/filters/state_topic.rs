@@ -21,7 +21,7 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
-use super::guard::{self, Decision, Protected, split};
+use super::guard::{self, Decision, Protected, split, take};
 use super::readonly::{self, REFUSED_CODE};
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
@@ -129,18 +129,7 @@ fn fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<Decision
         frame,
         ApiKey::Fetch,
         version,
-        |req| {
-            let mut out = Vec::new();
-            req.topics.retain(|t| {
-                if hit(t) {
-                    out.push((topic.name.to_owned(), message(topic.name)));
-                    false
-                } else {
-                    true
-                }
-            });
-            out
-        },
+        |req| take(&mut req.topics, |t| hit(t).then(|| (topic.name.to_owned(), message(topic.name)))),
         |req| req.topics.len(),
         move |resp, _| resp.responses.extend(refused),
     )
@@ -183,18 +172,7 @@ fn share_fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<De
         frame,
         ApiKey::ShareFetch,
         version,
-        |req| {
-            let mut out = Vec::new();
-            req.topics.retain(|t| {
-                if hit(t) {
-                    out.push((topic.name.to_owned(), message(topic.name)));
-                    false
-                } else {
-                    true
-                }
-            });
-            out
-        },
+        |req| take(&mut req.topics, |t| hit(t).then(|| (topic.name.to_owned(), message(topic.name)))),
         |req| req.topics.len() + req.forgotten_topics_data.len(),
         move |resp, _| resp.responses.extend(refused),
     )
@@ -234,18 +212,7 @@ fn share_acknowledge(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Res
         frame,
         ApiKey::ShareAcknowledge,
         version,
-        |req| {
-            let mut out = Vec::new();
-            req.topics.retain(|t| {
-                if hit(t) {
-                    out.push((topic.name.to_owned(), message(topic.name)));
-                    false
-                } else {
-                    true
-                }
-            });
-            out
-        },
+        |req| take(&mut req.topics, |t| hit(t).then(|| (topic.name.to_owned(), message(topic.name)))),
         |req| req.topics.len(),
         move |resp, _| resp.responses.extend(refused),
     )
