@@ -25,7 +25,8 @@ if str(REPO / "tests" / "harness") not in sys.path:
 
 from kafka_cluster import KafkaCluster, classpath  # noqa: E402,F401  (classpath re-exported)
 
-PROXY_BIN = Path(os.environ.get("KMP_PROXY_BIN", REPO / "target" / "debug" / "kafka-mirror-proxy"))
+# The debug binary tests/run.sh builds: under CARGO_TARGET_DIR when that is set (as README says).
+PROXY_BIN = Path(os.environ.get("KMP_PROXY_BIN", Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")).resolve() / "debug" / "kafka-mirror-proxy"))
 PROXY_READY_TIMEOUT_S = 30
 
 # API-created mirrors may only reach sources matching `security.mirror_source_allow` (empty by
