@@ -119,7 +119,11 @@ def test_produce_by_topic_id_sent_throughout_a_proxy_restart_never_lands_in_the_
     attacker.start()
     try:
         restart(mirrored)
-        time.sleep(3)
+        # Until the restarted proxy has learned the id and refuses it for good (bounded).
+        deadline = time.time() + 30
+        first = len(answers)
+        while time.time() < deadline and not (len(answers) > first + 10 and answers[-1] == wire.TOPIC_AUTHORIZATION_FAILED):
+            time.sleep(0.1)
     finally:
         stop.set()
         attacker.join(30)
