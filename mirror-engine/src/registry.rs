@@ -118,6 +118,15 @@ impl MirrorTopics {
             self.fillers_by_id.insert(topic_id, ());
             drop(e);
             self.absent.remove(topic);
+            // One id per topic: a mirror topic registered before its id was known learns it
+            // here too, or its filler entry would stop counting as pending while requests by
+            // its id still went unchecked.
+            if let Some(mut t) = self.by_name.get_mut(topic)
+                && t.topic_id == [0; 16]
+            {
+                t.topic_id = topic_id;
+                self.by_id.insert(topic_id, topic.to_owned());
+            }
         }
     }
 
@@ -276,6 +285,16 @@ mod tests {
         assert!(!r.ids_pending(), "a forgotten absent topic leaves the counts even");
         r.mark_filler_topic("old", [0; 16]);
         assert!(r.ids_pending(), "a former mirror topic may still hold fillers under an unknown id");
+    }
+
+    #[test]
+    fn an_id_learned_for_filler_masking_protects_the_mirror_topic_too() {
+        // Boot registers stored mirror topics by name; the filler-id lookup learns their ids.
+        let r = MirrorTopics::default();
+        r.register("orders", "dr", [0; 16]);
+        r.mark_filler_topic("orders", [7; 16]);
+        assert!(!r.ids_pending());
+        assert!(r.is_read_only_id(&[7; 16]), "the id that ended the pending state is checked");
     }
 
     #[test]
