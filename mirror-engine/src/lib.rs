@@ -315,12 +315,16 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     {
         tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
     }
-    // Topics the state records as a mirror's are read-only from now on, before any is prepared;
-    // their destination ids are looked up until known (requests naming unknown ids are refused
-    // meanwhile, `registry`).
+    // Topics the state records as a mirror's are read-only from now on, before any is prepared.
     for (topic, owner) in store.owned_topics() {
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
     }
+    // Former mirror topics are writable, but their fillers stay masked.
+    for (topic, former) in store.former_topics() {
+        shared.topics.mark_filler_topic(&topic, state::id_from_hex(&former.topic_id).unwrap_or([0; 16]));
+    }
+    // Every destination id not known yet is looked up until it is (requests naming unknown ids
+    // are refused meanwhile, `registry`); a former topic the destination lacks is forgotten.
     let ids = follow::learn_ids(
         shared.destination.clone(),
         shared.topics.clone(),
@@ -328,18 +332,6 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         shared.stop.clone(),
     );
     tokio::spawn(ids.in_current_span());
-    // Former mirror topics are writable, but their fillers stay masked.
-    let mut unknown_ids: Vec<String> = store.owned_topics().into_iter().map(|(t, _)| t).collect();
-    for (topic, former) in store.former_topics() {
-        match state::id_from_hex(&former.topic_id) {
-            Some(id) => shared.topics.mark_filler_topic(&topic, id),
-            None => {
-                shared.topics.mark_filler_topic(&topic, [0; 16]);
-                unknown_ids.push(topic);
-            }
-        }
-    }
-    tokio::spawn(learn_filler_topic_ids(shared.clone(), unknown_ids).in_current_span());
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
     shared.control.set_sources(shared.sources.clone());
@@ -419,36 +411,6 @@ async fn learn_state_topic_id(shared: Shared, topic: String) {
             _ = stop.changed() => return,
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
-/// Looks up the destination topic ids of topics that may hold fillers (Fetch v13+ names topics
-/// by id only) with one Metadata request, retrying while the destination is unreachable; a topic
-/// the destination does not have is dropped from them.
-async fn learn_filler_topic_ids(shared: Shared, topics: Vec<String>) {
-    if topics.is_empty() {
-        return;
-    }
-    let mut backoff = Duration::from_millis(200);
-    loop {
-        match shared.destination.topic_ids().await {
-            Ok(ids) => {
-                for topic in &topics {
-                    match ids.get(topic) {
-                        Some(id) => shared.topics.mark_filler_topic(topic, *id),
-                        None => shared.topics.forget_filler_topic(topic),
-                    }
-                }
-                return;
-            }
-            Err(e) => warn!(error = %e, "cannot read the destination topic ids yet; retrying"),
-        }
-        let mut stop = shared.stop.clone();
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = stop.changed() => return,
-        }
-        backoff = (backoff * 2).min(Duration::from_secs(10));
     }
 }
 
