@@ -183,9 +183,18 @@ impl MirrorTopics {
     }
 
     /// Whether the topic with destination id `topic_id` is or was a mirror topic — or may be:
-    /// while some such topic's id is not known yet, every id is answered yes.
+    /// while some such topic the destination has is not known by id yet ([`Self::ids_pending`]),
+    /// every id is answered yes. A mirror topic the destination lacks holds no fillers: it does
+    /// not hold masking back, or every plain topic read by id would be masked for as long as it
+    /// stays absent (records of a plain topic keyed like fillers would vanish).
     pub fn may_hold_fillers_id(&self, topic_id: &[u8; 16]) -> bool {
-        self.unknown_ids.load(Ordering::Relaxed) > 0 || self.fillers_by_id.contains_key(topic_id)
+        self.ids_pending() || self.fillers_by_id.contains_key(topic_id)
+    }
+
+    /// Whether some topic that is or was a mirror topic has no known id (absent ones included):
+    /// the proxy then learns ids from the Metadata answers it forwards.
+    pub fn wants_ids(&self) -> bool {
+        self.unknown_ids.load(Ordering::Relaxed) > 0
     }
 
     /// The destination topic id of a mirror topic, if known.
@@ -323,5 +332,22 @@ mod tests {
             !r.may_hold_fillers_id(&[8; 16]) && !r.may_hold_fillers("gone"),
             "a topic deleted on the destination is forgotten"
         );
+    }
+
+    #[test]
+    fn a_mirror_topic_the_destination_lacks_does_not_mask_other_topics_read_by_id() {
+        let r = MirrorTopics::default();
+        r.register("orders", "dr", [7; 16]);
+        r.register("not-created-yet", "dr", [0; 16]);
+        assert!(r.may_hold_fillers_id(&[8; 16]), "its id may be any id until the destination answered");
+        r.mark_absent("not-created-yet");
+        assert!(r.wants_ids(), "still looked for");
+        assert!(
+            !r.may_hold_fillers_id(&[8; 16]),
+            "a plain topic read by id is not masked because a mirror topic does not exist yet"
+        );
+        assert!(r.may_hold_fillers_id(&[7; 16]), "the existing mirror topic is still masked");
+        r.learn_topic_id("not-created-yet", [9; 16]);
+        assert!(r.may_hold_fillers_id(&[9; 16]) && !r.wants_ids(), "once created and learned, masked");
     }
 }

@@ -37,6 +37,7 @@ pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
 pub(crate) mod startup;
 pub(crate) mod state_topic;
+pub(crate) mod topic_ids;
 
 pub(crate) use guard::Merge;
 
@@ -189,6 +190,7 @@ impl Chain {
                 Box::new(broker_configs::BrokerConfigGuard),
                 Box::new(mirror_topics::MirrorTopicWrites),
                 Box::new(fillers::FillerMasking),
+                Box::new(topic_ids::TopicIdLearner),
                 Box::new(addresses::AddressRewrite),
             ],
         }
