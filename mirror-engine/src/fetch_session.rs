@@ -26,6 +26,7 @@ use uuid::Uuid;
 use crate::budget::{Budget, Reservation};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
+use crate::fetch_growth::GrowthShare;
 use crate::io_stats;
 use crate::links::{Lane, Tasks};
 use crate::source::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
@@ -97,6 +98,8 @@ struct Inner {
     budget: Budget,
     settings: SessionSettings,
     brokers: Tasks<Interest>,
+    /// How many of this source's partitions are grown beyond their base Fetch size.
+    growth: GrowthShare,
 }
 
 impl FetchSessions {
@@ -107,8 +110,14 @@ impl FetchSessions {
                 budget,
                 settings,
                 brokers: Tasks::default(),
+                growth: GrowthShare::default(),
             }),
         }
+    }
+
+    /// The count of this source's grown partitions, among which `fetch_grow_max_bytes` is shared.
+    pub fn growth(&self) -> &GrowthShare {
+        &self.inner.growth
     }
 
     /// The next data (or error) for `want` from broker `addr`, with its share of the budget.

@@ -20,6 +20,7 @@ mod coalesce;
 mod control;
 mod election;
 mod error;
+mod fetch_growth;
 mod fetch_session;
 mod follow;
 mod followed;

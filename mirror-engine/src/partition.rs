@@ -280,6 +280,8 @@ impl PartitionTask {
         let mut pending: Option<(Plan, i64, Reservation)> = None;
         // Bytes asked for: grows while catching up, shrinks while idle (`next_fetch_size`).
         let mut want = self.fetch_max_bytes;
+        // Its place among the source's growing partitions (they share `fetch_grow_max_bytes`).
+        let mut growth = self.fetchers.growth().slot();
         loop {
             let want_now = Wanted {
                 topic: topic.to_owned(),
@@ -347,7 +349,9 @@ impl PartitionTask {
             } else {
                 fetched.high_watermark
             };
-            want = next_fetch_size(want, got, source_end > planned.next, self.fetch_max_bytes, self.fetch_grow_max_bytes);
+            let ceiling = growth.ceiling(self.fetch_grow_max_bytes, self.fetch_max_bytes);
+            want = next_fetch_size(want, got, source_end > planned.next, self.fetch_max_bytes, ceiling).min(ceiling);
+            growth.set_grown(want > self.fetch_max_bytes);
             self.status.update(&self.key, |s| {
                 s.source_high_watermark = fetched.high_watermark;
                 s.source_last_stable_offset = fetched.last_stable_offset;
