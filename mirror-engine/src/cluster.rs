@@ -297,6 +297,16 @@ impl ClusterClient {
         conn.call(req, version).await.map_err(|e| self.wrap(e))
     }
 
+    /// [`Self::call`], also telling when the response's first and last bytes arrived.
+    pub async fn call_timed<R: kmp_protocol::kafka_protocol::protocol::Request>(
+        &self,
+        conn: &SharedConnection,
+        req: &R,
+        version: i16,
+    ) -> Result<(R::Response, kmp_protocol::client::Arrival), MirrorError> {
+        conn.call_timed(req, version).await.map_err(|e| self.wrap(e))
+    }
+
     /// The shared control connection to the leader of `topic`-`partition`, and its epoch.
     pub async fn leader_link(&self, topic: &str, partition: i32) -> Result<(SharedConnection, i32), MirrorError> {
         let layout = self.layout(topic).await?;

@@ -42,6 +42,16 @@ const BUSY_FOR: Duration = Duration::from_secs(1);
 pub const SESSIONS_PER_BROKER: usize = 2;
 /// Pause after a failed connection before the next request to that broker.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
+/// A Fetch whose answer took less than this many round trips to transfer is latency-bound: a
+/// larger one would raise throughput noticeably (one Fetch of `F` bytes per round trip `L` at
+/// bandwidth `B` moves `F / (L + F/B)`, so at four round trips of transfer it already moves
+/// four fifths of `B`). The growth allowance settles where answers take about this long.
+const LATENCY_BOUND_FACTOR: u32 = 4;
+/// How many recent answers the round trip is estimated from: the shortest wait for a first byte
+/// among them (a busy broker's wait also holds its work on the request, which varies).
+const ROUND_TRIP_WINDOW: usize = 16;
+/// Answers bringing fewer record bytes than this do not count towards the growth allowance.
+const GROWTH_VOTE_BYTES: u64 = 1 << 20;
 
 /// How fetch sessions poll.
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +156,8 @@ impl FetchSessions {
             known: HashMap::new(),
             interests: HashMap::new(),
             busy: HashMap::new(),
+            round_trip: RoundTrip::default(),
+            growth: self.inner.growth.clone(),
         };
         let span = info_span!("fetch_session", broker = %addr, lane);
         tokio::spawn(session.run(rx).instrument(span));
@@ -214,6 +226,31 @@ struct BrokerSession {
     interests: HashMap<Key, Interest>,
     /// Partitions that received data and have not asked again yet, since when.
     busy: HashMap<Key, Instant>,
+    /// Waits for the first byte of the latest answers (see [`RoundTrip`]).
+    round_trip: RoundTrip,
+    /// Told whether each answer was latency-bound (how far grown partitions may grow).
+    growth: GrowthShare,
+}
+
+/// The round trip to a broker as the shortest wait for an answer's first byte among the latest
+/// [`ROUND_TRIP_WINDOW`] answers.
+#[derive(Debug, Default)]
+struct RoundTrip {
+    waits: [Duration; ROUND_TRIP_WINDOW],
+    seen: usize,
+}
+
+impl RoundTrip {
+    /// Notes the answer to a Fetch sent at `asked` that arrived as `arrival`; whether that Fetch
+    /// was bound by the round trip rather than by transferring its answer.
+    fn latency_bound(&mut self, asked: Instant, arrival: kmp_protocol::client::Arrival) -> bool {
+        let wait = arrival.first_byte.saturating_duration_since(asked);
+        let transfer = arrival.last_byte.saturating_duration_since(arrival.first_byte);
+        self.waits[self.seen % ROUND_TRIP_WINDOW] = wait;
+        self.seen = self.seen.wrapping_add(1);
+        let round_trip = self.waits[..self.seen.min(ROUND_TRIP_WINDOW)].iter().min().copied().unwrap_or(wait);
+        transfer < round_trip * LATENCY_BOUND_FACTOR
+    }
 }
 
 fn key_of(w: &Wanted) -> Key {
@@ -278,11 +315,12 @@ impl BrokerSession {
         io_stats::add(&io_stats::FETCH_REQUESTS, 1);
         let result = async {
             let conn = self.client.link(&self.addr, Lane::Fetch(self.lane)).await?;
-            self.client.call(&conn, &req, FETCH_VERSION).await
+            let asked = Instant::now();
+            Ok::<_, MirrorError>((self.client.call_timed(&conn, &req, FETCH_VERSION).await?, asked))
         }
         .await;
-        let resp = match result {
-            Ok(r) => r,
+        let (resp, latency_bound) = match result {
+            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival)),
             Err(e) => {
                 debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
                 return self.fail_waiting(e).await;
@@ -318,6 +356,7 @@ impl BrokerSession {
         }
         let mut room = room;
         let now = Instant::now();
+        let mut delivered = 0u64;
         for t in resp.responses {
             let topic_id = *t.topic_id.as_bytes();
             for p in t.partitions {
@@ -331,6 +370,7 @@ impl BrokerSession {
                 let Some(i) = self.interests.remove(&k) else { continue };
                 let answer = parse("source", &i.want.topic, at.offset, p).map(|f| {
                     let got: u64 = f.batches.iter().map(|(_, b)| b.len() as u64).sum();
+                    delivered = delivered.saturating_add(got);
                     let mut share = room.split(got);
                     share.grow_to(got);
                     (f, share)
@@ -340,6 +380,11 @@ impl BrokerSession {
                 }
                 let _ = i.reply.send(answer);
             }
+        }
+        // Only answers that moved data say whether larger Fetches would help (an idle
+        // long-poll's answer is always quick to transfer).
+        if delivered >= GROWTH_VOTE_BYTES {
+            self.growth.note_answer(latency_bound);
         }
     }
 

@@ -1,5 +1,5 @@
 //! The request a broker session builds: full without a session, then only what changed, with
-//! withdrawn partitions forgotten.
+//! withdrawn partitions forgotten; and when its answers count as latency-bound.
 
 use super::*;
 
@@ -15,6 +15,8 @@ fn session() -> BrokerSession {
         known: HashMap::new(),
         interests: HashMap::new(),
         busy: HashMap::new(),
+        round_trip: RoundTrip::default(),
+        growth: GrowthShare::default(),
     }
 }
 
@@ -230,4 +232,35 @@ async fn a_request_never_asks_for_more_than_the_budget_could_reserve() {
     drop(room);
     let (_, _, _, max_bytes) = seen.try_recv().expect("one request seen");
     assert_eq!(max_bytes, 600, "the response is bounded by what could be reserved, not by what was asked");
+}
+
+fn arrival(asked: Instant, wait_ms: u64, transfer_ms: u64) -> kmp_protocol::client::Arrival {
+    let first_byte = asked + Duration::from_millis(wait_ms);
+    kmp_protocol::client::Arrival {
+        first_byte,
+        last_byte: first_byte + Duration::from_millis(transfer_ms),
+    }
+}
+
+#[test]
+fn an_answer_is_latency_bound_while_its_transfer_takes_under_four_round_trips() {
+    let t = Instant::now();
+    let mut far = RoundTrip::default();
+    assert!(far.latency_bound(t, arrival(t, 100, 5)), "a distant broker, a quick transfer");
+    assert!(far.latency_bound(t, arrival(t, 101, 390)), "still under four round trips");
+    assert!(!far.latency_bound(t, arrival(t, 100, 400)), "four round trips of transfer: not latency-bound");
+}
+
+#[test]
+fn the_round_trip_is_the_shortest_recent_wait_so_a_busy_brokers_slow_answers_do_not_count_as_distance() {
+    let t = Instant::now();
+    let mut near = RoundTrip::default();
+    assert!(near.latency_bound(t, arrival(t, 2, 1)));
+    // A busy broker took 40 ms to start answering: its 10 ms transfer is still five round trips.
+    assert!(!near.latency_bound(t, arrival(t, 40, 10)));
+    // After a window of slow answers the short one is forgotten.
+    for _ in 0..ROUND_TRIP_WINDOW {
+        near.latency_bound(t, arrival(t, 40, 100));
+    }
+    assert!(near.latency_bound(t, arrival(t, 40, 10)), "the round trip is now 40 ms");
 }

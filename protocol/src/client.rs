@@ -10,6 +10,7 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, RequestHeader};
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::codec::{decode_response, encode_request};
 use crate::error::{ProtocolError, Side};
@@ -39,12 +40,25 @@ const POOL_FREE_BYTES: usize = 64 * 1024 * 1024;
 /// [`EAGER_FRAME`] bytes: the engine's Fetch answers) are each read into a buffer of their own
 /// from the connection's `frame_pool`, which takes it back (at most [`POOL_FREE_BYTES`] of free
 /// buffers) when the last part of the frame is dropped; a small frame empties the pool.
+/// Each frame comes with its [`Arrival`]: when its first and last bytes were read.
 pub(crate) struct ResponseReader<R> {
     inner: R,
     buf: BytesMut,
     pool: std::sync::Arc<FramePool>,
     /// A large frame being read into its own buffer, and its length.
     large: Option<(Vec<u8>, usize)>,
+    /// When the frame being read began to arrive (none before its first byte).
+    began: Option<Instant>,
+    /// When the latest read returned bytes.
+    last_read: Instant,
+}
+
+/// When a response frame arrived: its first byte (the broker's answer time plus one network
+/// latency after the request went out) and its last byte (the rest is transfer time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrival {
+    pub first_byte: Instant,
+    pub last_byte: Instant,
 }
 
 impl<R: AsyncRead + Unpin> ResponseReader<R> {
@@ -54,11 +68,42 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
             buf: BytesMut::with_capacity(READ_CHUNK),
             pool: FramePool::new(POOL_FREE_BYTES, EAGER_FRAME),
             large: None,
+            began: None,
+            last_read: Instant::now(),
         }
     }
 
     /// The next whole frame, or `None` on a clean end of stream between frames.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, ProtocolError> {
+        Ok(self.next_timed().await?.map(|(frame, _)| frame))
+    }
+
+    /// The next whole frame with when it arrived, or `None` on a clean end of stream between
+    /// frames.
+    pub(crate) async fn next_timed(&mut self) -> Result<Option<(Bytes, Arrival)>, ProtocolError> {
+        let frame = self.next_frame().await?;
+        Ok(frame.map(|f| {
+            let arrival = Arrival {
+                first_byte: self.began.take().unwrap_or(self.last_read),
+                last_byte: self.last_read,
+            };
+            // Bytes of the next frame that came with this one's last read arrived then.
+            if !self.buf.is_empty() {
+                self.began = Some(self.last_read);
+            }
+            (f, arrival)
+        }))
+    }
+
+    /// Notes that a read returned `n` bytes now.
+    fn note_read(&mut self, n: usize) {
+        if n > 0 {
+            self.last_read = Instant::now();
+            self.began.get_or_insert(self.last_read);
+        }
+    }
+
+    async fn next_frame(&mut self) -> Result<Option<Bytes>, ProtocolError> {
         loop {
             if let Some((into, total)) = &mut self.large {
                 let total = *total;
@@ -108,6 +153,7 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
                 .read_buf(&mut self.buf)
                 .await
                 .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+            self.note_read(n);
             if n == 0 {
                 if self.buf.is_empty() {
                     return Ok(None);
@@ -125,11 +171,13 @@ impl<R: AsyncRead + Unpin> ResponseReader<R> {
     async fn read_into_large(&mut self, total: usize) -> Result<usize, ProtocolError> {
         let Some((into, _)) = &mut self.large else { return Ok(0) };
         let left = total.saturating_sub(into.len());
-        (&mut self.inner)
+        let n = (&mut self.inner)
             .take(left as u64)
             .read_buf(into)
             .await
-            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        self.note_read(n);
+        Ok(n)
     }
 }
 
@@ -274,6 +322,53 @@ impl Connection {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_frames_arrival_spans_the_reads_that_brought_its_first_and_last_bytes() {
+        let (mut broker, ours) = tokio::io::duplex(1 << 16);
+        let mut r = ResponseReader::new(ours);
+        let frame = |body: &[u8]| [&(body.len() as u32).to_be_bytes()[..], body].concat();
+        let (first, second) = (frame(b"0123456789"), frame(b"abc"));
+        let writer = tokio::spawn(async move {
+            broker.write_all(&first[..8]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            // The rest of the first frame and the start of the second in one read.
+            broker.write_all(&[&first[8..], &second[..5]].concat()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            broker.write_all(&second[5..]).await.unwrap();
+            broker
+        });
+        let (one, a) = r.next_timed().await.unwrap().unwrap();
+        assert_eq!(&one[PREFIX..], b"0123456789");
+        assert_eq!(a.last_byte - a.first_byte, Duration::from_millis(30), "first frame: {a:?}");
+        let (two, b) = r.next_timed().await.unwrap().unwrap();
+        assert_eq!(&two[PREFIX..], b"abc");
+        assert_eq!(b.first_byte, a.last_byte, "the second frame began with the first one's last read");
+        assert_eq!(b.last_byte - b.first_byte, Duration::from_millis(20), "second frame: {b:?}");
+        drop(writer.await.unwrap());
+        assert!(r.next_timed().await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_frame_is_timed_from_its_prefix_to_its_last_byte() {
+        let (mut broker, ours) = tokio::io::duplex(1 << 16);
+        let mut r = ResponseReader::new(ours);
+        let body = vec![7u8; POOLED_FROM + 10];
+        let whole = [&(body.len() as u32).to_be_bytes()[..], &body[..]].concat();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            broker.write_all(&whole[..100]).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            broker.write_all(&whole[100..]).await.unwrap();
+            broker
+        });
+        let asked = Instant::now();
+        let (got, a) = r.next_timed().await.unwrap().unwrap();
+        assert_eq!(got.len(), PREFIX + body.len());
+        assert_eq!(a.first_byte - asked, Duration::from_millis(5));
+        assert_eq!(a.last_byte - a.first_byte, Duration::from_millis(40), "{a:?}");
+        drop(writer.await.unwrap());
+    }
 
     fn read_all(bytes: Vec<u8>) -> (Vec<Result<Option<Bytes>, String>>, usize) {
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();

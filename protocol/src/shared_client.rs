@@ -18,13 +18,13 @@ use std::io::IoSlice;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::client::{Connection, Sent, api_key, decode_sent, request_frame};
+use crate::client::{Arrival, Connection, Sent, api_key, decode_sent, request_frame};
 use crate::error::{ProtocolError, Side};
 
 /// Frames queued for the writer before callers wait (backpressure, not a limit on in-flight).
 const WRITE_QUEUE: usize = 256;
 
-type Reply = oneshot::Sender<Result<Bytes, ProtocolError>>;
+type Reply = oneshot::Sender<Result<(Bytes, Arrival), ProtocolError>>;
 
 /// A request frame as segments written one after the other (one for most requests; a Produce
 /// of mirrored batches keeps each batch's records a segment of their own, uncopied).
@@ -140,7 +140,7 @@ impl SharedConnection {
             let closed = closed.clone();
             tokio::spawn(async move {
                 let error = loop {
-                    match reader.next().await {
+                    match reader.next_timed().await {
                         Ok(Some(frame)) => {
                             let reply = pending.lock().ok().and_then(|mut p| p.pop_front());
                             match reply {
@@ -189,9 +189,15 @@ impl SharedConnection {
     /// Sends `req` at `version` and waits for its response. Requests of concurrent callers are
     /// pipelined in the order their frames were queued.
     pub async fn call<R: Request>(&self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        Ok(self.call_timed(req, version).await?.0)
+    }
+
+    /// [`SharedConnection::call`], also telling when the response's first and last bytes
+    /// arrived.
+    pub async fn call_timed<R: Request>(&self, req: &R, version: i16) -> Result<(R::Response, Arrival), ProtocolError> {
         let frame = self.frame(req, version)?;
-        let resp = self.call_frame(frame.0).await?;
-        decode_sent::<R>(&resp, frame.1)
+        let (resp, arrival) = self.call_frame(frame.0).await?;
+        Ok((decode_sent::<R>(&resp, frame.1)?, arrival))
     }
 
     /// Queues `req` for writing and returns once it is queued: requests submitted one after the
@@ -235,7 +241,7 @@ impl SharedConnection {
         request_frame(req, version, id, &self.inner.client_id)
     }
 
-    async fn call_frame(&self, frame: Bytes) -> Result<Bytes, ProtocolError> {
+    async fn call_frame(&self, frame: Bytes) -> Result<(Bytes, Arrival), ProtocolError> {
         if self.is_closed() {
             return Err(closed_error("connection closed"));
         }
@@ -247,7 +253,7 @@ impl SharedConnection {
 
 /// A request queued by [`SharedConnection::submit`].
 pub struct Pending<R> {
-    rx: oneshot::Receiver<Result<Bytes, ProtocolError>>,
+    rx: oneshot::Receiver<Result<(Bytes, Arrival), ProtocolError>>,
     sent: Sent,
     _r: std::marker::PhantomData<fn() -> R>,
 }
@@ -255,7 +261,7 @@ pub struct Pending<R> {
 impl<R: Request> Pending<R> {
     /// Waits for the response.
     pub async fn response(self) -> Result<R::Response, ProtocolError> {
-        let resp = self.rx.await.map_err(|_| closed_error("connection closed"))??;
+        let (resp, _) = self.rx.await.map_err(|_| closed_error("connection closed"))??;
         decode_sent::<R>(&resp, self.sent)
     }
 }
