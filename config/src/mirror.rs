@@ -215,9 +215,11 @@ pub struct MirrorConfig {
     /// (catching up, or a distant source): each full answer doubles the next request from
     /// `fetch_max_bytes` up to this, a half-empty one drops back. One partition reads at most
     /// this many bytes per source round trip, so 16 MiB allows ~160 MB/s at 100 ms. The
-    /// allowance is shared by the mirror's partitions that are grown at the same time (each
+    /// allowance is shared by the source's partitions that are grown at the same time (each
     /// gets this divided by their number, at least `fetch_max_bytes`): their Fetches travel in
-    /// the same requests, so together they fill the round trip with less memory. Bytes;
+    /// the same requests, so together they fill the round trip with less memory. For a distant
+    /// source (answers that transfer in less than four round trips) the shared total widens up
+    /// to one allowance per grown partition. Bytes;
     /// default (unset) 16777216 (16 MiB), raised to `fetch_max_bytes` and capped at
     /// `engine.max_buffer_bytes`; equal to `fetch_max_bytes` turns growth off. A value that is
     /// set must lie between those two.
