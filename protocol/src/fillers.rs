@@ -1,5 +1,5 @@
 //! Hiding the mirror engine's filler records from clients of the proxy. A filler batch (made by
-//! [`crate::batch::filler_batch`]: uncompressed, first record keyed `__kmp_filler`) is replaced in
+//! [`crate::batch::filler_batch`]: uncompressed, every record exactly a filler record) is replaced in
 //! Fetch responses by a transaction COMMIT marker batch over the same offsets (same base offset
 //! and last offset delta, one control record at the last offset). Every client skips control
 //! batches and moves its position past them, exactly as over the source's own transaction
@@ -19,7 +19,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use kafka_protocol::messages::{ApiKey, FetchResponse, ShareFetchResponse};
 
-use crate::batch::{FILLER_KEY, HEADER_SIZE, parse_header, put_varint};
+use crate::batch::{FILLER_HEADER, FILLER_KEY, HEADER_SIZE, parse_header, put_varint};
 use crate::codec::{decode_response, encode_response};
 use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
@@ -32,26 +32,65 @@ pub enum TopicRef<'a> {
     Id([u8; 16]),
 }
 
-/// Whether `batch` (a whole v2 batch) is a filler batch.
+/// Whether `batch` (a whole v2 batch) is a filler batch: an uncompressed, non-control batch
+/// whose records are all, byte for byte, the records [`crate::batch::filler_batch`] writes
+/// (key `__kmp_filler`, null value, header `kmp-filler: 1`, timestamp delta 0, offset deltas
+/// 0, 1, ...) and nothing else. A client's batch on a writable topic that was a mirror topic
+/// (which may hold real fillers) is masked only if it consists of exactly such records: one
+/// real record in it keeps the batch as it is. No allocation.
 pub fn is_filler_batch(batch: &[u8]) -> bool {
     let Ok(h) = parse_header(batch) else { return false };
     if h.compression() != 0 || h.is_control() || h.records_count <= 0 || batch.len() <= HEADER_SIZE {
         return false;
     }
-    // First record: length, attributes, timestamp delta, offset delta, key length, key.
-    let mut c = Cursor::new(batch, HEADER_SIZE, "record", Side::Broker);
-    let key = (|| -> Result<&[u8], ProtocolError> {
-        c.varint()?;
-        c.skip(1)?;
-        c.varint()?;
-        c.varint()?;
-        let len = c.varint()?;
-        if len != FILLER_KEY.len() as i64 {
-            return Ok(&[]);
+    let mut at = HEADER_SIZE;
+    for delta in 0..i64::from(h.records_count) {
+        match filler_record_len(&batch[at..], delta) {
+            Some(n) => at += n,
+            None => return false,
         }
-        c.take(FILLER_KEY.len())
-    })();
-    matches!(key, Ok(k) if k == FILLER_KEY)
+    }
+    at == batch.len()
+}
+
+/// The length of the filler record with offset delta `delta` at the start of `rest`, if that
+/// is what starts there.
+fn filler_record_len(rest: &[u8], delta: i64) -> Option<usize> {
+    let mut body = [0u8; 64];
+    let mut n = 0;
+    let mut put = |bytes: &[u8]| {
+        body[n..n + bytes.len()].copy_from_slice(bytes);
+        n += bytes.len();
+    };
+    let mut v = [0u8; 10];
+    put(&[0]); // attributes
+    put(&[0]); // timestamp delta 0
+    put(zigzag(delta, &mut v));
+    put(zigzag(FILLER_KEY.len() as i64, &mut v));
+    put(FILLER_KEY);
+    put(zigzag(-1, &mut v)); // null value
+    put(zigzag(1, &mut v)); // one header
+    put(zigzag(FILLER_HEADER.len() as i64, &mut v));
+    put(FILLER_HEADER);
+    put(zigzag(1, &mut v));
+    put(b"1");
+    let mut len = [0u8; 10];
+    let prefix = zigzag(n as i64, &mut len);
+    let whole = prefix.len() + n;
+    (rest.len() >= whole && rest[..prefix.len()] == *prefix && rest[prefix.len()..whole] == body[..n]).then_some(whole)
+}
+
+/// `v` as a zigzag varint (Kafka's record encoding), written into `out`.
+fn zigzag(v: i64, out: &mut [u8; 10]) -> &[u8] {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    let mut i = 0;
+    while z >= 0x80 {
+        out[i] = (z as u8) | 0x80;
+        z >>= 7;
+        i += 1;
+    }
+    out[i] = z as u8;
+    &out[..=i]
 }
 
 /// Whether a records blob (as in a Fetch response) holds at least one filler batch.
@@ -396,6 +435,33 @@ mod tests {
         assert!(is_filler_batch(&filler_at(0, 3)));
         assert!(!is_filler_batch(&real_batch(0, 2, b"k")));
         assert!(!is_filler_batch(&real_batch(0, 1, b"__kmp_fillex")), "same length, other key");
+        assert!(
+            !is_filler_batch(&real_batch(0, 1, b"__kmp_filler")),
+            "the filler key with a value is a client's record"
+        );
+        for n in [1, 2, 63, 64, 65, 300, 20_000] {
+            assert!(is_filler_batch(&filler_at(0, n)), "{n} filler records (offset deltas past one varint byte)");
+        }
+    }
+
+    #[test]
+    fn a_batch_with_one_real_record_among_filler_shaped_ones_is_not_a_filler_batch() {
+        // A client writing to a stopped (writable) former mirror topic: a batch that starts like
+        // a filler must not be masked together with its other records.
+        let filler = filler_at(0, 3);
+        let mut forged = BytesMut::from(&filler[..]);
+        let last = forged.len() - 1;
+        forged[last] = b'2'; // the last record's header value
+        assert!(!is_filler_batch(&forged), "one record differs");
+        let mut longer = BytesMut::from(&filler[..]);
+        longer.put_u8(0);
+        assert!(!is_filler_batch(&longer), "trailing bytes after the counted records");
+        let mut fewer = BytesMut::from(&filler[..]);
+        fewer[57..61].copy_from_slice(&2i32.to_be_bytes()); // records count 2 of 3 present
+        assert!(!is_filler_batch(&fewer), "a count that does not cover the records");
+        let mut more = BytesMut::from(&filler[..]);
+        more[57..61].copy_from_slice(&4i32.to_be_bytes());
+        assert!(!is_filler_batch(&more), "a count beyond the records");
     }
 
     #[test]

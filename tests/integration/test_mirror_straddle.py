@@ -399,3 +399,51 @@ def test_a_plain_topic_with_records_keyed_like_fillers_is_delivered_exactly_as_p
             f"a Fetch v4 (topic by name) through the proxy returns the leader's record batches byte for byte ({len(via)} vs {len(direct)} bytes)"
     finally:
         assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
+
+
+MIXED_BATCHES = [
+    [(b"k1", b"v1", ()), (FILLER_KEY, None, FILLER_HEADERS)],               # the filler key second
+    [(FILLER_KEY, None, FILLER_HEADERS), (b"k2", b"v2", (("h", b"y"),))],   # a filler-like record first
+    [(FILLER_KEY, b"a value", (("h", b"x"),))],                              # the filler key with a value
+    [(b"k3", None, ())],
+]
+
+
+def test_client_batches_that_start_like_fillers_on_a_failed_over_mirror_topic_are_delivered_whole(clusters, workdir):
+    """A stopped mirror topic is writable and still holds the engine's fillers, so it stays
+    masked. A client's batch there whose first record looks like a filler was masked whole
+    (its real records vanished for consumers of the proxy): only batches made of nothing but
+    filler records are masked now."""
+    source, destination = clusters
+    topic = unique("straddle-former")
+    create(source.bootstrap, topic, 2)
+    produce_transactions(source.bootstrap, topic)  # markers and aborted data: fillers on the destination
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="former-m")).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+        status, r = call(proxy, "POST", "/v1/mirrors/former-m/stop", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"stopping the mirror topic: {status} {r}"
+        wait_until("the topic is stopped", lambda: states(proxy, "former-m", topic) == ["stopped"] * 2, 30)
+        history = read_from(destination.bootstrap, topic, {0: 0}, "read_uncommitted")[0]
+        assert any(r[0] == FILLER_KEY for r in history.values()), "the stopped topic holds fillers"
+        start = max(history) + 1 if history else 0
+
+        p = Producer({"bootstrap.servers": proxy.bootstrap, "compression.type": "none", "linger.ms": 20, "enable.idempotence": False})
+        delivered = []
+        for batch in MIXED_BATCHES:
+            for key, value, headers in batch:
+                p.produce(topic, key=key, value=value, headers=list(headers) or None, partition=0,
+                          on_delivery=lambda err, msg, rec=(key, value, headers): delivered.append((err, msg.offset(), *rec)))
+            assert p.flush(30) == 0
+        assert all(e is None for e, *_ in delivered), f"the stopped topic takes writes through the proxy: {delivered}"
+        want = sorted(tuple(r[1:]) for r in delivered)
+        assert want[0][0] >= start, f"the client's records follow the mirrored history: {want[0][0]} < {start}"
+
+        via = read_from(proxy.bootstrap, topic, {0: want[0][0]}, "read_committed")[0]
+        got = sorted((o, *rec[:3]) for o, rec in via.items() if o >= want[0][0])
+        assert got == want, f"librdkafka through the proxy gets the client's batches whole:\n  want {want}\n  got  {got}"
+        masked = read_from(proxy.bootstrap, topic, {0: 0}, "read_uncommitted")[0]
+        assert not any(rec[0] == FILLER_KEY for o, rec in masked.items() if o < want[0][0]), \
+            "the engine's fillers in the mirrored history stay masked"
+    finally:
+        assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
