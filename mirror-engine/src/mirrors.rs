@@ -4,6 +4,7 @@
 //! mirror. Declared (config file) and created (API) mirrors are the same objects; only the
 //! `origin` in the state topic differs. Topic preparation belongs to `lifecycle`.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -238,8 +239,25 @@ impl Control {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")), results);
         };
         let source = self.source_client(&def);
-        let mut results = Vec::new();
+        // Several topics are looked up on the source with one Metadata request for all of its
+        // topics, not one request per named topic (a request naming many topics, or one topic
+        // many times, cost as many source round trips). A topic named again gets its first
+        // answer again.
+        let distinct: HashSet<&str> = topics.iter().map(String::as_str).collect();
+        let on_source: Option<Result<HashSet<String>, String>> = if distinct.len() > 1 {
+            Some(source.topic_ids().await.map(|ids| ids.into_keys().collect()).map_err(|e| e.to_string()))
+        } else {
+            None
+        };
+        let mut answered: HashMap<&str, usize> = HashMap::new();
+        let mut results: Vec<TopicResult> = Vec::new();
         for t in topics {
+            if let Some(&first) = answered.get(t.as_str()) {
+                let again = results[first].clone();
+                results.push(again);
+                continue;
+            }
+            answered.insert(t.as_str(), results.len());
             let r = |code: i16, msg: String| TopicResult {
                 topic: t.clone(),
                 error_code: code,
@@ -263,14 +281,21 @@ impl Control {
                 }
                 (None, _) => {}
             }
-            match source.layout(t).await {
-                Ok(l) if l.error_code == 0 => {}
-                Ok(_) => {
+            let exists = match &on_source {
+                Some(Ok(names)) => Ok(names.contains(t)),
+                Some(Err(e)) => Err(e.clone()),
+                None => source.layout(t).await.map(|l| l.error_code == 0).map_err(|e| {
+                    debug!(topic = %t, error = %e.detail(), "cannot read the topic from the source cluster");
+                    e.to_string()
+                }),
+            };
+            match exists {
+                Ok(true) => {}
+                Ok(false) => {
                     results.push(r(UNKNOWN_TOPIC_OR_PARTITION, format!("topic {t} does not exist on the source cluster")));
                     continue;
                 }
                 Err(e) => {
-                    debug!(topic = %t, error = %e.detail(), "cannot read the topic from the source cluster");
                     results.push(r(codes::REQUEST_TIMED_OUT, format!("cannot reach the source cluster: {e}")));
                     continue;
                 }
