@@ -18,7 +18,9 @@ pub use client_props::{
 };
 pub use listener_security::{AuthMode, ClientAuthConfig, TlsServerConfig};
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
-pub use mirror::{DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MirrorConfig, topic_pattern};
+pub use mirror::{
+    DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MAX_REQUEST_PATTERN_LEN, MAX_REQUEST_PATTERNS, MirrorConfig, check_request_patterns, topic_pattern,
+};
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
 pub use security::{LimitsConfig, SecurityConfig, in_network, is_loopback, parse_cidr, source_allowed};
 pub use validate::{ConfigError, ConfigErrors};

@@ -20,6 +20,39 @@ pub fn topic_pattern(p: &str) -> Result<regex::Regex, regex::Error> {
     build(&format!("^(?:{p})$"))
 }
 
+/// Most include (and most exclude) patterns one management request may carry (REST and the
+/// Kafka RPCs alike).
+pub const MAX_REQUEST_PATTERNS: usize = 256;
+
+/// Longest topic pattern a management request may carry (bytes).
+pub const MAX_REQUEST_PATTERN_LEN: usize = 1024;
+
+/// Checks the patterns of one management request: at most [`MAX_REQUEST_PATTERNS`] include and
+/// as many exclude patterns, each at most [`MAX_REQUEST_PATTERN_LEN`] bytes, every one compiling
+/// as [`topic_pattern`] compiles it. Compiling can take milliseconds per pattern: callers on an
+/// async runtime run this on the blocking pool. The error says what is wrong, for the caller.
+pub fn check_request_patterns(include: &[String], exclude: &[String]) -> Result<(), String> {
+    for (what, patterns) in [("include", include), ("exclude", exclude)] {
+        if patterns.len() > MAX_REQUEST_PATTERNS {
+            return Err(format!("{} {what} patterns, more than the {MAX_REQUEST_PATTERNS} allowed", patterns.len()));
+        }
+        if let Some(p) = patterns.iter().find(|p| p.len() > MAX_REQUEST_PATTERN_LEN) {
+            return Err(format!(
+                "an {what} pattern of {} bytes, longer than the {MAX_REQUEST_PATTERN_LEN} allowed",
+                p.len()
+            ));
+        }
+    }
+    for (what, patterns) in [("include", include), ("exclude", exclude)] {
+        for p in patterns {
+            if let Err(e) = topic_pattern(p) {
+                return Err(format!("invalid {what} pattern `{p}`: {e}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod pattern_tests {
     #[test]

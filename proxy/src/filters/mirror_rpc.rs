@@ -144,7 +144,10 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control, identity: EngineIde
         }
         api::START_MIRROR_TOPICS => {
             let req = TopicsRequest::decode(&mut r, header.api_key)?;
-            let (error_code, error_message, results) = control.start_topics(&req.mirror_name, &req.topics, &req.patterns, &req.exclude_patterns).await;
+            let (error_code, error_message, results) = match checked_patterns(&req.patterns, &req.exclude_patterns).await {
+                Err(message) => (errors::INVALID_REQUEST, Some(message), Vec::new()),
+                Ok(()) => control.start_topics(&req.mirror_name, &req.topics, &req.patterns, &req.exclude_patterns).await,
+            };
             bounded(
                 TopicsResponse {
                     error_code,
@@ -240,6 +243,9 @@ async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsRes
     }
     let mut topics = req.topics.clone();
     if key == api::STOP_MIRROR_TOPICS && !req.patterns.is_empty() {
+        if let Err(message) = checked_patterns(&req.patterns, &[]).await {
+            return fail_all(errors::INVALID_REQUEST, message);
+        }
         // Patterns match the mirror's destination topic names (whole name), as in the KIP's CLI.
         let mut regexes = Vec::new();
         for p in &req.patterns {
@@ -418,6 +424,20 @@ fn kip_state(state: PartitionState) -> (&'static str, i16) {
     }
 }
 
+/// The request's patterns within the management limits and compiling
+/// (`kmp_config::check_request_patterns`), checked on the blocking pool: a request's compiles
+/// must not hold up the runtime serving other connections.
+async fn checked_patterns(include: &[String], exclude: &[String]) -> Result<(), String> {
+    if include.is_empty() && exclude.is_empty() {
+        return Ok(());
+    }
+    let (include, exclude) = (include.to_vec(), exclude.to_vec());
+    match tokio::task::spawn_blocking(move || kmp_config::check_request_patterns(&include, &exclude)).await {
+        Ok(checked) => checked,
+        Err(e) => Err(format!("cannot check the patterns: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +449,21 @@ mod tests {
     fn topics_answer(resp: &Bytes) -> TopicsResponse {
         let (_, mut r) = api::read_response(resp).unwrap();
         TopicsResponse::decode(&mut r).unwrap()
+    }
+
+    #[tokio::test]
+    async fn rpc_patterns_have_the_rest_limits_and_are_compiled_off_the_runtime() {
+        let many = vec!["t".to_owned(); kmp_config::MAX_REQUEST_PATTERNS + 1];
+        let refused = checked_patterns(&many, &[]).await.expect_err("one pattern too many");
+        assert!(refused.contains("257 include patterns"), "{refused}");
+        let long = vec!["a".repeat(kmp_config::MAX_REQUEST_PATTERN_LEN + 1)];
+        assert!(checked_patterns(&[], &long).await.is_err(), "an overlong exclude pattern");
+        let costly = vec![r"\w{200}".to_owned(); 6];
+        let started = std::time::Instant::now();
+        assert!(checked_patterns(&costly, &[]).await.is_err(), "over the regex size limit");
+        assert!(started.elapsed() < std::time::Duration::from_millis(500), "took {:?}", started.elapsed());
+        assert_eq!(checked_patterns(&["orders-.*".to_owned()], &["tmp".to_owned()]).await, Ok(()));
+        assert_eq!(checked_patterns(&[], &[]).await, Ok(()));
     }
 
     const TOPIC_KEYS: [i16; 4] = [

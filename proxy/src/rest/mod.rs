@@ -22,10 +22,12 @@ use serde_json::{Value, json};
 const MAX_BODY: usize = 1024 * 1024;
 
 /// Most `include` (and most `exclude`) patterns one `start` body may carry.
-const MAX_PATTERNS: usize = 256;
+#[cfg(test)]
+const MAX_PATTERNS: usize = kmp_config::MAX_REQUEST_PATTERNS;
 
 /// Longest `include` / `exclude` pattern accepted (bytes).
-const MAX_PATTERN_LEN: usize = 1024;
+#[cfg(test)]
+const MAX_PATTERN_LEN: usize = kmp_config::MAX_REQUEST_PATTERN_LEN;
 
 mod auth;
 mod forward;
@@ -225,33 +227,11 @@ fn create_body(body: &[u8]) -> Result<(String, Configs), String> {
 async fn topics_body(body: &[u8]) -> Result<TopicsBody, String> {
     let body: TopicsBody = serde_json::from_slice(body).map_err(|e| format!("body must be {{\"topics\": [..], …}}: {e}"))?;
     let (include, exclude) = (body.include.clone(), body.exclude.clone());
-    match tokio::task::spawn_blocking(move || check_patterns(&include, &exclude)).await {
+    match tokio::task::spawn_blocking(move || kmp_config::check_request_patterns(&include, &exclude)).await {
         Ok(checked) => checked?,
         Err(e) => return Err(format!("cannot check the patterns: {e}")),
     }
     Ok(body)
-}
-
-/// At most [`MAX_PATTERNS`] include and as many exclude patterns, each at most
-/// [`MAX_PATTERN_LEN`] bytes, and every one compiles (whole-name regexes, as the engine compiles
-/// them, within `kmp_config::TOPIC_PATTERN_SIZE_LIMIT`).
-fn check_patterns(include: &[String], exclude: &[String]) -> Result<(), String> {
-    for (what, patterns) in [("include", include), ("exclude", exclude)] {
-        if patterns.len() > MAX_PATTERNS {
-            return Err(format!("{} {what} patterns, more than the {MAX_PATTERNS} allowed", patterns.len()));
-        }
-        if let Some(p) = patterns.iter().find(|p| p.len() > MAX_PATTERN_LEN) {
-            return Err(format!("an {what} pattern of {} bytes, longer than the {MAX_PATTERN_LEN} allowed", p.len()));
-        }
-    }
-    for (what, patterns) in [("include", include), ("exclude", exclude)] {
-        for p in patterns {
-            if let Err(e) = kmp_config::topic_pattern(p) {
-                return Err(format!("invalid {what} pattern `{p}`: {e}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn code_json(code: i16, message: Option<String>) -> Value {

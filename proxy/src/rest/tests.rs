@@ -164,7 +164,7 @@ async fn an_invalid_pattern_in_start_is_a_400_naming_it() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {text}");
         assert!(text.contains("pattern"), "{text}");
     }
-    assert_eq!(check_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
+    assert_eq!(kmp_config::check_request_patterns(&["orders-.*".into()], &["tmp".into()]), Ok(()));
 }
 
 #[tokio::test]
