@@ -33,64 +33,67 @@ pub enum TopicRef<'a> {
 }
 
 /// Whether `batch` (a whole v2 batch) is a filler batch: an uncompressed, non-control batch
-/// whose records are all, byte for byte, the records [`crate::batch::filler_batch`] writes
-/// (key `__kmp_filler`, null value, header `kmp-filler: 1`, timestamp delta 0, offset deltas
-/// 0, 1, ...) and nothing else. A client's batch on a writable topic that was a mirror topic
-/// (which may hold real fillers) is masked only if it consists of exactly such records: one
-/// real record in it keeps the batch as it is. No allocation.
+/// whose records are all filler records as [`crate::batch::filler_batch`] writes them (key
+/// `__kmp_filler`, null value, header `kmp-filler: 1`, timestamp delta 0) and nothing else.
+/// Offset deltas only have to increase within the batch's range: on a compacted mirror topic
+/// the log cleaner keeps a filler batch with some of its records removed (they share one key).
+/// A client's batch on a writable topic that was a mirror topic (which may hold real fillers)
+/// is masked only if it consists of nothing but such records: one real record in it keeps the
+/// batch as it is. No allocation.
 pub fn is_filler_batch(batch: &[u8]) -> bool {
     let Ok(h) = parse_header(batch) else { return false };
     if h.compression() != 0 || h.is_control() || h.records_count <= 0 || batch.len() <= HEADER_SIZE {
         return false;
     }
     let mut at = HEADER_SIZE;
-    for delta in 0..i64::from(h.records_count) {
-        match filler_record_len(&batch[at..], delta) {
-            Some(n) => at += n,
-            None => return false,
+    let mut previous = -1i64;
+    for _ in 0..h.records_count {
+        match filler_record(batch, at) {
+            Some((end, delta)) if delta > previous && delta <= i64::from(h.last_offset_delta) => {
+                at = end;
+                previous = delta;
+            }
+            _ => return false,
         }
     }
     at == batch.len()
 }
 
-/// The length of the filler record with offset delta `delta` at the start of `rest`, if that
-/// is what starts there.
-fn filler_record_len(rest: &[u8], delta: i64) -> Option<usize> {
-    let mut body = [0u8; 64];
-    let mut n = 0;
-    let mut put = |bytes: &[u8]| {
-        body[n..n + bytes.len()].copy_from_slice(bytes);
-        n += bytes.len();
-    };
-    let mut v = [0u8; 10];
-    put(&[0]); // attributes
-    put(&[0]); // timestamp delta 0
-    put(zigzag(delta, &mut v));
-    put(zigzag(FILLER_KEY.len() as i64, &mut v));
-    put(FILLER_KEY);
-    put(zigzag(-1, &mut v)); // null value
-    put(zigzag(1, &mut v)); // one header
-    put(zigzag(FILLER_HEADER.len() as i64, &mut v));
-    put(FILLER_HEADER);
-    put(zigzag(1, &mut v));
-    put(b"1");
-    let mut len = [0u8; 10];
-    let prefix = zigzag(n as i64, &mut len);
-    let whole = prefix.len() + n;
-    (rest.len() >= whole && rest[..prefix.len()] == *prefix && rest[prefix.len()..whole] == body[..n]).then_some(whole)
+/// If a filler record starts at `at` in `buf`: where it ends and its offset delta.
+fn filler_record(buf: &[u8], at: usize) -> Option<(usize, i64)> {
+    let mut pos = at;
+    let len = usize::try_from(read_zigzag(buf, &mut pos)?).ok()?;
+    let end = pos.checked_add(len).filter(|&e| e <= buf.len())?;
+    let body = &buf[..end];
+    let byte = |pos: &mut usize, want: u8| -> Option<()> { (body.get(*pos) == Some(&want)).then(|| *pos += 1) };
+    let bytes = |pos: &mut usize, want: &[u8]| -> Option<()> { (body.get(*pos..*pos + want.len()) == Some(want)).then(|| *pos += want.len()) };
+    let int = |pos: &mut usize, want: i64| -> Option<()> { (read_zigzag(body, pos)? == want).then_some(()) };
+    byte(&mut pos, 0)?; // attributes
+    int(&mut pos, 0)?; // timestamp delta
+    let delta = read_zigzag(body, &mut pos)?;
+    int(&mut pos, FILLER_KEY.len() as i64)?;
+    bytes(&mut pos, FILLER_KEY)?;
+    int(&mut pos, -1)?; // null value
+    int(&mut pos, 1)?; // one header
+    int(&mut pos, FILLER_HEADER.len() as i64)?;
+    bytes(&mut pos, FILLER_HEADER)?;
+    int(&mut pos, 1)?;
+    bytes(&mut pos, b"1")?;
+    (pos == end).then_some((end, delta))
 }
 
-/// `v` as a zigzag varint (Kafka's record encoding), written into `out`.
-fn zigzag(v: i64, out: &mut [u8; 10]) -> &[u8] {
-    let mut z = ((v << 1) ^ (v >> 63)) as u64;
-    let mut i = 0;
-    while z >= 0x80 {
-        out[i] = (z as u8) | 0x80;
-        z >>= 7;
-        i += 1;
+/// A zigzag varint (Kafka's record encoding) at `pos` in `buf` (at most 10 bytes); moves `pos`.
+fn read_zigzag(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut v: u64 = 0;
+    for i in 0..10 {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Some(((v >> 1) as i64) ^ -((v & 1) as i64));
+        }
     }
-    out[i] = z as u8;
-    &out[..=i]
+    None
 }
 
 /// Whether a records blob (as in a Fetch response) holds at least one filler batch.
@@ -462,6 +465,28 @@ mod tests {
         let mut more = BytesMut::from(&filler[..]);
         more[57..61].copy_from_slice(&4i32.to_be_bytes());
         assert!(!is_filler_batch(&more), "a count beyond the records");
+    }
+
+    #[test]
+    fn a_filler_batch_the_log_cleaner_thinned_out_is_still_a_filler_batch() {
+        // Compaction keeps a batch's header (offset range) and drops records; every filler record
+        // has the same key, so mostly only the last one stays.
+        let filler = filler_at(100, 3);
+        let records = &filler[HEADER_SIZE..];
+        let first_len = 1 + records[0] as usize / 2; // a one-byte length prefix (zigzag)
+        let second_len = 1 + records[first_len] as usize / 2;
+        let mut kept = BytesMut::from(&filler[..HEADER_SIZE]);
+        kept.put_slice(&records[first_len + second_len..]); // only the record at delta 2
+        kept[57..61].copy_from_slice(&1i32.to_be_bytes());
+        assert!(is_filler_batch(&kept), "one filler record at offset delta 2 of 0..2");
+        let mut beyond = BytesMut::from(&filler[..]);
+        beyond[23..27].copy_from_slice(&1i32.to_be_bytes()); // last offset delta 1 < the record's 2
+        assert!(!is_filler_batch(&beyond), "an offset delta beyond the batch's range");
+        let mut repeated = BytesMut::from(&filler[..HEADER_SIZE]);
+        repeated.put_slice(&records[..first_len]);
+        repeated.put_slice(&records[..first_len]);
+        repeated[57..61].copy_from_slice(&2i32.to_be_bytes());
+        assert!(!is_filler_batch(&repeated), "offset deltas must increase");
     }
 
     #[test]

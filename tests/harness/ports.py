@@ -16,12 +16,13 @@ def _ephemeral_low() -> int:
         return 32768
 
 
-# Every port handed out in this process, never handed out again: a port is only free while its
-# owner is down, and owners go down on purpose (a proxy or broker restarted on the same ports).
-# Without this, two picks of one proxy (bootstrap and admin port, checked free one after the
-# other but not held) once came out equal, and the proxy failed to bind its admin listener
-# ("Address already in use") — about one run in four of the full suite, by the numbers.
-_issued: set[int] = set()
+# Ports are handed out in one ascending sweep from a random start (wrapping at the top), so no
+# port is handed out twice until the sweep has gone round: a port is only free while its owner is
+# down, and owners go down on purpose (a proxy or broker restarted on the same ports). Without
+# this, two picks of one proxy (bootstrap and admin port, each checked free but not held) once
+# came out equal and the proxy failed to bind its admin listener ("Address already in use").
+# Random picks that merely avoid earlier ones fragment the range until no block of 101 fits.
+_cursor: int | None = None
 
 
 def free_port() -> int:
@@ -37,20 +38,20 @@ def free_port_block(size: int) -> int:
     or proxy restarted on it would fail to bind (seen under load: a destination broker killed and restarted
     by a test exited with "Address already in use" on its controller port).
     """
-    high = _ephemeral_low() - size
-    assert high > 10000, f"the ephemeral range starts at {_ephemeral_low()}: no room for a block of {size} below it"
-    for _ in range(200):
-        base = random.randrange(10000, high)
-        block = range(base, base + size)
-        if any(p in _issued for p in block):
-            continue
+    global _cursor
+    low, high = 10000, _ephemeral_low() - size
+    assert high > low, f"the ephemeral range starts at {_ephemeral_low()}: no room for a block of {size} below it"
+    if _cursor is None:
+        _cursor = random.randrange(low, high)
+    for _ in range((high - low) // size + 1):
+        base = _cursor if _cursor <= high else low
+        _cursor = base + size
         socks = []
         try:
-            for p in block:
+            for p in range(base, base + size):
                 s = socket.socket()
                 s.bind(("127.0.0.1", p))
                 socks.append(s)
-            _issued.update(block)
             return base
         except OSError:
             pass

@@ -293,11 +293,27 @@ PLAIN_BATCHES = [
 ]
 
 
-def produce_plain_batches(bootstrap: str, topic: str) -> list[tuple]:
-    """Writes PLAIN_BATCHES through ``bootstrap``; (offset, key, value, headers) as produced."""
+def mirrored_with_fillers(source, destination, workdir, prefix: str, mirror: str):
+    """A new 2-partition source topic with transactions (markers and aborted data: fillers on the
+    destination), mirrored and caught up by a new proxy: (topic, proxy)."""
+    topic = unique(prefix)
+    create(source.bootstrap, topic, 2)
+    produce_transactions(source.bootstrap, topic)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name=mirror)).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
+    except BaseException:
+        proxy.stop()
+        raise
+    return topic, proxy
+
+
+def produce_plain_batches(bootstrap: str, topic: str, batches=None) -> list[tuple]:
+    """Writes ``batches`` (default PLAIN_BATCHES), one producer batch each, through ``bootstrap``;
+    (offset, key, value, headers) as produced."""
     p = Producer({"bootstrap.servers": bootstrap, "compression.type": "none", "linger.ms": 20, "enable.idempotence": False})
     delivered = []
-    for batch in PLAIN_BATCHES:
+    for batch in batches or PLAIN_BATCHES:
         for key, value, headers in batch:
             p.produce(topic, key=key, value=value, headers=list(headers) or None, partition=0,
                       on_delivery=lambda err, msg, rec=(key, value, headers): delivered.append((err, msg.offset(), *rec)))
@@ -361,12 +377,8 @@ def raw_fetch_v4(host: str, port: int, topic: str) -> bytes:
 
 def test_a_plain_topic_with_records_keyed_like_fillers_is_delivered_exactly_as_produced(clusters, workdir, kafka_classpath):
     source, destination = clusters
-    mirrored = unique("straddle-masked")
-    create(source.bootstrap, mirrored, 2)
-    produce_transactions(source.bootstrap, mirrored)  # markers and aborted data: fillers on the destination
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [mirrored], name="straddle-m")).start()
+    mirrored, proxy = mirrored_with_fillers(source, destination, workdir, "straddle-masked", "straddle-m")
     try:
-        wait_caught_up(source.bootstrap, destination.bootstrap, {mirrored: 2})
         # Control: this proxy does mask the mirror topic's fillers.
         masked_before = proxy.metric("kmp_masked_fetch_responses_total")
         dst = read_from(destination.bootstrap, mirrored, {0: 0, 1: 0}, "read_uncommitted")
@@ -415,12 +427,8 @@ def test_client_batches_that_start_like_fillers_on_a_failed_over_mirror_topic_ar
     (its real records vanished for consumers of the proxy): only batches made of nothing but
     filler records are masked now."""
     source, destination = clusters
-    topic = unique("straddle-former")
-    create(source.bootstrap, topic, 2)
-    produce_transactions(source.bootstrap, topic)  # markers and aborted data: fillers on the destination
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="former-m")).start()
+    topic, proxy = mirrored_with_fillers(source, destination, workdir, "straddle-former", "former-m")
     try:
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
         status, r = call(proxy, "POST", "/v1/mirrors/former-m/stop", {"topics": [topic]})
         assert status == 200 and r["results"][0]["error_code"] == 0, f"stopping the mirror topic: {status} {r}"
         wait_until("the topic is stopped", lambda: states(proxy, "former-m", topic) == ["stopped"] * 2, 30)
@@ -428,15 +436,7 @@ def test_client_batches_that_start_like_fillers_on_a_failed_over_mirror_topic_ar
         assert any(r[0] == FILLER_KEY for r in history.values()), "the stopped topic holds fillers"
         start = max(history) + 1 if history else 0
 
-        p = Producer({"bootstrap.servers": proxy.bootstrap, "compression.type": "none", "linger.ms": 20, "enable.idempotence": False})
-        delivered = []
-        for batch in MIXED_BATCHES:
-            for key, value, headers in batch:
-                p.produce(topic, key=key, value=value, headers=list(headers) or None, partition=0,
-                          on_delivery=lambda err, msg, rec=(key, value, headers): delivered.append((err, msg.offset(), *rec)))
-            assert p.flush(30) == 0
-        assert all(e is None for e, *_ in delivered), f"the stopped topic takes writes through the proxy: {delivered}"
-        want = sorted(tuple(r[1:]) for r in delivered)
+        want = produce_plain_batches(proxy.bootstrap, topic, MIXED_BATCHES)
         assert want[0][0] >= start, f"the client's records follow the mirrored history: {want[0][0]} < {start}"
 
         via = read_from(proxy.bootstrap, topic, {0: want[0][0]}, "read_committed")[0]
