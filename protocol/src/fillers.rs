@@ -34,9 +34,10 @@ pub enum TopicRef<'a> {
 
 /// Whether `batch` (a whole v2 batch) is a filler batch: an uncompressed, non-control batch
 /// whose records are all filler records as [`crate::batch::filler_batch`] writes them (key
-/// `__kmp_filler`, null value, header `kmp-filler: 1`, timestamp delta 0) and nothing else.
-/// Offset deltas only have to increase within the batch's range: on a compacted mirror topic
-/// the log cleaner keeps a filler batch with some of its records removed (they share one key).
+/// `__kmp_filler`, null value, header `kmp-filler: 1`) and nothing else. On a compacted mirror
+/// topic the log cleaner keeps a filler batch with some of its records removed (they share one
+/// key) and, once it sets the delete horizon, re-bases the timestamp deltas: offset deltas
+/// only have to increase within the batch's range, timestamp deltas may be anything.
 /// A client's batch on a writable topic that was a mirror topic (which may hold real fillers)
 /// is masked only if it consists of nothing but such records: one real record in it keeps the
 /// batch as it is. No allocation.
@@ -69,7 +70,9 @@ fn filler_record(buf: &[u8], at: usize) -> Option<(usize, i64)> {
     let bytes = |pos: &mut usize, want: &[u8]| -> Option<()> { (body.get(*pos..*pos + want.len()) == Some(want)).then(|| *pos += want.len()) };
     let int = |pos: &mut usize, want: i64| -> Option<()> { (read_zigzag(body, pos)? == want).then_some(()) };
     byte(&mut pos, 0)?; // attributes
-    int(&mut pos, 0)?; // timestamp delta
+    // The timestamp delta is the engine's 0 until the log cleaner sets the batch's delete
+    // horizon: its first timestamp then holds the horizon and the deltas are re-based on it.
+    read_zigzag(body, &mut pos)?;
     let delta = read_zigzag(body, &mut pos)?;
     int(&mut pos, FILLER_KEY.len() as i64)?;
     bytes(&mut pos, FILLER_KEY)?;
@@ -487,6 +490,26 @@ mod tests {
         repeated.put_slice(&records[..first_len]);
         repeated[57..61].copy_from_slice(&2i32.to_be_bytes());
         assert!(!is_filler_batch(&repeated), "offset deltas must increase");
+    }
+
+    #[test]
+    fn a_cleaned_filler_batch_with_a_delete_horizon_is_recognised() {
+        // Bytes as Kafka 4.1.2's log cleaner left a one-record filler batch over offsets 10-28 of
+        // a compacted mirror topic (attributes 0x40: delete horizon set; timestamp delta 0x9989).
+        let cleaned = hex(concat!(
+            "000000000000000a00000053000000000247031ad7004000000012000001a245194aca000001a24519287d",
+            "000000000000000000000000000a00000001420099890124185f5f6b6d705f66696c6c65720102146b6d70",
+            "2d66696c6c65720231"
+        ));
+        assert!(is_filler_batch(&cleaned), "the cleaned filler batch");
+        let mut keyed = cleaned.clone();
+        let at = keyed.len() - 1;
+        keyed[at] = b'2';
+        assert!(!is_filler_batch(&keyed), "a record with another header value is not a filler");
+    }
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
     }
 
     #[test]
