@@ -256,6 +256,30 @@ impl ClusterClient {
         })
     }
 
+    /// Which of `topics` exist on the cluster, from one Metadata request naming just them.
+    pub async fn existing_topics(&self, topics: &[&str]) -> Result<std::collections::HashSet<String>, MirrorError> {
+        let conn = self.link_any().await?;
+        let mut req = MetadataRequest::default();
+        req.topics = Some(
+            topics
+                .iter()
+                .map(|t| {
+                    let mut r = MetadataRequestTopic::default();
+                    r.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
+                    r
+                })
+                .collect(),
+        );
+        req.allow_auto_topic_creation = false;
+        let resp = self.call(&conn, &req, 12).await?;
+        Ok(resp
+            .topics
+            .iter()
+            .filter(|t| t.error_code == 0)
+            .filter_map(|t| Some(t.name.as_ref()?.0.as_str().to_owned()))
+            .collect())
+    }
+
     /// Names of every topic on the cluster.
     pub async fn topic_names(&self) -> Result<Vec<String>, MirrorError> {
         Ok(self.topic_ids().await?.into_keys().collect())

@@ -239,13 +239,13 @@ impl Control {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")), results);
         };
         let source = self.source_client(&def);
-        // Several topics are looked up on the source with one Metadata request for all of its
-        // topics, not one request per named topic (a request naming many topics, or one topic
-        // many times, cost as many source round trips). A topic named again gets its first
-        // answer again.
-        let distinct: HashSet<&str> = topics.iter().map(String::as_str).collect();
+        // Several topics are looked up on the source with one Metadata request naming them all,
+        // not one request per named topic (a request naming many topics, or one topic many
+        // times, cost as many source round trips). A topic named again gets its first answer
+        // again.
+        let distinct: Vec<&str> = topics.iter().map(String::as_str).collect::<HashSet<_>>().into_iter().collect();
         let on_source: Option<Result<HashSet<String>, String>> = if distinct.len() > 1 {
-            Some(source.topic_ids().await.map(|ids| ids.into_keys().collect()).map_err(|e| e.to_string()))
+            Some(source.existing_topics(&distinct).await.map_err(|e| e.to_string()))
         } else {
             None
         };
