@@ -12,7 +12,7 @@ use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kmp_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kmp_protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
-use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, TopicName};
+use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
@@ -229,14 +229,26 @@ impl ClusterClient {
         Ok(self.layouts.get(topic.to_owned(), fresh, read).await?.1)
     }
 
-    async fn read_layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
+    /// One Metadata request (v12, no auto-creation) for `topics`, or for every topic (`None`).
+    async fn metadata(&self, topics: Option<&[&str]>) -> Result<MetadataResponse, MirrorError> {
         let conn = self.link_any().await?;
-        let mut t = MetadataRequestTopic::default();
-        t.name = Some(TopicName(StrBytes::from_string(topic.to_owned())));
         let mut req = MetadataRequest::default();
-        req.topics = Some(vec![t]);
+        req.topics = topics.map(|names| {
+            names
+                .iter()
+                .map(|t| {
+                    let mut r = MetadataRequestTopic::default();
+                    r.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
+                    r
+                })
+                .collect()
+        });
         req.allow_auto_topic_creation = false;
-        let resp = self.call(&conn, &req, 12).await?;
+        self.call(&conn, &req, 12).await
+    }
+
+    async fn read_layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {
+        let resp = self.metadata(Some(&[topic])).await?;
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
             return Ok(TopicLayout {
@@ -258,26 +270,7 @@ impl ClusterClient {
 
     /// Which of `topics` exist on the cluster, from one Metadata request naming just them.
     pub async fn existing_topics(&self, topics: &[&str]) -> Result<std::collections::HashSet<String>, MirrorError> {
-        let conn = self.link_any().await?;
-        let mut req = MetadataRequest::default();
-        req.topics = Some(
-            topics
-                .iter()
-                .map(|t| {
-                    let mut r = MetadataRequestTopic::default();
-                    r.name = Some(TopicName(StrBytes::from_string((*t).to_owned())));
-                    r
-                })
-                .collect(),
-        );
-        req.allow_auto_topic_creation = false;
-        let resp = self.call(&conn, &req, 12).await?;
-        Ok(resp
-            .topics
-            .iter()
-            .filter(|t| t.error_code == 0)
-            .filter_map(|t| Some(t.name.as_ref()?.0.as_str().to_owned()))
-            .collect())
+        Ok(ids_in(&self.metadata(Some(topics)).await?).into_keys().collect())
     }
 
     /// Names of every topic on the cluster.
@@ -287,17 +280,7 @@ impl ClusterClient {
 
     /// Every topic on the cluster with its topic id, from one Metadata request.
     pub async fn topic_ids(&self) -> Result<HashMap<String, [u8; 16]>, MirrorError> {
-        let conn = self.link_any().await?;
-        let mut req = MetadataRequest::default();
-        req.topics = None; // all topics
-        req.allow_auto_topic_creation = false;
-        let resp = self.call(&conn, &req, 12).await?;
-        Ok(resp
-            .topics
-            .iter()
-            .filter(|t| t.error_code == 0)
-            .filter_map(|t| Some((t.name.as_ref()?.0.as_str().to_owned(), *t.topic_id.as_bytes())))
-            .collect())
+        Ok(ids_in(&self.metadata(None).await?))
     }
 
     /// The shared connection to broker `addr` for `lane` (opened if there is none).
@@ -385,6 +368,15 @@ fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError
     } else {
         MirrorError::Destination(e)
     }
+}
+
+/// The topics a Metadata answer names without an error, with their ids.
+fn ids_in(resp: &MetadataResponse) -> HashMap<String, [u8; 16]> {
+    resp.topics
+        .iter()
+        .filter(|t| t.error_code == 0)
+        .filter_map(|t| Some((t.name.as_ref()?.0.as_str().to_owned(), *t.topic_id.as_bytes())))
+        .collect()
 }
 
 /// `(log start, high watermark)` of a partition, read on a connection to its leader.
