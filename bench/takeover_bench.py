@@ -2,7 +2,8 @@
 
     flock /tmp/kmp-kafka.lock python3 bench/takeover_bench.py [--kills 20] [--graceful 3] [--session-timeout-ms 6000]
         [--heartbeat-interval-ms 500] [--partitions 4] [--throughput-partitions 8]
-        [--throughput-records 200000] [--record-bytes 500] [--seed N] [--binary PATH]
+        [--throughput-records 200000] [--record-bytes 500] [--instance-counts 1,2,3] [--modes standby,shared]
+        [--seed N] [--binary PATH]
 
 Starts its own clusters (tests/harness, ports picked free): a 1-broker source and a 3-broker
 destination, as the integration suite does; the destination accepts group sessions down to 1 s
@@ -26,8 +27,9 @@ destination, as the integration suite does; the destination accepts group sessio
 2. Throughput: the same data set (``--throughput-records`` records of ``--record-bytes`` random
    bytes over ``--throughput-partitions`` partitions, lz4) in one source topic per run, mirrored
    by 1, 2 and 3 role-auto instances (fresh state topic each): time from the start call to the
-   destination's high watermarks equal to the source's. With active/standby only the active copies,
-   so the rows should match: this is the baseline a scale-out design would be measured against.
+   destination's high watermarks equal to the source's. ``--modes``: `standby` (only the active
+   copies, so the rows should match) and `shared` (``engine.share_work = true``: every instance
+   copies its share of the partitions); the last column is the ratio to the 1-instance run.
 
 Prints the figures and a markdown table (docs/high-availability.md has the recorded runs).
 """
@@ -119,6 +121,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--instance-counts", default="1,2,3", help="instance counts of the throughput runs, in this order")
+    ap.add_argument("--modes", default="standby,shared",
+                    help="throughput runs per instance count, in this order: `standby` (only the active copies) and/or "
+                         "`shared` (engine.share_work = true: every instance copies its share)")
     ap.add_argument("--binary", default=os.environ.get("KMP_PROXY_BIN", str(REPO / "target" / "debug" / "kafka-mirror-proxy")))
     args = ap.parse_args()
     os.environ["KMP_PROXY_BIN"] = str(Path(args.binary).resolve())  # read by kmp_common at import
@@ -152,7 +157,9 @@ def main() -> int:
         if not args.skip_throughput:
             data_rng = random.Random(seed)
             values = [data_rng.randbytes(args.record_bytes) for _ in range(1000)]
-            for n in (int(c) for c in args.instance_counts.split(",")):
+            runs = [(int(c), mode) for c in args.instance_counts.split(",") for mode in args.modes.split(",")
+                    if not (int(c) == 1 and mode == "shared" and "standby" in args.modes.split(","))]
+            for n, mode in runs:
                 ttopic = unique(f"ha-tput-{n}")
                 create(source.bootstrap, ttopic, args.throughput_partitions)
                 p = Producer({"bootstrap.servers": source.bootstrap, "linger.ms": 20, "batch.size": 1 << 20, "compression.type": "lz4"})
@@ -164,7 +171,7 @@ def main() -> int:
                         except BufferError:
                             p.poll(0.1)
                 assert p.flush(120) == 0, "the data set reached the source"
-                with auto_instances(destination, work, n=n, **timing) as instances:
+                with auto_instances(destination, work, n=n, share_work=mode == "shared", **timing) as instances:
                     active, _ = wait_one_active(instances, f"one active of {n}", bound)
                     tmirror = unique("hat")
                     started = time.time()
@@ -181,9 +188,9 @@ def main() -> int:
                         time.sleep(0.1)
                     secs = time.time() - started
                     mb = args.throughput_records * args.record_bytes / 1e6
-                    copying = sum(1 for i in instances if (v := i.engine()) is not None and v[3] == 1)
-                    rows.append((n, copying, secs, mb / secs, args.throughput_records / secs))
-                    print(f"{n} instance(s), {copying} active: {args.throughput_records} records ({mb:.0f} MB of values) in {secs:.1f}s = "
+                    copying = n if mode == "shared" else sum(1 for i in instances if (v := i.engine()) is not None and v[3] == 1)
+                    rows.append((n, mode, copying, secs, mb / secs, args.throughput_records / secs))
+                    print(f"{n} instance(s), {mode}, {copying} copying: {args.throughput_records} records ({mb:.0f} MB of values) in {secs:.1f}s = "
                           f"{mb / secs:.1f} MB/s, {args.throughput_records / secs:,.0f} records/s", flush=True)
 
     print(f"\nseed {seed}, session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms")
@@ -195,9 +202,11 @@ def main() -> int:
             print(f"| {label} | {len(t)} | {statistics.median(t):.2f} / {percentile(t, 0.9):.2f} / {max(t):.2f} | "
                   f"{statistics.median(st):.2f} / {percentile(st, 0.9):.2f} / {max(st):.2f} |")
     if rows:
-        print("\n| instances | active (copying) | catch-up s | MB/s of values | records/s |\n|---|---|---|---|---|")
-        for n, copying, secs, mbs, rps in rows:
-            print(f"| {n} | {copying} | {secs:.1f} | {mbs:.1f} | {rps:,.0f} |")
+        base = next((r[4] for r in rows if r[0] == 1), None)
+        print("\n| instances | mode | copying | catch-up s | MB/s of values | records/s | vs 1 instance |\n|---|---|---|---|---|---|---|")
+        for n, mode, copying, secs, mbs, rps in rows:
+            ratio = f"{mbs / base:.2f}" if base else "-"
+            print(f"| {n} | {mode} | {copying} | {secs:.1f} | {mbs:.1f} | {rps:,.0f} | {ratio} |")
     return 0
 
 

@@ -70,6 +70,7 @@ pub const ENV_VARS: &[(&str, &str)] = &[
     ("KMP_ENGINE_ROLE", "engine.role (`engine`, `follower` or `auto`)"),
     ("KMP_INSTANCE_ID", "engine.instance_id"),
     ("KMP_ENGINE_SESSION_TIMEOUT_MS", "engine.session_timeout_ms"),
+    ("KMP_ENGINE_SHARE_WORK", "engine.share_work (`true` or `false`)"),
 ];
 
 /// Loads file (optional) + env + flags and validates the result.
@@ -155,6 +156,16 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
             Err(_) => errors.push(ConfigError {
                 key: "KMP_ENGINE_SESSION_TIMEOUT_MS".into(),
                 message: format!("`{ms}` is not a number of milliseconds"),
+            }),
+        }
+    }
+    if let Some(v) = env.var("KMP_ENGINE_SHARE_WORK") {
+        match v.trim() {
+            "true" => config.engine.share_work = true,
+            "false" => config.engine.share_work = false,
+            _ => errors.push(ConfigError {
+                key: "KMP_ENGINE_SHARE_WORK".into(),
+                message: format!("`{v}` is not `true` or `false`"),
             }),
         }
     }
@@ -390,6 +401,23 @@ mod role {
         for p in [plain, follower, off] {
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    #[test]
+    fn shared_work_comes_from_the_file_or_kmp_engine_share_work_and_needs_the_auto_role() {
+        let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n[engine]\nrole = \"auto\"\n";
+        let path = std::env::temp_dir().join(format!("kmp-share-{}.toml", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        let loaded = crate::load(Some(&path), &env(&[]), &Overrides::default()).unwrap();
+        assert!(!loaded.engine.share_work, "off by default");
+        let loaded = crate::load(Some(&path), &env(&[("KMP_ENGINE_SHARE_WORK", "true")]), &Overrides::default()).unwrap();
+        assert!(loaded.engine.share_work, "the environment turns it on");
+        let err = crate::load(Some(&path), &env(&[("KMP_ENGINE_SHARE_WORK", "yes")]), &Overrides::default()).expect_err("not a boolean");
+        assert!(err.to_string().contains("KMP_ENGINE_SHARE_WORK"), "{err}");
+        let lone = crate::parse_toml("[upstream]\nbootstrap_servers = [\"d:1\"]\n[engine]\nshare_work = true\n").unwrap();
+        let crate::ConfigErrors(errs) = lone.validate().expect_err("share_work without role auto");
+        assert_eq!(errs.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), vec!["engine.share_work"]);
+        let _ = std::fs::remove_file(path);
     }
 }
 

@@ -113,6 +113,15 @@ pub struct EngineConfig {
     /// `role = "auto"`: milliseconds between heartbeats to the group coordinator. Must be below a
     /// third of `session_timeout_ms`. Default 1000.
     pub heartbeat_interval_ms: u64,
+    /// `role = "auto"`: whether the instances share the copying (`KMP_ENGINE_SHARE_WORK`).
+    /// `false` (default): the active instance copies every mirror partition, the others only
+    /// enforce. `true`: every instance copies the partitions the group's current generation
+    /// assigns it (a topic's partitions spread round-robin over the instances), the active one
+    /// still does everything else (topic creation, management, offset and config sync); a pause,
+    /// resume, stop or new topic starts a new generation (a pause of about a second in copying),
+    /// and a stop makes a topic writable only once every instance has stopped copying it. Every
+    /// instance of a group must use the same value. See docs/high-availability.md.
+    pub share_work: bool,
     /// Compacted topic on the destination holding mirror definitions, topic ownership and
     /// per-partition state. Created on first start (compacted, one partition, the
     /// destination's default replication factor). Default `__kmp_mirror_state`.
@@ -155,6 +164,7 @@ impl Default for EngineConfig {
             instance_id: String::new(),
             session_timeout_ms: 6_000,
             heartbeat_interval_ms: 1_000,
+            share_work: false,
         }
     }
 }

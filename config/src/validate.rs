@@ -119,6 +119,9 @@ impl Config {
                 format!("must be at least 1 and at most a third of session_timeout_ms ({})", e.session_timeout_ms),
             );
         }
+        if e.share_work && e.role != crate::EngineRole::Auto {
+            err("engine.share_work", "only instances with engine.role = \"auto\" share the copying".to_owned());
+        }
         if e.group_id.len() > 249 {
             err("engine.group_id", "longer than 249 characters".to_owned());
         }

@@ -13,10 +13,12 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::election::{self, ElectionSettings, Role};
+use crate::election::{self, ElectionSettings, Role, Sharing};
 use crate::lease::Lease;
 use crate::registry::MirrorTopics;
-use crate::{ClusterClient, Engine, EngineLinks, Forwarding, follow_with, start_term};
+use crate::share::{Barrier, Share};
+use crate::worker::Worker;
+use crate::{ClusterClient, Engine, EngineLinks, Forwarding, Part, follow_with, start_term};
 
 /// Longest wait for an ended term to write its final state before the follower takes over.
 const TERM_END_WAIT: Duration = Duration::from_secs(10);
@@ -39,6 +41,12 @@ pub struct ElectionView {
     /// Why the last attempt to take part in the election failed, until a decision is made again
     /// (e.g. a destination that refuses the group: authorization, a foreign group of that id).
     pub problem: Option<String>,
+    /// This instance's place among the current generation's members and how many there are
+    /// (`None` between generations). With `engine.share_work` it copies the partitions of
+    /// that place (see [`crate::owner_index`]).
+    pub share: Option<(usize, usize)>,
+    /// Whether the instances share the copying (`engine.share_work`).
+    pub share_work: bool,
 }
 
 /// The engine the proxy reads from: fixed for the `engine` and `follower` roles, switched by
@@ -52,6 +60,8 @@ pub struct EngineSlot {
     done: Option<watch::Receiver<()>>,
     /// Management requests handed between instances, and where (`auto` only).
     forwarding: Option<(Forwarding, ClusterClient, String)>,
+    /// The copy of this instance's share (`auto` with `engine.share_work`).
+    worker: Arc<RwLock<Option<Engine>>>,
 }
 
 impl EngineSlot {
@@ -63,6 +73,7 @@ impl EngineSlot {
             election_problem: None,
             done: None,
             forwarding: None,
+            worker: Arc::default(),
         }
     }
 
@@ -96,6 +107,20 @@ impl EngineSlot {
     /// The engine (or follower) running now.
     pub fn get(&self) -> Engine {
         self.read().clone()
+    }
+
+    /// What `/metrics` reports: the running engine, with the partition progress and memory of
+    /// this instance's share where the copying is shared.
+    pub fn copying(&self) -> Engine {
+        let main = self.get();
+        match self.worker.read().unwrap_or_else(std::sync::PoisonError::into_inner).as_ref() {
+            Some(w) => Engine {
+                status: w.status.clone(),
+                budget: w.budget.clone(),
+                ..main
+            },
+            None => main,
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Engine> {
@@ -154,6 +179,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         instance_id: instance_id(engine),
         session_timeout: Duration::from_millis(engine.session_timeout_ms),
         heartbeat_interval: Duration::from_millis(engine.heartbeat_interval_ms),
+        share_work: engine.share_work,
     };
     let topics = MirrorTopics::default();
     let (follower_stop, stopped_follower) = watch::channel(false);
@@ -169,6 +195,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         instance_id: settings.instance_id.clone(),
         group_id: settings.group_id.clone(),
         generation: -1,
+        share_work: engine.share_work,
         ..ElectionView::default()
     });
     let (done_tx, done) = watch::channel(());
@@ -185,8 +212,17 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         active_instance: String::new(),
     });
     let (leave, left) = watch::channel(false);
+    let (share_tx, share) = watch::channel(None);
+    let sharing = Sharing {
+        tx: share_tx,
+        rejoin: Arc::default(),
+    };
+    let barrier = Barrier {
+        share: share.clone(),
+        rejoin: sharing.rejoin.clone(),
+    };
     let span = info_span!("engine-election", instance = %settings.instance_id);
-    let election = tokio::spawn(election::run(destination.clone(), settings, role_tx, problem_tx, left).instrument(span.clone()));
+    let election = tokio::spawn(election::run(destination.clone(), settings, role_tx, problem_tx, sharing, left).instrument(span.clone()));
     let supervisor = Supervisor {
         config: engine.clone(),
         mirrors,
@@ -197,11 +233,14 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         forwarding,
         view: view_tx,
         follower_stop: Some(follower_stop),
+        follower: Some(slot.get()),
         term: None,
+        barrier,
+        worker: None,
     };
     tokio::spawn(
         async move {
-            supervisor.run(role, stop).await;
+            supervisor.run(role, share, stop).await;
             let _ = leave.send(true);
             let _ = election.await;
             drop(done_tx);
@@ -241,14 +280,27 @@ struct Supervisor {
     forwarding: Forwarding,
     view: watch::Sender<ElectionView>,
     follower_stop: Option<watch::Sender<bool>>,
+    /// The follower while it runs (with shared work it runs beside the active term too: its
+    /// board is what describe shows of the members' partitions).
+    follower: Option<Engine>,
     term: Option<Term>,
+    /// What a state change waits behind with shared work.
+    barrier: Barrier,
+    /// The copy of this instance's share (`engine.share_work`).
+    worker: Option<Worker>,
 }
 
 impl Supervisor {
-    async fn run(mut self, mut role: watch::Receiver<Role>, mut stop: watch::Receiver<bool>) {
+    async fn run(mut self, mut role: watch::Receiver<Role>, mut share: watch::Receiver<Option<Share>>, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
                 changed = role.changed() => if changed.is_err() { break },
+                changed = share.changed() => {
+                    if changed.is_err() { break }
+                    let current = share.borrow_and_update().clone();
+                    self.follow_share(current).await;
+                    continue;
+                }
                 _ = stop.changed() => break,
             }
             let decided = role.borrow_and_update().clone();
@@ -279,26 +331,57 @@ impl Supervisor {
                 }
             }
         }
+        self.follow_share(None).await;
         self.end_term().await;
         if let Some(f) = self.follower_stop.take() {
             let _ = f.send(true);
         }
     }
 
-    fn begin_term(&mut self, lease: Lease, generation: i32) {
-        if let Some(f) = self.follower_stop.take() {
-            let _ = f.send(true);
+    /// Copies the partitions of `share` (with `engine.share_work`): the worker of an earlier
+    /// generation ends first.
+    async fn follow_share(&mut self, share: Option<Share>) {
+        self.view.send_modify(|v| v.share = share.as_ref().map(|s| (s.index, s.count)));
+        if !self.config.share_work {
+            return;
         }
+        if let Some(w) = self.worker.take_if(|w| share.as_ref().is_none_or(|s| s.generation != w.generation())) {
+            *self.slot.worker.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            w.end().await;
+        }
+        let Some(share) = share else { return };
+        if self.worker.is_none()
+            && let Some(w) = Worker::start(&self.config, self.mirrors.clone(), self.sources.clone(), &share)
+        {
+            *self.slot.worker.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(w.engine.clone());
+            self.worker = Some(w);
+        }
+    }
+
+    fn begin_term(&mut self, lease: Lease, generation: i32) {
+        // With shared work the follower stays: describe shows the members' partitions from it.
+        let part = if self.config.share_work {
+            Part::Manage(lease.clone(), self.barrier.clone())
+        } else {
+            if let Some(f) = self.follower_stop.take() {
+                let _ = f.send(true);
+            }
+            self.follower = None;
+            Part::Whole(lease.clone())
+        };
         let (stop, stopped) = watch::channel(false);
         let engine = start_term(
             &self.config,
             self.mirrors.clone(),
             self.sources.clone(),
             self.topics.clone(),
-            lease.clone(),
+            part,
             Some(self.forwarding.clone()),
             stopped,
         );
+        if let Some(f) = &self.follower {
+            engine.control.set_views(f.control.status_board().clone());
+        }
         self.slot.set(engine.clone());
         self.view.send_modify(|v| {
             v.active = true;
@@ -323,10 +406,16 @@ impl Supervisor {
     }
 
     fn follow(&mut self) {
+        if let Some(f) = &self.follower {
+            // Still running beside the ended term (shared work).
+            self.slot.set(f.clone());
+            return;
+        }
         let (stop, stopped) = watch::channel(false);
         let forwarding = Some(self.forwarding.clone());
-        self.slot
-            .set(follow_with(&self.config, self.destination.clone(), self.topics.clone(), forwarding, stopped));
+        let follower = follow_with(&self.config, self.destination.clone(), self.topics.clone(), forwarding, stopped);
+        self.slot.set(follower.clone());
+        self.follower = Some(follower);
         self.follower_stop = Some(stop);
     }
 }

@@ -26,6 +26,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 use crate::lease::Lease;
+use crate::share::Share;
 
 /// The group's protocol type: only instances of this proxy meet in it.
 pub const PROTOCOL_TYPE: &str = "kmp-mirror-engine";
@@ -50,6 +51,9 @@ pub struct ElectionSettings {
     pub instance_id: String,
     pub session_timeout: Duration,
     pub heartbeat_interval: Duration,
+    /// `engine.share_work`: a member waits for its share's partitions to stop before it
+    /// rejoins (see `share`).
+    pub share_work: bool,
 }
 
 impl ElectionSettings {
@@ -76,6 +80,10 @@ struct MemberMetadata {
     instance: String,
     /// Whether it is the active engine right now (the leader keeps it so).
     active: bool,
+    /// How often this member asked for a new generation: a JoinGroup of a member that is not
+    /// the group leader starts a rebalance only when its metadata changed.
+    #[serde(default)]
+    round: u64,
 }
 
 /// What the leader hands every member.
@@ -83,6 +91,10 @@ struct MemberMetadata {
 struct Assignment {
     active_member: String,
     active_instance: String,
+    /// The generation's members (ids), sorted: a member's place in it is its share's index.
+    /// Absent from leaders of earlier versions: then nobody has a share.
+    #[serde(default)]
+    members: Vec<String>,
 }
 
 /// Takes part in the election until `leave` turns true, then leaves the group (so a peer takes
@@ -93,6 +105,7 @@ pub(crate) async fn run(
     settings: ElectionSettings,
     role: watch::Sender<Role>,
     problem: watch::Sender<Option<String>>,
+    sharing: Sharing,
     mut leave: watch::Receiver<bool>,
 ) {
     let mut member = Member {
@@ -104,6 +117,9 @@ pub(crate) async fn run(
         role,
         problem,
         decided: false,
+        sharing,
+        round: 0,
+        join_sent: Instant::now(),
     };
     let mut backoff = Duration::from_millis(100);
     loop {
@@ -111,8 +127,10 @@ pub(crate) async fn run(
             r = member.session() => r,
             _ = leave.changed() => break,
         };
-        // Whatever ended the session, an active term whose lease is over ends now.
+        // Whatever ended the session, an active term whose lease is over ends now, and this
+        // generation's share is given up.
         member.demote_if_lapsed();
+        member.give_up_share().await;
         let Err(e) = session;
         // A session that reached a decision was healthy: its loss is retried promptly.
         if std::mem::take(&mut member.decided) {
@@ -132,7 +150,27 @@ pub(crate) async fn run(
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
     member.demote("leaving the group");
+    member.give_up_share().await;
     member.leave().await;
+}
+
+/// This member's part of the shared mirror work (see `share`).
+pub(crate) struct Sharing {
+    /// The share of the current generation (`None` between generations).
+    pub(crate) tx: watch::Sender<Option<Share>>,
+    /// Notified to make this member rejoin (a state change the members must load).
+    pub(crate) rejoin: std::sync::Arc<tokio::sync::Notify>,
+}
+
+impl Sharing {
+    /// A member whose shares nobody reads.
+    #[cfg(test)]
+    pub(crate) fn unread() -> Self {
+        Self {
+            tx: watch::channel(None).0,
+            rejoin: std::sync::Arc::default(),
+        }
+    }
 }
 
 struct Member {
@@ -146,6 +184,11 @@ struct Member {
     problem: watch::Sender<Option<String>>,
     /// A decision was applied since the last session ended.
     decided: bool,
+    sharing: Sharing,
+    /// Times this member asked for a new generation (see `MemberMetadata::round`).
+    round: u64,
+    /// When the JoinGroup that led to the current generation was sent.
+    join_sent: Instant,
 }
 
 impl Member {
@@ -156,9 +199,13 @@ impl Member {
         let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
         let mut beats = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
         loop {
+            // Eager: the share of the generation that is ending stops before this member
+            // rejoins, so the next generation's SyncGroup is a barrier (see `share`).
+            self.give_up_share().await;
             let outcome = {
                 let active = self.lease.is_some();
-                let join = join_group(&self.destination, &self.settings, &self.member_id, active, &mut conn);
+                self.join_sent = Instant::now();
+                let join = join_group(&self.destination, &self.settings, &self.member_id, (active, self.round), &mut conn);
                 tokio::pin!(join);
                 // Keep the session (and an active lease) alive while the rebalance waits for
                 // the other members.
@@ -188,9 +235,17 @@ impl Member {
                 None => continue,
             };
             self.apply(&assignment, sync_sent);
-            // Heartbeats until the group needs a rebalance.
+            // Heartbeats until the group needs a rebalance (or this member asks for one).
             loop {
-                tokio::time::sleep(self.settings.heartbeat_interval).await;
+                let rejoin = self.sharing.rejoin.clone();
+                tokio::select! {
+                    _ = tokio::time::sleep(self.settings.heartbeat_interval) => {}
+                    _ = rejoin.notified() => {
+                        debug!(generation = self.generation, "rejoining: the members must load a state change");
+                        self.round += 1;
+                        break;
+                    }
+                }
                 self.demote_if_lapsed();
                 let sent = Instant::now();
                 let beat = heartbeat(&mut beats, &self.settings, &self.member_id, self.generation);
@@ -199,6 +254,9 @@ impl Member {
                     0 => {
                         if let Some(lease) = &self.lease {
                             lease.extend_from(sent, self.settings.lease_for());
+                        }
+                        if let Some(share) = self.sharing.tx.borrow().as_ref() {
+                            share.lease.extend_from(sent, self.settings.lease_for());
                         }
                     }
                     REBALANCE_IN_PROGRESS => {
@@ -326,6 +384,19 @@ impl Member {
     fn apply(&mut self, a: &Assignment, sync_sent: Instant) {
         self.problem.send_replace(None);
         self.decided = true;
+        if let Some(index) = a.members.iter().position(|m| *m == self.member_id) {
+            let lease = Lease::expired();
+            lease.extend_from(sync_sent, self.settings.lease_for());
+            self.sharing.tx.send_replace(Some(Share {
+                generation: self.generation,
+                index,
+                count: a.members.len(),
+                synced_at: sync_sent,
+                join_sent: self.join_sent,
+                lease,
+                release: std::sync::Arc::default(),
+            }));
+        }
         if a.active_member == self.member_id {
             let lease = self.lease.get_or_insert_with(|| {
                 info!(instance = %self.settings.instance_id, generation = self.generation, "elected the active mirror engine");
@@ -363,6 +434,22 @@ impl Member {
                 active_instance: String::new(),
             });
         }
+    }
+
+    /// Gives up this generation's share, if any: with `share_work`, waits (while its lease
+    /// still holds) for its partitions to stop, then ends the lease for good.
+    async fn give_up_share(&mut self) {
+        let Some(share) = self.sharing.tx.send_replace(None) else { return };
+        if self.settings.share_work {
+            let left = share.lease.remaining().min(self.settings.session_timeout);
+            if !share.release.close(left).await {
+                warn!(
+                    generation = share.generation,
+                    "the share's partitions did not stop before its lease ended; its writes are fenced"
+                );
+            }
+        }
+        share.lease.revoke();
     }
 
     async fn leave(&self) {
@@ -406,12 +493,13 @@ async fn join_group(
     destination: &ClusterClient,
     settings: &ElectionSettings,
     member_id: &str,
-    active: bool,
+    (active, round): (bool, u64),
     conn: &mut Connection,
 ) -> Result<JoinOutcome, MirrorError> {
     let metadata = serde_json::to_vec(&MemberMetadata {
         instance: settings.instance_id.clone(),
         active,
+        round,
     })
     .map_err(|e| MirrorError::Unsupported(format!("election metadata: {e}")))?;
     let mut proto = JoinGroupRequestProtocol::default();
@@ -475,10 +563,16 @@ fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
         Some((id, m)) => Assignment {
             active_member: id.clone(),
             active_instance: m.instance.clone(),
+            members: {
+                let mut ids: Vec<String> = members.iter().filter(|(_, m)| m.is_some()).map(|(id, _)| id.clone()).collect();
+                ids.sort();
+                ids
+            },
         },
         None => Assignment {
             active_member: String::new(),
             active_instance: String::new(),
+            members: Vec::new(),
         },
     }
 }
@@ -522,6 +616,7 @@ mod tests {
             Some(MemberMetadata {
                 instance: instance.to_owned(),
                 active,
+                round: 0,
             }),
         )
     }
@@ -539,12 +634,25 @@ mod tests {
     }
 
     #[test]
+    fn the_roster_lists_every_readable_member_once_sorted_so_every_member_finds_the_same_place() {
+        let a = choose(&[m("c", "i3", false), ("x".to_owned(), None), m("a", "i1", true), m("b", "i2", false)]);
+        assert_eq!(a.members, vec!["a", "b", "c"], "sorted, the unreadable member left out");
+        let blob = serde_json::to_vec(&a).expect("encode");
+        let back: Assignment = serde_json::from_slice(&blob).expect("decode");
+        assert_eq!(back.members, a.members);
+        // A leader of an earlier version sends no roster: nobody gets a share.
+        let old: Assignment = serde_json::from_slice(br#"{"active_member":"a","active_instance":"i1"}"#).expect("decode old");
+        assert!(old.members.is_empty(), "no roster from an older leader");
+    }
+
+    #[test]
     fn the_lease_ends_before_the_coordinator_gives_up() {
         let s = |ms| ElectionSettings {
             group_id: "g".into(),
             instance_id: "i".into(),
             session_timeout: Duration::from_millis(ms),
             heartbeat_interval: Duration::from_millis(ms / 6),
+            share_work: false,
         };
         assert_eq!(s(6_000).lease_for(), Duration::from_millis(5_400));
         assert_eq!(s(1_000).lease_for(), Duration::from_millis(800));

@@ -40,6 +40,7 @@ fn settings() -> ElectionSettings {
         instance_id: "i".into(),
         session_timeout: Duration::from_secs(6),
         heartbeat_interval: Duration::from_secs(1),
+        share_work: false,
     }
 }
 
@@ -57,6 +58,9 @@ fn member(destination: ClusterClient) -> Member {
         .0,
         problem: watch::channel(None).0,
         decided: false,
+        sharing: Sharing::unread(),
+        round: 0,
+        join_sent: tokio::time::Instant::now(),
     }
 }
 
@@ -67,7 +71,7 @@ async fn a_join_group_the_coordinator_never_answers_ends_after_the_rebalance_tim
     let mut conn = Connection::connect(&addr, Duration::from_secs(5), "t").await.expect("connect");
     tokio::time::pause();
     let started = tokio::time::Instant::now();
-    let outcome = join_group(&destination, &settings(), "", false, &mut conn).await;
+    let outcome = join_group(&destination, &settings(), "", (false, 0), &mut conn).await;
     let waited = started.elapsed();
     let Err(e) = outcome else {
         panic!("a JoinGroup nobody answers must fail, not decide anything")

@@ -39,6 +39,7 @@ mod produce_mux;
 mod producer_id;
 mod registry;
 mod select;
+mod share;
 mod sink;
 mod source;
 mod sources;
@@ -49,6 +50,7 @@ mod sync;
 mod test_frames;
 mod topic_configs;
 mod topics;
+mod worker;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +71,7 @@ pub use io_stats::{IoCounters, io_counters};
 pub use lease::Lease;
 pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub use registry::{MirrorTopic, MirrorTopics};
+pub use share::{Share, owner_index};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use sync::{SyncKind, SyncStatus};
@@ -137,7 +140,53 @@ impl Engine {
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
 pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, MirrorTopics::default(), Lease::forever(), None, stop)
+    start_term(engine, mirrors, links, MirrorTopics::default(), Part::Whole(Lease::forever()), None, stop)
+}
+
+/// What one engine term does of the mirror work.
+#[derive(Clone)]
+pub(crate) enum Part {
+    /// Everything, writing while the lease holds (a lone engine; the active instance of `auto`
+    /// without `share_work`).
+    Whole(Lease),
+    /// Everything but copying (the active instance with `share_work`): topic creation,
+    /// management, sync loops, state; a state change the members must load starts a new
+    /// generation, and pause or stop waits behind it (`share`).
+    Manage(Lease, share::Barrier),
+    /// Copying only the partitions of one generation's share (every instance with
+    /// `share_work`), as the state topic recorded them when the generation began.
+    Work(share::Share),
+}
+
+impl Part {
+    fn lease(&self) -> Lease {
+        match self {
+            Part::Whole(l) | Part::Manage(l, _) => l.clone(),
+            Part::Work(s) => s.lease.clone(),
+        }
+    }
+
+    /// Whether this term copies partition `p` of `topic`.
+    pub(crate) fn copies(&self, topic: &str, p: i32) -> bool {
+        match self {
+            Part::Whole(_) => true,
+            Part::Manage(..) => false,
+            Part::Work(s) => s.owns(topic, p),
+        }
+    }
+
+    /// Whether this term only copies (no topic creation, management or sync).
+    pub(crate) fn works_only(&self) -> bool {
+        matches!(self, Part::Work(_))
+    }
+
+    /// The barrier state changes wait behind, when copying is shared.
+    pub(crate) fn barrier(&self) -> Option<&share::Barrier> {
+        match self {
+            Part::Manage(_, b) => Some(b),
+            _ => None,
+        }
+    }
 }
 
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
@@ -154,15 +203,16 @@ pub struct EngineLinks {
     pub source_allow: Vec<String>,
 }
 
-/// Starts the engine as [`start`] does, enforcing through `topics` and writing only while `lease`
-/// holds (one term of an elected instance, or a lone engine's whole life); with `forwarding`,
-/// it also answers the management requests standbys forward (`forward`).
+/// Starts the engine as [`start`] does, enforcing through `topics`, doing `part` of the work and
+/// writing only while its lease holds (one term of an elected instance, or a lone engine's whole
+/// life); with `forwarding`, it also answers the management requests standbys forward
+/// (`forward`).
 pub(crate) fn start_term(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
     links: EngineLinks,
     topics: MirrorTopics,
-    lease: Lease,
+    part: Part,
     forwarding: Option<Forwarding>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
@@ -182,6 +232,10 @@ pub(crate) fn start_term(
         handle.control.set_forwarding(f);
     }
     let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
+    let lease = part.lease();
+    if let Some(b) = part.barrier() {
+        handle.control.set_barrier(b.clone());
+    }
     let shared = Shared {
         destination: destination.clone(),
         status: handle.status.clone(),
@@ -191,6 +245,7 @@ pub(crate) fn start_term(
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
         producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
         lease,
+        part,
         stop,
         sources: Arc::new(sources::Sources::new(handle.budget.clone(), timeout)),
     };
@@ -254,6 +309,8 @@ pub(crate) struct Shared {
     pub(crate) producers: produce_mux::Producers,
     /// Writing (data, state, group offsets, configs) is allowed only while this holds.
     pub(crate) lease: Lease,
+    /// Which part of the mirror work this term does.
+    pub(crate) part: Part,
     pub(crate) stop: watch::Receiver<bool>,
     /// One client and one set of fetch sessions per source setting, shared by every mirror.
     pub(crate) sources: Arc<sources::Sources>,
@@ -277,7 +334,14 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     let store = loop {
         let opened = async {
             let store = StateStore::open(shared.destination.clone(), &state_topic, shared.lease.clone()).await?;
-            let producer = producer_id::load_or_allocate(&store, &shared.destination).await?;
+            let producer = if shared.part.works_only() {
+                // Only the active instance allocates the shared producer identity.
+                store
+                    .engine_producer()
+                    .ok_or_else(|| MirrorError::Unsupported("the active instance has not recorded the engine producer yet".into()))?
+            } else {
+                producer_id::load_or_allocate(&store, &shared.destination).await?
+            };
             Ok::<_, MirrorError>((store, producer))
         };
         match opened.await {
@@ -308,6 +372,13 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
         }
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
+    if shared.part.works_only() {
+        return work(shared, store, flush, mirrors, done);
+    }
+    if let Some(b) = shared.part.barrier() {
+        let b = b.clone();
+        store.on_topic_change(Arc::new(move || b.reassign()));
+    }
     // The state topic's id before the proxy lets requests through (it refuses the topic by id
     // too): the topic exists now, so its id is normally known at once.
     if tokio::time::timeout(STATE_TOPIC_ID_WAIT, learn_state_topic_id(shared.clone(), state_topic.clone()))
@@ -392,6 +463,33 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     // Every stored and declared mirror is known, every stored mirror topic registered.
     shared.control.mark_booted();
     info!("mirror engine booted");
+}
+
+/// Boots a term that only copies its share (`Part::Work`): every stored and declared mirror's
+/// stored topics, as the state topic recorded them when the generation began; it creates no
+/// topic, answers no management request and syncs nothing.
+fn work(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
+    shared.control.set_store(store.clone());
+    let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
+    tokio::spawn(
+        async move {
+            persist.await;
+            drop(done);
+        }
+        .in_current_span(),
+    );
+    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
+    let mut all: Vec<MirrorConfig> = mirrors;
+    for def in stored {
+        if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
+            all.push(def);
+        }
+    }
+    for def in all {
+        mirrors::launch(&shared, &store, def);
+    }
+    shared.control.mark_booted();
+    info!("mirror worker booted");
 }
 
 /// Looks up the state topic's destination id (Fetch v13+ and DeleteTopics name topics by id),

@@ -52,6 +52,14 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
 async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option<[u8; 16]>), MirrorError> {
     let m = &ctx.mirror;
     let owner = ctx.store.topic_owner(topic);
+    if ctx.shared.part.works_only() {
+        // A term that only copies takes the topic as the state records it; it never creates
+        // or adopts one (the active instance does, and the next generation brings it here).
+        return Ok(match &owner {
+            Some(o) if o.mirror == m.name => (o.partitions, id_from_hex(&o.source_topic_id)),
+            _ => (0, None),
+        });
+    }
     if let Some(o) = &owner
         && o.mirror != m.name
     {
@@ -183,6 +191,16 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
         return;
     }
     info!(desired = desired.as_str(), "topic not copying (stored state)");
+    if ctx.shared.part.works_only() {
+        return;
+    }
+    if desired == Desired::Stopped {
+        open_stopped_topic(ctx, topic);
+    }
+    if matches!(ctx.shared.part, crate::Part::Manage(..)) {
+        // With shared work the partitions' records are the members'; the views show them.
+        return;
+    }
     let state = if desired == Desired::Stopped {
         PartitionState::Stopped
     } else {
@@ -198,9 +216,6 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
             }
             s.state = state;
         });
-    }
-    if desired == Desired::Stopped {
-        open_stopped_topic(ctx, topic);
     }
 }
 
@@ -234,6 +249,9 @@ fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
 fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId) {
+    if !ctx.shared.part.copies(topic, p) {
+        return;
+    }
     let m = &ctx.mirror;
     let key = (m.name.clone(), topic.to_owned(), p);
     let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == m.name);

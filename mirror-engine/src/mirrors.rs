@@ -27,7 +27,9 @@ use codes::{
 pub(crate) fn launch(shared: &Shared, store: &Arc<StateStore>, def: MirrorConfig) {
     let name = def.name.clone();
     shared.control.add_mirror(def);
-    crate::sync::launch(shared, &name);
+    if !shared.part.works_only() {
+        crate::sync::launch(shared, &name);
+    }
     let (shared, store) = (shared.clone(), store.clone());
     tokio::spawn(discover(shared, store, name.clone()).instrument(info_span!("mirror-topics", mirror = %name)));
 }
@@ -60,6 +62,10 @@ async fn discover(shared: Shared, store: Arc<StateStore>, name: String) {
                     if shared.control.claim_topic(&topic, &name) {
                         lifecycle::start_topic(ctx.clone(), topic);
                     }
+                }
+                // A term that only copies takes up what the state records, nothing new.
+                if shared.part.works_only() {
+                    return;
                 }
                 for topic in selector.named() {
                     if shared.control.claim_topic(topic, &name) {

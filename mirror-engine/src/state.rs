@@ -180,7 +180,12 @@ pub struct StateStore {
     lease: crate::lease::Lease,
     /// The forwarded requests found unanswered at load (see `requests_at_load`).
     requests_at_load: RequestsAtLoad,
+    /// Called after a topic record changed in what copying it depends on (see `on_topic_change`).
+    topic_changed: std::sync::OnceLock<TopicChanged>,
 }
+
+/// What [`StateStore::on_topic_change`] calls.
+pub(crate) type TopicChanged = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 impl StateStore {
     /// Creates the state topic if needed and reads it to the end.
@@ -206,6 +211,7 @@ impl StateStore {
             writer: Mutex::new(None),
             lease,
             requests_at_load: RequestsAtLoad::default(),
+            topic_changed: std::sync::OnceLock::new(),
         };
         store.requests_at_load = store.load().await?;
         Ok(store)
@@ -309,8 +315,30 @@ impl StateStore {
         keys.iter().filter_map(|k| self.get(k)).collect()
     }
 
+    /// Stores a topic record. A new record, or one whose desired state or partition count
+    /// changed, is announced to the `on_topic_change` hook once written (a writable flag alone
+    /// is not: copying does not depend on it).
     pub async fn put_topic(&self, topic: &str, r: &TopicRecord) -> Result<(), MirrorError> {
-        self.write(vec![(format!("topic/{topic}"), Some(json(r)?))]).await
+        self.put_topic_recorded(topic, r).await.map(|_| ())
+    }
+
+    /// [`StateStore::put_topic`], returning an instant between the write's acknowledgement and
+    /// the hook's call (what a shared-work barrier waits from, `share::Barrier::pass`).
+    pub(crate) async fn put_topic_recorded(&self, topic: &str, r: &TopicRecord) -> Result<tokio::time::Instant, MirrorError> {
+        let before = self.topic_owner(topic);
+        self.write(vec![(format!("topic/{topic}"), Some(json(r)?))]).await?;
+        let recorded = tokio::time::Instant::now();
+        let copying_changed = before.is_none_or(|b| b.desired != r.desired || b.partitions != r.partitions || b.mirror != r.mirror);
+        if copying_changed && let Some(hook) = self.topic_changed.get() {
+            hook();
+        }
+        Ok(recorded)
+    }
+
+    /// Sets what is called after a topic record changed in what copying it depends on (the
+    /// active instance of shared work starts a new generation then, so every member loads it).
+    pub(crate) fn on_topic_change(&self, hook: TopicChanged) {
+        let _ = self.topic_changed.set(hook);
     }
 
     /// Stores a mirror definition; inline secrets of its source properties (config-file mirrors)
@@ -379,6 +407,16 @@ impl StateStore {
         }
         let Some(c) = conn.as_mut() else { return Ok(()) };
         produce_to(c, &self.topic, blob).await
+    }
+
+    /// Records the state of partitions another member copied (a pause or stop with shared
+    /// work, once no member copies them any more).
+    pub(crate) async fn put_partition_states(&self, mirror: &str, topic: &str, states: Vec<(i32, PartitionStatus)>) -> Result<(), MirrorError> {
+        let entries = states
+            .iter()
+            .map(|(p, s)| Ok((format!("partition/{topic}/{p}"), Some(json(&PartitionRecord::of(mirror, s))?))))
+            .collect::<Result<Vec<_>, MirrorError>>()?;
+        self.write(entries).await
     }
 
     /// Stores the answer to a management request forwarded by a standby (`forward`) and

@@ -289,7 +289,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
         "/metrics" => {
             let mut body = shared.metrics.encode();
             // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
-            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors.get());
+            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors.copying());
             if let Some(follow) = &shared.mirrors.follow() {
                 mirrors.push_str(&crate::follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
             }

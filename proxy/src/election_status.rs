@@ -17,15 +17,24 @@ pub(crate) fn readiness_line(v: &ElectionView) -> String {
 }
 
 fn role_line(v: &ElectionView) -> String {
+    // With shared work every instance copies a share: `; share i of n` says which.
+    let share = match (v.share_work, v.share) {
+        (true, Some((index, members))) => format!("; share {index} of {members}"),
+        (true, None) => "; no share".to_owned(),
+        (false, _) => String::new(),
+    };
     if v.active {
-        format!("engine: active (instance {}, generation {})\n", v.instance_id, v.generation)
+        format!("engine: active (instance {}, generation {}{share})\n", v.instance_id, v.generation)
     } else {
         let active = if v.active_instance.is_empty() {
             "unknown"
         } else {
             v.active_instance.as_str()
         };
-        format!("engine: standby (instance {}, generation {}; active: {active})\n", v.instance_id, v.generation)
+        format!(
+            "engine: standby (instance {}, generation {}; active: {active}{share})\n",
+            v.instance_id, v.generation
+        )
     }
 }
 
@@ -49,6 +58,17 @@ pub(crate) fn render(v: &ElectionView) -> String {
     let _ = writeln!(out, "# HELP kmp_engine_takeovers Times this instance became the active mirror engine.");
     let _ = writeln!(out, "# TYPE kmp_engine_takeovers counter");
     let _ = writeln!(out, "kmp_engine_takeovers_total{{{labels}}} {}", v.takeovers);
+    if let Some((index, members)) = v.share {
+        let _ = writeln!(
+            out,
+            "# HELP kmp_engine_share_index This instance's place among the generation's members (with engine.share_work it copies that share of the partitions)."
+        );
+        let _ = writeln!(out, "# TYPE kmp_engine_share_index gauge");
+        let _ = writeln!(out, "kmp_engine_share_index{{{labels}}} {index}");
+        let _ = writeln!(out, "# HELP kmp_engine_share_members Members of the engine group's current generation.");
+        let _ = writeln!(out, "# TYPE kmp_engine_share_members gauge");
+        let _ = writeln!(out, "kmp_engine_share_members{{{labels}}} {members}");
+    }
     out
 }
 
@@ -70,7 +90,34 @@ mod tests {
             active_instance: if active { "kmp-\"a\"".into() } else { String::new() },
             takeovers: 2,
             problem: None,
+            share: None,
+            share_work: false,
         }
+    }
+
+    #[test]
+    fn with_shared_work_readiness_and_gauges_name_the_share() {
+        let sharing = ElectionView {
+            share_work: true,
+            share: Some((1, 3)),
+            ..view(false)
+        };
+        assert_eq!(
+            readiness_line(&sharing),
+            "engine: standby (instance kmp-\"a\", generation 7; active: unknown; share 1 of 3)\n"
+        );
+        let text = render(&sharing);
+        assert!(
+            text.contains("kmp_engine_share_index{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kmp_engine_share_members{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 3\n"),
+            "{text}"
+        );
+        let between = ElectionView { share: None, ..sharing };
+        assert!(readiness_line(&between).ends_with("; no share)\n"), "{}", readiness_line(&between));
+        assert!(!render(&between).contains("kmp_engine_share_index"), "no share, no gauge");
     }
 
     #[test]

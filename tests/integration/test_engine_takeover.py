@@ -49,7 +49,8 @@ TAKEOVER_BOUND_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10
 WOKEN_STANDBY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 5
 CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))
 NOT_CONTROLLER = 41
-ENGINE_LINE = re.compile(r"engine: (active|standby) \(instance (\S+), generation (-?\d+)(?:; active: (\S+))?\)")
+# With engine.share_work the line ends in "; share <index> of <members>" (or "; no share").
+ENGINE_LINE = re.compile(r"engine: (active|standby) \(instance ([^\s,]+), generation (-?\d+)(?:; active: ([^\s;)]+))?(?:; (?:share \d+ of \d+|no share))?\)")
 
 
 class Instance:
@@ -109,11 +110,13 @@ class Instance:
 
 
 def auto_config(workdir, state_topic: str, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS) -> list[str]:
-    """One config file shared by every instance: role auto, a unique state topic, a short session."""
+                heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS, share_work: bool = False) -> list[str]:
+    """One config file shared by every instance: role auto, a unique state topic, a short session
+    (and with ``share_work``, the copying shared by the instances)."""
     path = workdir / f"{unique('auto-cfg')}.toml"
     path.write_text(f'[engine]\nrole = "auto"\nstate_topic = "{state_topic}"\nstate_flush_interval_ms = 500\n'
-                    f'session_timeout_ms = {session_timeout_ms}\nheartbeat_interval_ms = {heartbeat_interval_ms}\n')
+                    f'session_timeout_ms = {session_timeout_ms}\nheartbeat_interval_ms = {heartbeat_interval_ms}\n'
+                    f'share_work = {"true" if share_work else "false"}\n')
     return ["--config", str(path)]
 
 

@@ -140,6 +140,12 @@ struct Inner {
     /// Set on an instance that follows the state topic instead of running the engine
     /// (`engine.role = "follower"`): its views are the followed state, and it changes nothing.
     follower: OnceLock<String>,
+    /// With shared work (`engine.share_work`, the active instance): what pause and stop wait
+    /// behind, since the partitions are copied by every member (see `share`).
+    barrier: OnceLock<crate::share::Barrier>,
+    /// With shared work: the partitions as the members recorded them in the state topic (a
+    /// follower's board), which describe and the graceful stop read.
+    views: OnceLock<StatusBoard>,
 }
 
 /// The answer to a management request while the stored state is still loading (retriable).
@@ -180,6 +186,8 @@ impl Control {
                 boot_problem: std::sync::Mutex::new(None),
                 source_allow: OnceLock::new(),
                 follower: OnceLock::new(),
+                barrier: OnceLock::new(),
+                views: OnceLock::new(),
             }),
         }
     }
@@ -187,6 +195,22 @@ impl Control {
     /// Marks this instance as a follower of `state_topic` (once, at start).
     pub(crate) fn set_follower(&self, state_topic: &str) {
         let _ = self.inner.follower.set(state_topic.to_owned());
+    }
+
+    /// Shares the copying with the other members: state changes wait behind `barrier` (once).
+    pub(crate) fn set_barrier(&self, barrier: crate::share::Barrier) {
+        let _ = self.inner.barrier.set(barrier);
+    }
+
+    /// Shows partitions as `views` has them (the followed state topic) where copying is shared.
+    pub(crate) fn set_views(&self, views: StatusBoard) {
+        let _ = self.inner.views.set(views);
+    }
+
+    /// The board partition progress is read from: the members' records where copying is
+    /// shared, else this engine's own.
+    pub(crate) fn progress_board(&self) -> &StatusBoard {
+        self.inner.views.get().unwrap_or(&self.inner.status)
     }
 
     /// Whether this instance follows the state topic instead of running the engine.
@@ -483,7 +507,14 @@ impl Control {
     /// Per topic, per partition status of mirror `name` (topic-level failures as partition -1).
     pub fn describe(&self, name: &str) -> Vec<(String, Vec<PartitionDetail>)> {
         let mut topics: Vec<(String, Vec<PartitionDetail>)> = Vec::new();
-        for ((mirror, topic, partition), status) in self.inner.status.snapshot() {
+        let mut entries = self.inner.status.snapshot();
+        if let Some(views) = self.inner.views.get() {
+            // Shared work: partitions as the members recorded them; topic-level problems
+            // (partition -1) are this engine's own.
+            entries.retain(|((_, _, p), _)| *p < 0);
+            entries.extend(views.snapshot().into_iter().filter(|((_, _, p), _)| *p >= 0));
+        }
+        for ((mirror, topic, partition), status) in entries {
             if mirror != name {
                 continue;
             }

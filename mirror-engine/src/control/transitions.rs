@@ -126,7 +126,7 @@ impl Control {
             ));
         };
         let source = self.source_client(&def);
-        crate::graceful::wait_copied(&self.inner.status, &source, mirror, topic, partitions, limit)
+        crate::graceful::wait_copied(self.progress_board(), &source, mirror, topic, partitions, limit)
             .await
             .map_err(|why| {
                 TopicResult::err(
@@ -161,14 +161,22 @@ impl Control {
             _ => {}
         }
         // Persist first: after a crash the topic comes back in the state the operator asked for.
-        if let Err(e) = self.persist(topic, to).await {
-            return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}"));
-        }
+        let recorded = match self.persist(topic, to).await {
+            Ok(at) => at,
+            Err(e) => return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}")),
+        };
         let Some(rt) = self.inner.topics.get(topic) else {
             return TopicResult::ok(topic);
         };
         let _ = rt.desired.send(to);
         info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
+        drop(rt);
+        if let Some(barrier) = self.inner.barrier.get() {
+            return self.shared_transition(barrier, mirror, topic, partitions, to, recorded).await;
+        }
+        let Some(rt) = self.inner.topics.get(topic) else {
+            return TopicResult::ok(topic);
+        };
         if to == Desired::Mirroring {
             for p in 0..partitions as i32 {
                 (rt.spawn)(p);
@@ -202,6 +210,52 @@ impl Control {
         TopicResult::ok(topic)
     }
 
+    /// The rest of a state change where every member copies a share: recording it started a
+    /// new generation (`StateStore::put_topic`); a pause or stop waits until that generation is
+    /// in place — no member of an earlier one writes any more, and the new one loaded the
+    /// change — then records the partitions' new state for every member.
+    async fn shared_transition(
+        &self,
+        barrier: &crate::share::Barrier,
+        mirror: &str,
+        topic: &str,
+        partitions: usize,
+        to: Desired,
+        recorded: tokio::time::Instant,
+    ) -> TopicResult {
+        if to == Desired::Mirroring {
+            return TopicResult::ok(topic);
+        }
+        if !barrier.pass(recorded, HALT_TIMEOUT).await {
+            warn!(%topic, "no new generation of the engine group within the halt timeout");
+            return TopicResult::err(
+                topic,
+                codes::REQUEST_TIMED_OUT,
+                format!("{topic}: the engine instances did not all stop copying it within {HALT_TIMEOUT:?}; retry"),
+            );
+        }
+        let target = if to == Desired::Stopped {
+            PartitionState::Stopped
+        } else {
+            PartitionState::Paused
+        };
+        let Some(store) = self.inner.store.get() else {
+            return TopicResult::ok(topic);
+        };
+        let views = self.progress_board();
+        let records = (0..partitions as i32)
+            .map(|p| {
+                let mut s = views.get(&(mirror.to_owned(), topic.to_owned(), p)).unwrap_or_default();
+                s.state = target;
+                (p, s)
+            })
+            .collect();
+        if let Err(e) = store.put_partition_states(mirror, topic, records).await {
+            warn!(%topic, error = %e, "cannot record the partitions' new state");
+        }
+        TopicResult::ok(topic)
+    }
+
     async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
         let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
         loop {
@@ -219,12 +273,14 @@ impl Control {
         }
     }
 
-    async fn persist(&self, topic: &str, to: Desired) -> Result<(), crate::MirrorError> {
-        let Some(store) = self.inner.store.get() else { return Ok(()) };
-        let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
+    /// Records the topic's new desired state; when it was recorded (see `put_topic_recorded`).
+    async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::MirrorError> {
+        let now = tokio::time::Instant::now();
+        let Some(store) = self.inner.store.get() else { return Ok(now) };
+        let Some(mut record) = store.topic_owner(topic) else { return Ok(now) };
         record.desired = to.as_str().to_owned();
         // Writable only once a stop has finished (`record_writable`), never on the request.
         record.writable = Some(false);
-        store.put_topic(topic, &record).await
+        store.put_topic_recorded(topic, &record).await
     }
 }

@@ -347,6 +347,8 @@ fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionV
             "active_instance": if e.active_instance.is_empty() { Value::Null } else { Value::from(e.active_instance.clone()) },
             "takeovers": e.takeovers,
             "problem": e.problem,
+            "share_work": e.share_work,
+            "share": e.share.map(|(index, members)| json!({ "index": index, "members": members })),
         }),
         None => json!({
             "role": if control.follower_refusal().is_some() { "follower" } else { "engine" },
@@ -411,11 +413,13 @@ mod engine_route_tests {
             active_instance: "p1".into(),
             takeovers: 1,
             problem: None,
+            share: Some((2, 3)),
+            share_work: true,
         };
         let v = engine_json(&control, Some(&view));
         assert_eq!(
             v,
-            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1, "problem": null})
+            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1, "problem": null, "share_work": true, "share": {"index": 2, "members": 3}})
         );
     }
 }

@@ -1,0 +1,233 @@
+"""Shared mirror work (issue #14, `engine.share_work = true`): three role-auto proxies in front of
+one destination each copy the partitions the election group's current generation assigns them;
+the active one keeps topic creation, management and the sync loops.
+
+A: every instance reports a distinct share of the same generation; a mirror of compressed and
+   transactional data catches up with its partitions copied by all three (each instance's
+   /metrics shows progress for exactly its own partitions, together every partition once); every
+   instance refuses produces to the mirror topic, masks fillers and describes every partition;
+   a pause through a standby stops copying on every instance (the source grows, the destination
+   does not), a resume catches up again, and a stop (failover) through a standby while the source
+   keeps growing makes the topic writable through every instance only after every instance
+   stopped copying: no source record lands after the first client record.
+B: members come and go under load (seeded): an instance (the active one included) is SIGKILLed
+   and restarted, or SIGSTOPped past the session timeout and SIGCONTed; after each event the
+   survivors' shares cover every partition again, and at the end the destination equals the
+   source record for record at identical offsets with no partition FAILED. `KMP_SHARE_CHAOS_EVENTS` (default 4) sets the count,
+   `KMP_CHAOS_SEED` replays a seed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from conftest import unique
+from kmp_common import wait_until
+from test_engine_takeover import (
+    ELECTION_BOUND_S,
+    INSTANCES,
+    SESSION_TIMEOUT_MS,
+    TAKEOVER_BOUND_S,
+    SourceLoad,
+    assert_same_log,
+    auto_instances,
+    compressed_data,
+    partition_states,
+    start_mirror,
+    wait_one_active,
+)
+from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, read_all, wait_caught_up
+from test_mirror_failover import call, produce_one
+
+PARTITIONS = 6
+RECORDS_LINE = re.compile(r'^kmp_mirror_records\{mirror="([^"]+)",topic="([^"]+)",partition="(\d+)"\} (\d+)$', re.M)
+
+
+def engine_share(inst) -> tuple[int, int, int] | None:
+    """(generation, share index, members) from `GET /v1/engine`, or None without a share."""
+    status, body = call(inst.proxy, "GET", "/v1/engine")
+    assert status == 200, f"GET /v1/engine of {inst.instance_id}: {status} {body}"
+    assert body.get("share_work") is True, f"{inst.instance_id} reports share_work: {body}"
+    share = body.get("share")
+    return (body["generation"], share["index"], share["members"]) if share else None
+
+
+def wait_shares(instances, what: str, timeout: float) -> dict[str, tuple[int, int, int]]:
+    """Waits until every one of ``instances`` holds a share of one generation, the indexes
+    0..n-1 each once; the shares by instance id."""
+    last = {}
+
+    def settled():
+        nonlocal last
+        last = {i.instance_id: engine_share(i) for i in instances}
+        shares = list(last.values())
+        if any(s is None for s in shares):
+            return False
+        return len({s[0] for s in shares}) == 1 and sorted(s[1] for s in shares) == list(range(len(instances))) \
+            and all(s[2] == len(instances) for s in shares)
+
+    wait_until(f"{what} (last seen (generation, index, members): {last})", settled, timeout=timeout)
+    return last
+
+
+def copied_partitions(inst, mirror: str, topic: str) -> dict[int, int]:
+    """Partition → records copied, from the per-partition gauges of the instance's /metrics (only
+    the partitions its current share copies are there)."""
+    status, text = inst.proxy.http("/metrics")
+    assert status == 200, f"/metrics of {inst.instance_id}: {status}"
+    return {int(p): int(n) for m, t, p, n in RECORDS_LINE.findall(text) if m == mirror and t == topic}
+
+
+def source_grows_destination_does_not(source, destination, topic: str, why: str) -> None:
+    before = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+    produce_plain(source.bootstrap, topic, 60, start=100_000 + int(time.time() * 1000) % 100_000)
+    time.sleep(3)  # several heartbeats and fetch rounds: time for a copy that should not happen
+    after = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+    assert after == before, f"{why}: the destination grew from {before} to {after} while the source did"
+
+
+def records_from(bootstrap: str, topic: str, partition: int, offset: int) -> list[tuple[int, bytes | None]]:
+    """(offset, value) of partition ``partition`` from ``offset`` to its end (read_uncommitted)."""
+    end = high_watermarks(bootstrap, topic, PARTITIONS)[partition]
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("g"), "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    c.assign([TopicPartition(topic, partition, offset)])
+    got = []
+    deadline = time.time() + 30
+    while (not got or got[-1][0] < end - 1) and time.time() < deadline and offset < end:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append((m.offset(), m.value()))
+    c.close()
+    return got
+
+
+def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(clusters, workdir):
+    source, destination = clusters
+    topic, mirror = unique("share"), unique("shm")
+    create(source.bootstrap, topic, PARTITIONS)
+    compressed_data(source, topic)
+    expected = read_all(source.bootstrap, topic, PARTITIONS, "read_committed")
+    with auto_instances(destination, workdir, share_work=True) as instances:
+        active, _ = wait_one_active(instances, "one active instance", ELECTION_BOUND_S)
+        shares = wait_shares(instances, "every instance holds a distinct share of one generation", ELECTION_BOUND_S)
+        print(f"\nshares (generation, index, members): {shares}")
+        standbys = [i for i in instances if i is not active]
+        start_mirror(standbys[0], source, mirror, topic)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        assert_same_log(source, destination, topic, PARTITIONS, "after the first catch-up with shared work")
+
+        # Each instance copied its own partitions, together every partition exactly once.
+        def split():
+            per = {i.instance_id: copied_partitions(i, mirror, topic) for i in instances}
+            owners = [p for parts in per.values() for p in parts]
+            return per if sorted(owners) == list(range(PARTITIONS)) else None
+
+        wait_until("the instances' /metrics show every partition copied by exactly one instance", lambda: split() is not None, timeout=30)
+        per = split()
+        print(f"partitions copied per instance: { {k: sorted(v) for k, v in per.items()} }")
+        assert all(per.values()), f"every instance copies some partitions: {per}"
+        assert sum(sum(v.values()) for v in per.values()) > 0, f"records were copied: {per}"
+
+        for inst in instances:
+            err, _ = produce_one(inst.bootstrap, topic, 0)
+            assert err is not None, f"a produce to mirror topic {topic} through {inst.instance_id} is refused"
+            got = read_all(inst.bootstrap, topic, PARTITIONS, "read_uncommitted")
+            fillers = [(r[0], r[1]) for r in got if r[2] == FILLER_KEY]
+            assert not fillers, f"fillers reached a consumer of {inst.instance_id} at (partition, offset) {fillers[:5]}"
+            assert got == expected, f"through {inst.instance_id} consumers see exactly the source's committed records"
+            wait_until(f"{inst.instance_id} describes every partition as mirroring",
+                       lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["mirroring"] * PARTITIONS, timeout=20)
+
+        # Pause through a standby: no instance copies any more.
+        status, r = call(standbys[1].proxy, "POST", f"/v1/mirrors/{mirror}/pause", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"a pause through standby {standbys[1].instance_id}: {status} {r}"
+        for inst in instances:
+            wait_until(f"{inst.instance_id} describes the topic as paused",
+                       lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["paused"] * PARTITIONS, timeout=20)
+        source_grows_destination_does_not(source, destination, topic, "paused with shared work")
+
+        status, r = call(standbys[0].proxy, "POST", f"/v1/mirrors/{mirror}/resume", {"topics": [topic]})
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"a resume through standby {standbys[0].instance_id}: {status} {r}"
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        wait_shares(instances, "shares again after the resume", ELECTION_BOUND_S)
+
+        # Stop (failover) through a standby while the source keeps growing.
+        load = SourceLoad(source.bootstrap, topic, PARTITIONS, seed=7).start()
+        try:
+            time.sleep(2)
+            status, r = call(standbys[1].proxy, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]})
+            assert status == 200 and r["results"][0]["error_code"] == 0, f"a stop through standby {standbys[1].instance_id}: {status} {r}"
+        finally:
+            load.stop()
+        at_stop = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+        for inst in instances:
+            wait_until(f"{topic} is writable through {inst.instance_id} after the stop",
+                       lambda: produce_one(inst.bootstrap, topic, 0)[0] is None, timeout=20)
+        # Every partition gets client records; whatever follows the stop's log end must be them.
+        for inst in instances:
+            for p in range(PARTITIONS):
+                err, _ = produce_one(inst.bootstrap, topic, p)
+                assert err is None, f"a produce to stopped {topic}/{p} through {inst.instance_id}: {err}"
+        time.sleep(2)  # a late mirror write would land now
+        assert high_watermarks(source.bootstrap, topic, PARTITIONS) != at_stop, "the source kept growing (the premise)"
+        for p in range(PARTITIONS):
+            after = records_from(destination.bootstrap, topic, p, at_stop[p])
+            foreign = [(o, v) for o, v in after if v != b"failover"]
+            assert not foreign, f"{topic}/{p}: records after the stop's log end {at_stop[p]} that no client wrote: {foreign[:5]}"
+        for inst in instances:
+            states = [s for _, s in partition_states(inst, mirror, topic)]
+            assert states == ["stopped"] * PARTITIONS, f"{inst.instance_id} describes every partition as stopped: {states}"
+
+
+def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, workdir):
+    source, destination = clusters
+    seed = int(os.environ.get("KMP_CHAOS_SEED", random.randrange(1 << 31)))
+    events = int(os.environ.get("KMP_SHARE_CHAOS_EVENTS", "4"))
+    print(f"\nshared-work chaos seed {seed} (replay with KMP_CHAOS_SEED={seed}), {events} events")
+    rng = random.Random(seed)
+    topic, mirror = unique("share-chaos"), unique("shc")
+    create(source.bootstrap, topic, PARTITIONS)
+    compressed_data(source, topic)
+    ctx = f"seed {seed}"
+    with auto_instances(destination, workdir, share_work=True) as instances:
+        active, _ = wait_one_active(instances, f"one active instance ({ctx})", ELECTION_BOUND_S)
+        wait_shares(instances, f"three shares ({ctx})", ELECTION_BOUND_S)
+        start_mirror(active, source, mirror, topic)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        load = SourceLoad(source.bootstrap, topic, PARTITIONS, seed).start()
+        try:
+            for n in range(events):
+                time.sleep(rng.uniform(2, 4))
+                active, _ = wait_one_active(instances, f"one active before event {n} ({ctx})", TAKEOVER_BOUND_S)
+                victim = rng.choice(instances)  # the active one too: its management moves, the shares stay exact
+                action = rng.choice(["kill", "freeze"])
+                survivors = [i for i in instances if i is not victim]
+                hit = time.time()
+                if action == "kill":
+                    victim.proxy.proc.kill()
+                    victim.proxy.proc.wait()
+                else:
+                    os.kill(victim.proxy.pid, signal.SIGSTOP)
+                    victim.stopped = True
+                wait_shares(survivors, f"the survivors share the work after the {action} of {victim.instance_id} ({ctx})", TAKEOVER_BOUND_S)
+                print(f"event {n}: {action} {victim.instance_id}: survivors re-shared after {time.time() - hit:.1f}s")
+                if action == "kill":
+                    victim.restart()
+                else:
+                    time.sleep(max(0.0, SESSION_TIMEOUT_MS / 1000 + 1 - (time.time() - hit)))
+                    os.kill(victim.proxy.pid, signal.SIGCONT)
+                    victim.stopped = False
+                wait_shares(instances, f"all three share again after event {n} ({ctx})", TAKEOVER_BOUND_S)
+        finally:
+            load.stop()
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        assert_same_log(source, destination, topic, PARTITIONS, f"after {events} membership events ({ctx})")
+        status, r = call(active.proxy, "GET", f"/v1/mirrors/{mirror}")
+        failed = [(t["topic"], p["partition"], p.get("last_error")) for t in r.get("topics", []) for p in t["partitions"] if p["state"] == "failed"]
+        assert status == 200 and not failed, f"no partition FAILED ({ctx}): {failed}"
