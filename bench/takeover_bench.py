@@ -3,6 +3,7 @@
     flock /tmp/kmp-kafka.lock python3 bench/takeover_bench.py [--kills 20] [--graceful 3] [--session-timeout-ms 6000]
         [--heartbeat-interval-ms 500] [--partitions 4] [--throughput-partitions 8]
         [--throughput-records 200000] [--record-bytes 500] [--instance-counts 1,2,3] [--modes standby,shared]
+        [--kill-share-work]
         [--seed N] [--binary PATH]
 
 Starts its own clusters (tests/harness, ports picked free): a 1-broker source and a 3-broker
@@ -61,7 +62,7 @@ def run_takeovers(args, rng, seed, bound, timing, work, source, destination, tak
     from test_mirror_engine import create, high_watermarks, wait_caught_up
     topic, mirror = unique("ha-bench"), unique("hab")
     create(source.bootstrap, topic, args.partitions)
-    with auto_instances(destination, work, **timing) as instances:
+    with auto_instances(destination, work, share_work=args.kill_share_work, **timing) as instances:
         active, view = wait_one_active(instances, "one active instance", bound)
         start_mirror(active, source, mirror, topic)
         load = SourceLoad(source.bootstrap, topic, args.partitions, seed).start()
@@ -77,12 +78,17 @@ def run_takeovers(args, rng, seed, bound, timing, work, source, destination, tak
                 code = active.proxy.proc.wait()
                 assert how == "kill" or code == 0, f"{active.instance_id} exited with {code} on SIGTERM ({active.proxy.log_path})"
                 time.sleep(0.3)
-                before = sum(high_watermarks(destination.bootstrap, topic, args.partitions))
+                before = high_watermarks(destination.bootstrap, topic, args.partitions)
                 stall = {}
 
                 def watch():
+                    # Standby mode: the summed high watermarks grow (the one active copies all).
+                    # Shared work: every partition grew (the victim's share is the one that waits).
+                    grown = set()
                     while time.time() - hit < bound + 30:
-                        if sum(high_watermarks(destination.bootstrap, topic, args.partitions)) > before:
+                        now = high_watermarks(destination.bootstrap, topic, args.partitions)
+                        grown |= {p for p in range(args.partitions) if now[p] > before[p]}
+                        if (len(grown) == args.partitions) if args.kill_share_work else sum(now) > sum(before):
                             stall["at"] = time.time()
                             return
                         time.sleep(0.05)
@@ -121,6 +127,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--instance-counts", default="1,2,3", help="instance counts of the throughput runs, in this order")
+    ap.add_argument("--kill-share-work", action="store_true",
+                    help="the kills run with engine.share_work = true; the stall is then until every partition grew again")
     ap.add_argument("--modes", default="standby,shared",
                     help="throughput runs per instance count, in this order: `standby` (only the active copies) and/or "
                          "`shared` (engine.share_work = true: every instance copies its share)")
@@ -193,7 +201,8 @@ def main() -> int:
                     print(f"{n} instance(s), {mode}, {copying} copying: {args.throughput_records} records ({mb:.0f} MB of values) in {secs:.1f}s = "
                           f"{mb / secs:.1f} MB/s, {args.throughput_records / secs:,.0f} records/s", flush=True)
 
-    print(f"\nseed {seed}, session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms")
+    print(f"\nseed {seed}, session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms"
+          f"{', kills with share_work (stall: until every partition grew)' if args.kill_share_work else ''}")
     if any(takeovers.values()):
         print("| event | takeovers | time to a new active p50 / p90 / max s | replication stall p50 / p90 / max s |\n|---|---|---|---|")
     for how, label in (("kill", "SIGKILL of the active"), ("term", "SIGTERM of the active")):

@@ -339,19 +339,19 @@ impl Supervisor {
     }
 
     /// Copies the partitions of `share` (with `engine.share_work`): the worker of an earlier
-    /// generation ends first.
+    /// share has ended (it ends by itself when the election takes its share back).
     async fn follow_share(&mut self, share: Option<Share>) {
         self.view.send_modify(|v| v.share = share.as_ref().map(|s| (s.index, s.count)));
         if !self.config.share_work {
             return;
         }
-        if let Some(w) = self.worker.take_if(|w| share.as_ref().is_none_or(|s| s.generation != w.generation())) {
+        if let Some(w) = self.worker.take_if(|w| share.as_ref().is_none_or(|s| !w.copies(s))) {
             *self.slot.worker.write().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             w.end().await;
         }
         let Some(share) = share else { return };
         if self.worker.is_none()
-            && let Some(w) = Worker::start(&self.config, self.mirrors.clone(), self.sources.clone(), &share)
+            && let Some(w) = Worker::start(&self.config, self.mirrors.clone(), self.sources.clone(), &share, self.barrier.share.clone())
         {
             *self.slot.worker.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(w.engine.clone());
             self.worker = Some(w);

@@ -84,7 +84,15 @@ struct MemberMetadata {
     /// the group leader starts a rebalance only when its metadata changed.
     #[serde(default)]
     round: u64,
+    /// Whether it runs with `engine.share_work`: the leader hands out shares only when every
+    /// member does.
+    #[serde(default)]
+    share_work: bool,
 }
+
+/// How long a requested new generation waits for more requests (a mirror starting several
+/// topics at once costs one rebalance, not one per topic).
+const REASSIGN_DEBOUNCE: Duration = Duration::from_millis(300);
 
 /// What the leader hands every member.
 #[derive(Debug, Serialize, Deserialize)]
@@ -158,8 +166,8 @@ pub(crate) async fn run(
 pub(crate) struct Sharing {
     /// The share of the current generation (`None` between generations).
     pub(crate) tx: watch::Sender<Option<Share>>,
-    /// Notified to make this member rejoin (a state change the members must load).
-    pub(crate) rejoin: std::sync::Arc<tokio::sync::Notify>,
+    /// Makes this member rejoin with changed metadata (a state change the members must load).
+    pub(crate) rejoin: std::sync::Arc<crate::share::Reassign>,
 }
 
 impl Sharing {
@@ -187,7 +195,7 @@ struct Member {
     sharing: Sharing,
     /// Times this member asked for a new generation (see `MemberMetadata::round`).
     round: u64,
-    /// When the JoinGroup that led to the current generation was sent.
+    /// When the last JoinGroup carrying a requested change was sent (see `Share::join_sent`).
     join_sent: Instant,
 }
 
@@ -204,7 +212,11 @@ impl Member {
             self.give_up_share().await;
             let outcome = {
                 let active = self.lease.is_some();
-                self.join_sent = Instant::now();
+                if self.sharing.rejoin.take() {
+                    // Changed metadata: the coordinator forms a new generation after this.
+                    self.round += 1;
+                    self.join_sent = Instant::now();
+                }
                 let join = join_group(&self.destination, &self.settings, &self.member_id, (active, self.round), &mut conn);
                 tokio::pin!(join);
                 // Keep the session (and an active lease) alive while the rebalance waits for
@@ -240,11 +252,13 @@ impl Member {
                 let rejoin = self.sharing.rejoin.clone();
                 tokio::select! {
                     _ = tokio::time::sleep(self.settings.heartbeat_interval) => {}
-                    _ = rejoin.notified() => {
-                        debug!(generation = self.generation, "rejoining: the members must load a state change");
-                        self.round += 1;
-                        break;
-                    }
+                    _ = rejoin.requested() => {}
+                }
+                if self.sharing.rejoin.is_pending() {
+                    // Changes that come together share one rebalance.
+                    tokio::time::sleep(REASSIGN_DEBOUNCE).await;
+                    debug!(generation = self.generation, "rejoining: the members must load a state change");
+                    break;
                 }
                 self.demote_if_lapsed();
                 let sent = Instant::now();
@@ -500,6 +514,7 @@ async fn join_group(
         instance: settings.instance_id.clone(),
         active,
         round,
+        share_work: settings.share_work,
     })
     .map_err(|e| MirrorError::Unsupported(format!("election metadata: {e}")))?;
     let mut proto = JoinGroupRequestProtocol::default();
@@ -563,11 +578,7 @@ fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
         Some((id, m)) => Assignment {
             active_member: id.clone(),
             active_instance: m.instance.clone(),
-            members: {
-                let mut ids: Vec<String> = members.iter().filter(|(_, m)| m.is_some()).map(|(id, _)| id.clone()).collect();
-                ids.sort();
-                ids
-            },
+            members: roster(members),
         },
         None => Assignment {
             active_member: String::new(),
@@ -575,6 +586,28 @@ fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
             members: Vec::new(),
         },
     }
+}
+
+/// The members that share the copying, sorted, when every readable member runs with
+/// `engine.share_work`; empty otherwise (then nobody holds a share, and an active member
+/// without `share_work` copies everything alone: never two copies of one partition).
+fn roster(members: &[(String, Option<MemberMetadata>)]) -> Vec<String> {
+    let readable: Vec<(&String, &MemberMetadata)> = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m))).collect();
+    let sharing = readable.iter().filter(|(_, m)| m.share_work).count();
+    if sharing == 0 {
+        return Vec::new();
+    }
+    if sharing < readable.len() {
+        warn!(
+            sharing,
+            members = readable.len(),
+            "the engine group mixes instances with and without engine.share_work: nobody holds a share until they agree"
+        );
+        return Vec::new();
+    }
+    let mut ids: Vec<String> = readable.into_iter().map(|(id, _)| id.clone()).collect();
+    ids.sort();
+    ids
 }
 
 async fn heartbeat(conn: &mut Connection, settings: &ElectionSettings, member_id: &str, generation: i32) -> Result<i16, MirrorError> {
@@ -617,6 +650,7 @@ mod tests {
                 instance: instance.to_owned(),
                 active,
                 round: 0,
+                share_work: true,
             }),
         )
     }
@@ -643,6 +677,29 @@ mod tests {
         // A leader of an earlier version sends no roster: nobody gets a share.
         let old: Assignment = serde_json::from_slice(br#"{"active_member":"a","active_instance":"i1"}"#).expect("decode old");
         assert!(old.members.is_empty(), "no roster from an older leader");
+    }
+
+    #[test]
+    fn nobody_holds_a_share_unless_every_member_shares_the_copying() {
+        let lone = |id: &str| {
+            (
+                id.to_owned(),
+                Some(MemberMetadata {
+                    instance: id.to_owned(),
+                    active: false,
+                    round: 0,
+                    share_work: false,
+                }),
+            )
+        };
+        assert!(choose(&[lone("a"), lone("b")]).members.is_empty(), "nobody shares: no roster");
+        assert!(
+            choose(&[m("a", "i1", true), lone("b")]).members.is_empty(),
+            "a mixed group (a rolling change of the setting): no roster, so never two copies"
+        );
+        // A member of an earlier version announces no share_work: it counts as not sharing.
+        let old: MemberMetadata = serde_json::from_slice(br#"{"instance":"i9","active":false}"#).expect("decode old metadata");
+        assert!(!old.share_work && old.round == 0, "defaults for an older member");
     }
 
     #[test]

@@ -191,22 +191,17 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
         return;
     }
     info!(desired = desired.as_str(), "topic not copying (stored state)");
-    if ctx.shared.part.works_only() {
-        return;
-    }
-    if desired == Desired::Stopped {
+    if desired == Desired::Stopped && !ctx.shared.part.works_only() {
         open_stopped_topic(ctx, topic);
-    }
-    if matches!(ctx.shared.part, crate::Part::Manage(..)) {
-        // With shared work the partitions' records are the members'; the views show them.
-        return;
     }
     let state = if desired == Desired::Stopped {
         PartitionState::Stopped
     } else {
         PartitionState::Paused
     };
-    for p in 0..partitions as i32 {
+    // With shared work the partitions' owners in this generation record them (from the state
+    // the generation loaded: the last owners wrote their final progress before it began).
+    for p in (0..partitions as i32).filter(|&p| ctx.shared.part.copies(topic, p)) {
         let stored = ctx.store.partition(topic, p).filter(|r| r.mirror == ctx.mirror.name);
         ctx.shared.status.update(&(ctx.mirror.name.clone(), topic.to_owned(), p), |s| {
             if let Some(r) = &stored {

@@ -13,6 +13,7 @@
 //! `election`'s; what a member runs with its share is `auto`'s and `lib`'s.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Notify, watch};
@@ -31,8 +32,9 @@ pub struct Share {
     pub count: usize,
     /// When the SyncGroup that handed out this share was sent.
     pub synced_at: Instant,
-    /// When this member's JoinGroup of this generation was sent: the generation was formed
-    /// after it, so every member loaded the state after it too.
+    /// When this member last sent a JoinGroup carrying a requested change ([`Reassign`]):
+    /// such a JoinGroup changes the member's metadata, so the coordinator forms a new
+    /// generation only after it arrived; this generation was formed no earlier.
     pub join_sent: Instant,
     /// Writing this share's partitions is allowed only while it holds.
     pub lease: Lease,
@@ -121,6 +123,38 @@ pub fn owner_index(topic: &str, partition: i32, count: usize) -> Option<usize> {
     Some(((h % count + partition as u64 % count) % count) as usize)
 }
 
+/// A request that the group form a new generation, from the active instance to its own
+/// election: `pending` until a JoinGroup carries it (with changed member metadata, so the
+/// coordinator rebalances even when this member is not the group leader).
+#[derive(Debug, Default)]
+pub struct Reassign {
+    pending: AtomicBool,
+    wake: Notify,
+}
+
+impl Reassign {
+    /// Asks for a new generation.
+    pub fn request(&self) {
+        self.pending.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Whether a request waits for a JoinGroup.
+    pub fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst)
+    }
+
+    /// Takes the waiting request (the JoinGroup about to be sent carries it).
+    pub fn take(&self) -> bool {
+        self.pending.swap(false, Ordering::SeqCst)
+    }
+
+    /// Resolves after a request (possibly one already taken).
+    pub async fn requested(&self) {
+        self.wake.notified().await;
+    }
+}
+
 /// What a state change waits behind in `engine.share_work` mode: a generation this member
 /// joined with a JoinGroup sent after the change was recorded. The coordinator formed it only
 /// after that JoinGroup arrived, and every member loads the state only once it is formed, so
@@ -131,7 +165,7 @@ pub(crate) struct Barrier {
     /// The election's current share of this instance (`None` between generations).
     pub(crate) share: watch::Receiver<Option<Share>>,
     /// Makes this instance rejoin the group, which starts a new generation for everyone.
-    pub(crate) rejoin: Arc<Notify>,
+    pub(crate) rejoin: Arc<Reassign>,
 }
 
 impl Barrier {
@@ -146,7 +180,15 @@ impl Barrier {
 
     /// Asks for a new generation without waiting for it (a state change workers must load).
     pub(crate) fn reassign(&self) {
-        self.rejoin.notify_one();
+        self.rejoin.request();
+    }
+
+    /// Asks for a new generation and waits (at most `limit`) until it is in place: for a state
+    /// change recorded earlier whose barrier did not pass (a retried pause or stop).
+    pub(crate) async fn again(&self, limit: Duration) -> bool {
+        let asked = Instant::now();
+        self.reassign();
+        self.pass(asked, limit).await
     }
 }
 

@@ -409,16 +409,6 @@ impl StateStore {
         produce_to(c, &self.topic, blob).await
     }
 
-    /// Records the state of partitions another member copied (a pause or stop with shared
-    /// work, once no member copies them any more).
-    pub(crate) async fn put_partition_states(&self, mirror: &str, topic: &str, states: Vec<(i32, PartitionStatus)>) -> Result<(), MirrorError> {
-        let entries = states
-            .iter()
-            .map(|(p, s)| Ok((format!("partition/{topic}/{p}"), Some(json(&PartitionRecord::of(mirror, s))?))))
-            .collect::<Result<Vec<_>, MirrorError>>()?;
-        self.write(entries).await
-    }
-
     /// Stores the answer to a management request forwarded by a standby (`forward`) and
     /// removes the request.
     pub(crate) async fn put_forwarded_answer(&self, id: &str, frame: Bytes) -> Result<(), MirrorError> {

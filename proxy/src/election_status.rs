@@ -58,7 +58,7 @@ pub(crate) fn render(v: &ElectionView) -> String {
     let _ = writeln!(out, "# HELP kmp_engine_takeovers Times this instance became the active mirror engine.");
     let _ = writeln!(out, "# TYPE kmp_engine_takeovers counter");
     let _ = writeln!(out, "kmp_engine_takeovers_total{{{labels}}} {}", v.takeovers);
-    if let Some((index, members)) = v.share {
+    if let (true, Some((index, members))) = (v.share_work, v.share) {
         let _ = writeln!(
             out,
             "# HELP kmp_engine_share_index This instance's place among the generation's members (with engine.share_work it copies that share of the partitions)."

@@ -181,8 +181,8 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
             foreign = [(o, v) for o, v in after if v != b"failover"]
             assert not foreign, f"{topic}/{p}: records after the stop's log end {at_stop[p]} that no client wrote: {foreign[:5]}"
         for inst in instances:
-            states = [s for _, s in partition_states(inst, mirror, topic)]
-            assert states == ["stopped"] * PARTITIONS, f"{inst.instance_id} describes every partition as stopped: {states}"
+            wait_until(f"{inst.instance_id} describes every partition as stopped (recorded by the new generation's owners)",
+                       lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["stopped"] * PARTITIONS, timeout=20)
 
 
 def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, workdir):

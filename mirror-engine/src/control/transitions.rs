@@ -143,7 +143,17 @@ impl Control {
             Err(r) => return r,
         };
         match (from, to) {
-            (a, b) if a == b => return TopicResult::ok(topic),
+            (a, b) if a == b => {
+                // Shared work: a pause or stop recorded before whose barrier did not pass (the
+                // request timed out) passes one now, so no member still copies the topic.
+                if let Some(barrier) = self.inner.barrier.get()
+                    && to != Desired::Mirroring
+                    && !barrier.again(HALT_TIMEOUT).await
+                {
+                    return Self::not_handed_over(topic);
+                }
+                return TopicResult::ok(topic);
+            }
             (Desired::Stopped, Desired::Paused) => {
                 return TopicResult::err(
                     topic,
@@ -172,7 +182,7 @@ impl Control {
         info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
         drop(rt);
         if let Some(barrier) = self.inner.barrier.get() {
-            return self.shared_transition(barrier, mirror, topic, partitions, to, recorded).await;
+            return self.shared_transition(barrier, topic, to, recorded).await;
         }
         let Some(rt) = self.inner.topics.get(topic) else {
             return TopicResult::ok(topic);
@@ -211,49 +221,23 @@ impl Control {
     }
 
     /// The rest of a state change where every member copies a share: recording it started a
-    /// new generation (`StateStore::put_topic`); a pause or stop waits until that generation is
-    /// in place — no member of an earlier one writes any more, and the new one loaded the
-    /// change — then records the partitions' new state for every member.
-    async fn shared_transition(
-        &self,
-        barrier: &crate::share::Barrier,
-        mirror: &str,
-        topic: &str,
-        partitions: usize,
-        to: Desired,
-        recorded: tokio::time::Instant,
-    ) -> TopicResult {
-        if to == Desired::Mirroring {
+    /// new generation (`StateStore::put_topic_recorded`); a pause or stop waits until that
+    /// generation is in place — no member of an earlier one writes any more, and every member
+    /// of the new one loaded the change (its owners record the partitions paused or stopped).
+    async fn shared_transition(&self, barrier: &crate::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
+        if to == Desired::Mirroring || barrier.pass(recorded, HALT_TIMEOUT).await {
             return TopicResult::ok(topic);
         }
-        if !barrier.pass(recorded, HALT_TIMEOUT).await {
-            warn!(%topic, "no new generation of the engine group within the halt timeout");
-            return TopicResult::err(
-                topic,
-                codes::REQUEST_TIMED_OUT,
-                format!("{topic}: the engine instances did not all stop copying it within {HALT_TIMEOUT:?}; retry"),
-            );
-        }
-        let target = if to == Desired::Stopped {
-            PartitionState::Stopped
-        } else {
-            PartitionState::Paused
-        };
-        let Some(store) = self.inner.store.get() else {
-            return TopicResult::ok(topic);
-        };
-        let views = self.progress_board();
-        let records = (0..partitions as i32)
-            .map(|p| {
-                let mut s = views.get(&(mirror.to_owned(), topic.to_owned(), p)).unwrap_or_default();
-                s.state = target;
-                (p, s)
-            })
-            .collect();
-        if let Err(e) = store.put_partition_states(mirror, topic, records).await {
-            warn!(%topic, error = %e, "cannot record the partitions' new state");
-        }
-        TopicResult::ok(topic)
+        warn!(%topic, "no new generation of the engine group within the halt timeout");
+        Self::not_handed_over(topic)
+    }
+
+    fn not_handed_over(topic: &str) -> TopicResult {
+        TopicResult::err(
+            topic,
+            codes::REQUEST_TIMED_OUT,
+            format!("{topic}: the engine instances did not all stop copying it within {HALT_TIMEOUT:?}; retry"),
+        )
     }
 
     async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {

@@ -348,7 +348,7 @@ fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionV
             "takeovers": e.takeovers,
             "problem": e.problem,
             "share_work": e.share_work,
-            "share": e.share.map(|(index, members)| json!({ "index": index, "members": members })),
+            "share": e.share.filter(|_| e.share_work).map(|(index, members)| json!({ "index": index, "members": members })),
         }),
         None => json!({
             "role": if control.follower_refusal().is_some() { "follower" } else { "engine" },
