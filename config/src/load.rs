@@ -277,6 +277,7 @@ mod tests {
         assert_eq!(c.listener.listen, "127.0.0.1:1000", "file value kept when nothing overrides it");
         assert_eq!(c.listener.advertised_host.as_deref(), Some("env"), "env beats file");
         assert_eq!(c.upstream.bootstrap_servers, vec!["flag:1"], "flag beats env");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -132,6 +132,10 @@ impl<'a> R<'a> {
     pub fn i16(&mut self) -> Result<i16, ProtocolError> {
         self.0.i16()
     }
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.0.remaining()
+    }
     pub fn i32(&mut self) -> Result<i32, ProtocolError> {
         self.0.i32()
     }

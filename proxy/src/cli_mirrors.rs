@@ -228,9 +228,14 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
                     (m.mirror_name.clone(), serde_json::Value::Object(kinds))
                 })
                 .collect();
-            let engine = d.engine.as_ref().map(
-                |e| json!({"instance_id": e.instance_id, "role": e.role, "active": e.active, "generation": e.generation, "active_instance": e.active_instance}),
-            );
+            let engine = d.engine.as_ref().map(|e| {
+                let mut v =
+                    json!({"instance_id": e.instance_id, "role": e.role, "active": e.active, "generation": e.generation, "active_instance": e.active_instance});
+                if let Some((index, members)) = e.share {
+                    v["share"] = json!({"index": index, "members": members});
+                }
+                v
+            });
             println!("{}", json!({ "partitions": v, "topics": topics, "sync": sync, "engine": engine }));
         } else {
             let cells: Vec<Vec<String>> = rows

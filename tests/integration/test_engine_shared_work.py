@@ -5,7 +5,8 @@ the active one keeps topic creation, management and the sync loops.
 A: every instance reports a distinct share of the same generation; a mirror of compressed and
    transactional data catches up with its partitions copied by all three (each instance's
    /metrics shows progress for exactly its own partitions, together every partition once); every
-   instance refuses produces to the mirror topic, masks fillers and describes every partition;
+   instance refuses produces to the mirror topic, masks fillers and describes every partition
+   (`mirrors --describe` names each instance's share);
    a pause through a standby stops copying on every instance (the source grows, the destination
    does not), a resume catches up again, and a stop (failover) through a standby while the source
    keeps growing makes the topic writable through every instance only after every instance
@@ -37,6 +38,7 @@ from test_engine_takeover import (
     SourceLoad,
     assert_same_log,
     auto_instances,
+    cli_describe_engine,
     compressed_data,
     partition_states,
     start_mirror,
@@ -143,6 +145,10 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
             assert got == expected, f"through {inst.instance_id} consumers see exactly the source's committed records"
             wait_until(f"{inst.instance_id} describes every partition as mirroring",
                        lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["mirroring"] * PARTITIONS, timeout=20)
+        # `mirrors --describe` names each instance's share (identity, assignment and generation).
+        described = {inst.instance_id: cli_describe_engine(inst, mirror) for inst in instances}
+        assert sorted(e.get("share", {}).get("index", -1) for e in described.values()) == list(range(INSTANCES)) \
+            and all(e["share"]["members"] == INSTANCES for e in described.values()), f"every describe names a distinct share: {described}"
 
         # Pause through a standby: no instance copies any more.
         status, r = call(standbys[1].proxy, "POST", f"/v1/mirrors/{mirror}/pause", {"topics": [topic]})

@@ -45,7 +45,13 @@ pub struct EngineIdentity {
     pub generation: i32,
     /// The instance that runs the engine, as last announced (empty if unknown).
     pub active_instance: String,
+    /// With shared work (`engine.share_work`): this instance's share index and the members of
+    /// the generation (tag [`SHARE_TAG`] inside the identity; absent otherwise).
+    pub share: Option<(i32, i32)>,
 }
+
+/// Tag of the share inside an [`EngineIdentity`] value.
+pub const SHARE_TAG: u32 = 0;
 
 impl EngineIdentity {
     /// The value of an [`ENGINE_IDENTITY_TAG`] field.
@@ -56,8 +62,15 @@ impl EngineIdentity {
             .str(&self.role)
             .bool(self.active)
             .i32(self.generation)
-            .str(&self.active_instance)
-            .tags();
+            .str(&self.active_instance);
+        match self.share {
+            Some((index, members)) => {
+                let mut share = W::default();
+                share.i32(index).i32(members);
+                inner.tagged(SHARE_TAG, share)
+            }
+            None => inner.tags(),
+        };
         inner
     }
 
@@ -70,6 +83,19 @@ impl EngineIdentity {
             active: inner.bool()?,
             generation: inner.i32()?,
             active_instance: inner.str()?,
+            // Identities written before shares existed end without tags: nothing to read.
+            share: match inner.remaining() {
+                0 => None,
+                _ => inner
+                    .tags()?
+                    .into_iter()
+                    .find(|(tag, _)| *tag == SHARE_TAG)
+                    .map(|(_, bytes)| {
+                        let mut r = R::new(bytes, 0, Side::Broker);
+                        Ok::<_, ProtocolError>((r.i32()?, r.i32()?))
+                    })
+                    .transpose()?,
+            },
         })
     }
 }

@@ -124,10 +124,19 @@ fn responses_round_trip() {
         active: false,
         generation: 7,
         active_instance: "proxy-a".into(),
+        share: None,
     });
     let f = response_frame(6, two.encode());
     let (_, mut r) = read_response(&f).unwrap();
     assert_eq!(DescribeResponse::decode(&mut r).unwrap(), two);
+    // With shared work the identity carries the share (a tagged field inside it).
+    let mut sharing = two.clone();
+    if let Some(e) = sharing.engine.as_mut() {
+        e.share = Some((1, 3));
+    }
+    let f = response_frame(6, sharing.encode());
+    let (_, mut r) = read_response(&f).unwrap();
+    assert_eq!(DescribeResponse::decode(&mut r).unwrap(), sharing);
     let q = DescribeRequest {
         mirror_names: vec!["dr".into()],
         include_authorized_operations: false,

@@ -110,7 +110,11 @@ pub(super) fn identity_line(e: &kmp_protocol::mirror_api::EngineIdentity) -> Str
                 (false, true) => "; active instance unknown".to_owned(),
                 (false, false) => format!("; active instance {}", e.active_instance),
             };
-            format!("Answered by instance {name} ({part}{active}; election generation {}).", e.generation)
+            let share = match e.share {
+                Some((index, members)) => format!("; copies share {index} of {members}"),
+                None => String::new(),
+            };
+            format!("Answered by instance {name} ({part}{active}; election generation {}{share}).", e.generation)
         }
         "follower" => "Answered by a follower (it copies nothing; it reads the mirror state topic).".to_owned(),
         _ => "Answered by the instance that runs the mirror engine.".to_owned(),
@@ -129,6 +133,7 @@ mod tests {
             active: false,
             generation: 7,
             active_instance: "proxy-a".into(),
+            share: None,
         };
         assert_eq!(
             identity_line(&e),
@@ -138,6 +143,11 @@ mod tests {
         assert_eq!(
             identity_line(&e),
             "Answered by instance proxy-b (active: it runs the mirror engine; election generation 7)."
+        );
+        e.share = Some((0, 3));
+        assert_eq!(
+            identity_line(&e),
+            "Answered by instance proxy-b (active: it runs the mirror engine; election generation 7; copies share 0 of 3)."
         );
         e.role = "follower".into();
         assert!(identity_line(&e).contains("follower"));

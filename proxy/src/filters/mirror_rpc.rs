@@ -94,6 +94,10 @@ fn identity(slot: &kmp_mirror_engine::EngineSlot) -> EngineIdentity {
             active: e.active,
             generation: e.generation,
             active_instance: e.active_instance,
+            share: e
+                .share
+                .filter(|_| e.share_work)
+                .map(|(index, members)| (i32::try_from(index).unwrap_or(i32::MAX), i32::try_from(members).unwrap_or(i32::MAX))),
         },
         None => {
             let follower = slot.control().follower_refusal().is_some();
