@@ -30,7 +30,9 @@ destination, as the integration suite does; the destination accepts group sessio
    by 1, 2 and 3 role-auto instances (fresh state topic each): time from the start call to the
    destination's high watermarks equal to the source's. ``--modes``: `standby` (only the active
    copies, so the rows should match) and `shared` (``engine.share_work = true``: every instance
-   copies its share of the partitions); the last column is the ratio to the 1-instance run.
+   copies its share of the partitions); "vs 1 instance" is the throughput ratio to the 1-instance
+   run, and the CPU columns are the proxies' CPU seconds during the catch-up (the busiest one's and
+   all together): what one instance must have to keep up.
 
 Prints the figures and a markdown table (docs/high-availability.md has the recorded runs).
 """
@@ -47,6 +49,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -182,6 +190,7 @@ def main() -> int:
                 with auto_instances(destination, work, n=n, share_work=mode == "shared", **timing) as instances:
                     active, _ = wait_one_active(instances, f"one active of {n}", bound)
                     tmirror = unique("hat")
+                    cpu_before = {i.instance_id: cpu_seconds(i.proxy.pid) for i in instances}
                     started = time.time()
                     start_mirror(active, source, tmirror, ttopic)
                     want = high_watermarks(source.bootstrap, ttopic, args.throughput_partitions)
@@ -195,11 +204,12 @@ def main() -> int:
                         assert time.time() - started < 900, f"{n} instances: no catch-up within 900 s ({got} vs {want})"
                         time.sleep(0.1)
                     secs = time.time() - started
+                    cpu = sorted(cpu_seconds(i.proxy.pid) - cpu_before[i.instance_id] for i in instances)
                     mb = args.throughput_records * args.record_bytes / 1e6
                     copying = n if mode == "shared" else sum(1 for i in instances if (v := i.engine()) is not None and v[3] == 1)
-                    rows.append((n, mode, copying, secs, mb / secs, args.throughput_records / secs))
+                    rows.append((n, mode, copying, secs, mb / secs, args.throughput_records / secs, cpu[-1], sum(cpu)))
                     print(f"{n} instance(s), {mode}, {copying} copying: {args.throughput_records} records ({mb:.0f} MB of values) in {secs:.1f}s = "
-                          f"{mb / secs:.1f} MB/s, {args.throughput_records / secs:,.0f} records/s", flush=True)
+                          f"{mb / secs:.1f} MB/s, {args.throughput_records / secs:,.0f} records/s; proxy CPU s per instance {cpu}", flush=True)
 
     print(f"\nseed {seed}, session {args.session_timeout_ms} ms, heartbeat {args.heartbeat_interval_ms} ms"
           f"{', kills with share_work (stall: until every partition grew)' if args.kill_share_work else ''}")
@@ -212,10 +222,11 @@ def main() -> int:
                   f"{statistics.median(st):.2f} / {percentile(st, 0.9):.2f} / {max(st):.2f} |")
     if rows:
         base = next((r[4] for r in rows if r[0] == 1), None)
-        print("\n| instances | mode | copying | catch-up s | MB/s of values | records/s | vs 1 instance |\n|---|---|---|---|---|---|---|")
-        for n, mode, copying, secs, mbs, rps in rows:
+        print("\n| instances | mode | copying | catch-up s | MB/s of values | records/s | vs 1 instance | busiest proxy CPU s | all proxies CPU s |"
+              "\n|---|---|---|---|---|---|---|---|---|")
+        for n, mode, copying, secs, mbs, rps, busiest, total in rows:
             ratio = f"{mbs / base:.2f}" if base else "-"
-            print(f"| {n} | {mode} | {copying} | {secs:.1f} | {mbs:.1f} | {rps:,.0f} | {ratio} |")
+            print(f"| {n} | {mode} | {copying} | {secs:.1f} | {mbs:.1f} | {rps:,.0f} | {ratio} | {busiest:.1f} | {total:.1f} |")
     return 0
 
 

@@ -578,7 +578,7 @@ fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
         Some((id, m)) => Assignment {
             active_member: id.clone(),
             active_instance: m.instance.clone(),
-            members: roster(members),
+            members: roster(members, m.share_work),
         },
         None => Assignment {
             active_member: String::new(),
@@ -588,24 +588,26 @@ fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
     }
 }
 
-/// The members that share the copying, sorted, when every readable member runs with
-/// `engine.share_work`; empty otherwise (then nobody holds a share, and an active member
-/// without `share_work` copies everything alone: never two copies of one partition).
-fn roster(members: &[(String, Option<MemberMetadata>)]) -> Vec<String> {
+/// The members that share the copying, sorted: those running with `engine.share_work`, when
+/// the chosen active one does (it then copies only its own share); none when it does not (it
+/// then copies everything alone). Either way no partition has two copies: a member without
+/// `share_work` copies only while it is the active one. A mixed group (a rolling change of the
+/// setting) is logged: its members without `share_work` copy nothing meanwhile.
+fn roster(members: &[(String, Option<MemberMetadata>)], active_shares: bool) -> Vec<String> {
     let readable: Vec<(&String, &MemberMetadata)> = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m))).collect();
-    let sharing = readable.iter().filter(|(_, m)| m.share_work).count();
-    if sharing == 0 {
-        return Vec::new();
-    }
-    if sharing < readable.len() {
+    let sharing: Vec<&String> = readable.iter().filter(|(_, m)| m.share_work).map(|(id, _)| *id).collect();
+    if !sharing.is_empty() && sharing.len() < readable.len() {
         warn!(
-            sharing,
+            sharing = sharing.len(),
             members = readable.len(),
-            "the engine group mixes instances with and without engine.share_work: nobody holds a share until they agree"
+            active_shares,
+            "the engine group mixes instances with and without engine.share_work; make them agree"
         );
+    }
+    if !active_shares {
         return Vec::new();
     }
-    let mut ids: Vec<String> = readable.into_iter().map(|(id, _)| id.clone()).collect();
+    let mut ids: Vec<String> = sharing.into_iter().cloned().collect();
     ids.sort();
     ids
 }
@@ -680,7 +682,7 @@ mod tests {
     }
 
     #[test]
-    fn nobody_holds_a_share_unless_every_member_shares_the_copying() {
+    fn shares_go_to_the_sharing_members_only_when_the_active_one_shares() {
         let lone = |id: &str| {
             (
                 id.to_owned(),
@@ -693,9 +695,24 @@ mod tests {
             )
         };
         assert!(choose(&[lone("a"), lone("b")]).members.is_empty(), "nobody shares: no roster");
+        // A mixed group (a rolling change of the setting): the active one decides.
+        let sharing_active = choose(&[m("b", "i2", true), lone("a"), m("c", "i3", false)]);
+        assert_eq!(sharing_active.active_member, "b");
+        assert_eq!(sharing_active.members, vec!["b", "c"], "the sharing members share; the other copies nothing");
+        let lone_active = choose(&[
+            m("b", "i2", false),
+            (
+                lone("a").0,
+                lone("a").1.map(|mut x| {
+                    x.active = true;
+                    x
+                }),
+            ),
+        ]);
+        assert_eq!(lone_active.active_member, "a");
         assert!(
-            choose(&[m("a", "i1", true), lone("b")]).members.is_empty(),
-            "a mixed group (a rolling change of the setting): no roster, so never two copies"
+            lone_active.members.is_empty(),
+            "an active member without share_work copies alone: nobody else holds a share"
         );
         // A member of an earlier version announces no share_work: it counts as not sharing.
         let old: MemberMetadata = serde_json::from_slice(br#"{"instance":"i9","active":false}"#).expect("decode old metadata");

@@ -377,6 +377,11 @@ impl StateStore {
         let deadline = tokio::time::Instant::now() + WRITE_RETRY;
         let mut backoff = Duration::from_millis(100);
         loop {
+            // Checked again before every attempt: the wait for the writer or a retry may
+            // outlast the lease (a later holder may have written since).
+            if !self.lease.holds() {
+                return Err(MirrorError::Fenced);
+            }
             let result = self.produce(&mut guard, blob.clone()).await;
             match result {
                 Ok(()) => break,

@@ -146,6 +146,9 @@ struct Inner {
     /// With shared work: the partitions as the members recorded them in the state topic (a
     /// follower's board), which describe and the graceful stop read.
     views: OnceLock<StatusBoard>,
+    /// With shared work: topics whose pause or stop was recorded but whose barrier has not
+    /// passed yet (a retry passes one).
+    unsettled: dashmap::DashSet<String>,
 }
 
 /// The answer to a management request while the stored state is still loading (retriable).
@@ -188,6 +191,7 @@ impl Control {
                 follower: OnceLock::new(),
                 barrier: OnceLock::new(),
                 views: OnceLock::new(),
+                unsettled: dashmap::DashSet::new(),
             }),
         }
     }

@@ -145,12 +145,17 @@ impl Control {
         match (from, to) {
             (a, b) if a == b => {
                 // Shared work: a pause or stop recorded before whose barrier did not pass (the
-                // request timed out) passes one now, so no member still copies the topic.
+                // request timed out, or the active instance changed since) passes one now, so no
+                // member still copies the topic.
+                let unsettled = self.inner.unsettled.contains(topic) || (to == Desired::Stopped && self.inner.registry.is_read_only(topic));
                 if let Some(barrier) = self.inner.barrier.get()
                     && to != Desired::Mirroring
-                    && !barrier.again(HALT_TIMEOUT).await
+                    && unsettled
                 {
-                    return Self::not_handed_over(topic);
+                    if !barrier.again(HALT_TIMEOUT).await {
+                        return Self::not_handed_over(topic);
+                    }
+                    self.inner.unsettled.remove(topic);
                 }
                 return TopicResult::ok(topic);
             }
@@ -225,7 +230,16 @@ impl Control {
     /// generation is in place — no member of an earlier one writes any more, and every member
     /// of the new one loaded the change (its owners record the partitions paused or stopped).
     async fn shared_transition(&self, barrier: &crate::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
-        if to == Desired::Mirroring || barrier.pass(recorded, HALT_TIMEOUT).await {
+        // Normally the record's hook asked already; a concurrent request for the same change
+        // (whose record changed nothing) asks here, so a generation after `recorded` comes.
+        barrier.reassign();
+        if to == Desired::Mirroring {
+            self.inner.unsettled.remove(topic);
+            return TopicResult::ok(topic);
+        }
+        self.inner.unsettled.insert(topic.to_owned());
+        if barrier.pass(recorded, HALT_TIMEOUT).await {
+            self.inner.unsettled.remove(topic);
             return TopicResult::ok(topic);
         }
         warn!(%topic, "no new generation of the engine group within the halt timeout");

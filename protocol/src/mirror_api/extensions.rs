@@ -83,18 +83,14 @@ impl EngineIdentity {
             active: inner.bool()?,
             generation: inner.i32()?,
             active_instance: inner.str()?,
-            // Identities written before shares existed end without tags: nothing to read.
+            // Earlier identities end in an empty tag section (or nothing); a share that does
+            // not read as two numbers is left out rather than failing the whole describe.
             share: match inner.remaining() {
                 0 => None,
-                _ => inner
-                    .tags()?
-                    .into_iter()
-                    .find(|(tag, _)| *tag == SHARE_TAG)
-                    .map(|(_, bytes)| {
-                        let mut r = R::new(bytes, 0, Side::Broker);
-                        Ok::<_, ProtocolError>((r.i32()?, r.i32()?))
-                    })
-                    .transpose()?,
+                _ => inner.tags()?.into_iter().find(|(tag, _)| *tag == SHARE_TAG).and_then(|(_, bytes)| {
+                    let mut r = R::new(bytes, 0, Side::Broker);
+                    Some((r.i32().ok()?, r.i32().ok()?))
+                }),
             },
         })
     }

@@ -145,3 +145,33 @@ fn responses_round_trip() {
     let (_, mut r) = read_request(&f).unwrap();
     assert_eq!(DescribeRequest::decode(&mut r).unwrap(), q);
 }
+
+#[test]
+fn an_engine_identity_reads_with_or_without_a_share_and_a_short_share_is_left_out() {
+    let id = |share| EngineIdentity {
+        instance_id: "p".into(),
+        role: "auto".into(),
+        active: true,
+        generation: 3,
+        active_instance: "p".into(),
+        share,
+    };
+    for e in [id(None), id(Some((2, 3)))] {
+        let bytes = e.encode_value().finish();
+        assert_eq!(EngineIdentity::decode_value(&bytes).expect("decode"), e);
+    }
+    // An identity of an earlier version: the same fields, an empty tag section or none at all.
+    let mut old = W::default();
+    old.str("p").str("auto").bool(true).i32(3).str("p");
+    let untagged = old.finish();
+    assert_eq!(EngineIdentity::decode_value(&untagged).expect("no tag section"), id(None));
+    let mut old = W::default();
+    old.str("p").str("auto").bool(true).i32(3).str("p").tags();
+    assert_eq!(EngineIdentity::decode_value(&old.finish()).expect("empty tag section"), id(None));
+    // A share tag too short for its two numbers (a hostile or garbled peer): left out.
+    let mut short = W::default();
+    let mut half = W::default();
+    half.i32(2);
+    short.str("p").str("auto").bool(true).i32(3).str("p").tagged(0, half);
+    assert_eq!(EngineIdentity::decode_value(&short.finish()).expect("short share"), id(None));
+}
