@@ -71,6 +71,7 @@ pub use io_stats::{IoCounters, io_counters};
 pub use lease::Lease;
 pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub use registry::{MirrorTopic, MirrorTopics};
+pub(crate) use share::Part;
 pub use share::{Share, owner_index};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
 pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
@@ -141,52 +142,6 @@ impl Engine {
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
 pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
     start_term(engine, mirrors, links, MirrorTopics::default(), Part::Whole(Lease::forever()), None, stop)
-}
-
-/// What one engine term does of the mirror work.
-#[derive(Clone)]
-pub(crate) enum Part {
-    /// Everything, writing while the lease holds (a lone engine; the active instance of `auto`
-    /// without `share_work`).
-    Whole(Lease),
-    /// Everything but copying (the active instance with `share_work`): topic creation,
-    /// management, sync loops, state; a state change the members must load starts a new
-    /// generation, and pause or stop waits behind it (`share`).
-    Manage(Lease, share::Barrier),
-    /// Copying only the partitions of one generation's share (every instance with
-    /// `share_work`), as the state topic recorded them when the generation began.
-    Work(share::Share),
-}
-
-impl Part {
-    fn lease(&self) -> Lease {
-        match self {
-            Part::Whole(l) | Part::Manage(l, _) => l.clone(),
-            Part::Work(s) => s.lease.clone(),
-        }
-    }
-
-    /// Whether this term copies partition `p` of `topic`.
-    pub(crate) fn copies(&self, topic: &str, p: i32) -> bool {
-        match self {
-            Part::Whole(_) => true,
-            Part::Manage(..) => false,
-            Part::Work(s) => s.owns(topic, p),
-        }
-    }
-
-    /// Whether this term only copies (no topic creation, management or sync).
-    pub(crate) fn works_only(&self) -> bool {
-        matches!(self, Part::Work(_))
-    }
-
-    /// The barrier state changes wait behind, when copying is shared.
-    pub(crate) fn barrier(&self) -> Option<&share::Barrier> {
-        match self {
-            Part::Manage(_, b) => Some(b),
-            _ => None,
-        }
-    }
 }
 
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
@@ -373,7 +328,7 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
     if shared.part.works_only() {
-        return work(shared, store, flush, mirrors, done);
+        return worker::boot(shared, store, flush, mirrors, done);
     }
     if let Some(b) = shared.part.barrier() {
         let b = b.clone();
@@ -408,14 +363,7 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     shared.control.set_store(store.clone());
     shared.control.set_sources(shared.sources.clone());
     shared.control.reserve_stored_topics(&store);
-    let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
-    tokio::spawn(
-        async move {
-            persist.await;
-            drop(done);
-        }
-        .in_current_span(),
-    );
+    spawn_persist(&shared, &store, flush, done);
     let (launch_shared, launch_store) = (shared.clone(), store.clone());
     let span = tracing::Span::current();
     let sync_shared = shared.clone();
@@ -465,11 +413,9 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     info!("mirror engine booted");
 }
 
-/// Boots a term that only copies its share (`Part::Work`): every stored and declared mirror's
-/// stored topics, as the state topic recorded them when the generation began; it creates no
-/// topic, answers no management request and syncs nothing.
-fn work(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
-    shared.control.set_store(store.clone());
+/// Writes the term's partition progress every `flush` until it stops; `done` is dropped once
+/// the final write is done.
+pub(crate) fn spawn_persist(shared: &Shared, store: &Arc<StateStore>, flush: Duration, done: watch::Sender<()>) {
     let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
         async move {
@@ -478,18 +424,6 @@ fn work(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<Mi
         }
         .in_current_span(),
     );
-    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
-    let mut all: Vec<MirrorConfig> = mirrors;
-    for def in stored {
-        if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
-            all.push(def);
-        }
-    }
-    for def in all {
-        mirrors::launch(&shared, &store, def);
-    }
-    shared.control.mark_booted();
-    info!("mirror worker booted");
 }
 
 /// Looks up the state topic's destination id (Fetch v13+ and DeleteTopics name topics by id),

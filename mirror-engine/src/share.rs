@@ -9,8 +9,9 @@
 //! by heartbeats the coordinator acknowledges as healthy (never by a "rebalance in progress"
 //! answer), and the member gives its share up before it rejoins. So once a later generation's
 //! SyncGroup has been answered, no member of an earlier generation writes any more — the
-//! barrier that pause, resume and stop (failover) wait behind. Who decides the roster is
-//! `election`'s; what a member runs with its share is `auto`'s and `lib`'s.
+//! barrier that pause, resume and stop (failover) wait behind. [`Part`] says which part of the
+//! work an engine term does (everything, everything but copying, or one share). Who decides
+//! the roster is `election`'s; what a member runs with its share is `auto`'s and `worker`'s.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -189,6 +190,52 @@ impl Barrier {
         let asked = Instant::now();
         self.reassign();
         self.pass(asked, limit).await
+    }
+}
+
+/// What one engine term does of the mirror work.
+#[derive(Clone)]
+pub enum Part {
+    /// Everything, writing while the lease holds (a lone engine; the active instance of `auto`
+    /// without `share_work`).
+    Whole(Lease),
+    /// Everything but copying (the active instance with `share_work`): topic creation,
+    /// management, sync loops, state; a state change the members must load starts a new
+    /// generation, and pause or stop waits behind it (`share`).
+    Manage(Lease, Barrier),
+    /// Copying only the partitions of one generation's share (every instance with
+    /// `share_work`), as the state topic recorded them when the generation began.
+    Work(Share),
+}
+
+impl Part {
+    pub(crate) fn lease(&self) -> Lease {
+        match self {
+            Part::Whole(l) | Part::Manage(l, _) => l.clone(),
+            Part::Work(s) => s.lease.clone(),
+        }
+    }
+
+    /// Whether this term copies partition `p` of `topic`.
+    pub(crate) fn copies(&self, topic: &str, p: i32) -> bool {
+        match self {
+            Part::Whole(_) => true,
+            Part::Manage(..) => false,
+            Part::Work(s) => s.owns(topic, p),
+        }
+    }
+
+    /// Whether this term only copies (no topic creation, management or sync).
+    pub(crate) fn works_only(&self) -> bool {
+        matches!(self, Part::Work(_))
+    }
+
+    /// The barrier state changes wait behind, when copying is shared.
+    pub(crate) fn barrier(&self) -> Option<&Barrier> {
+        match self {
+            Part::Manage(_, b) => Some(b),
+            _ => None,
+        }
     }
 }
 
