@@ -11,11 +11,12 @@ A: every instance reports a distinct share of the same generation; a mirror of c
    does not), a resume catches up again, and a stop (failover) through a standby while the source
    keeps growing makes the topic writable through every instance only after every instance
    stopped copying: no source record lands after the first client record.
-B: members come and go under load (seeded): an instance (the active one included) is SIGKILLed
-   and restarted, or SIGSTOPped past the session timeout and SIGCONTed; after each event the
-   survivors' shares cover every partition again, and at the end the destination equals the
-   source record for record at identical offsets with no partition FAILED. `KMP_SHARE_CHAOS_EVENTS` (default 4) sets the count,
-   `KMP_CHAOS_SEED` replays a seed.
+B: members come and go under load (seeded): every 2-4 s an instance (the active one included) is
+   SIGKILLed and restarted, or SIGSTOPped past the session timeout and SIGCONTed; after each event
+   the survivors' shares cover every partition again and every partition grows again (the stall
+   per event is printed, and its longest per kind); at the end the destination equals the source
+   record for record at identical offsets with no partition FAILED. `KMP_CHAOS_SECONDS` (default
+   120) sets the length, `KMP_CHAOS_SEED` replays a seed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import os
 import random
 import re
 import signal
+import statistics
+import threading
 import time
 
 from confluent_kafka import Consumer, TopicPartition
@@ -48,6 +51,37 @@ from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plai
 from test_mirror_failover import call, produce_one
 
 PARTITIONS = 6
+CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))
+
+
+class StallWatch:
+    """Polls (every 50 ms) until every partition of ``topic`` grew past its high watermark at
+    the start; ``result`` is the seconds from ``hit`` until then."""
+
+    def __init__(self, bootstrap: str, topic: str, hit: float, bound: float):
+        self.bootstrap, self.topic, self.hit, self.bound = bootstrap, topic, hit, bound
+        self.before = high_watermarks(bootstrap, topic, PARTITIONS)
+        self.at: float | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> "StallWatch":
+        self.thread.start()
+        return self
+
+    def _run(self):
+        grown: set[int] = set()
+        while time.time() - self.hit < self.bound:
+            now = high_watermarks(self.bootstrap, self.topic, PARTITIONS)
+            grown |= {p for p in range(PARTITIONS) if now[p] > self.before[p]}
+            if len(grown) == PARTITIONS:
+                self.at = time.time()
+                return
+            time.sleep(0.05)
+
+    def result(self, what: str) -> float:
+        self.thread.join(self.bound + 5)
+        assert self.at is not None, f"{what}: not within {self.bound:.0f}s (high watermarks at the start {self.before})"
+        return self.at - self.hit
 RECORDS_LINE = re.compile(r'^kmp_mirror_records\{mirror="([^"]+)",topic="([^"]+)",partition="(\d+)"\} (\d+)$', re.M)
 
 
@@ -194,8 +228,7 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
 def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, workdir):
     source, destination = clusters
     seed = int(os.environ.get("KMP_CHAOS_SEED", random.randrange(1 << 31)))
-    events = int(os.environ.get("KMP_SHARE_CHAOS_EVENTS", "4"))
-    print(f"\nshared-work chaos seed {seed} (replay with KMP_CHAOS_SEED={seed}), {events} events")
+    print(f"\nshared-work chaos seed {seed} (replay with KMP_CHAOS_SEED={seed}), {CHAOS_SECONDS:.0f}s")
     rng = random.Random(seed)
     topic, mirror = unique("share-chaos"), unique("shc")
     create(source.bootstrap, topic, PARTITIONS)
@@ -207,8 +240,12 @@ def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, 
         start_mirror(active, source, mirror, topic)
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
         load = SourceLoad(source.bootstrap, topic, PARTITIONS, seed).start()
+        stalls = []  # (action, seconds until every partition grew again)
+        n = 0
         try:
-            for n in range(events):
+            chaos_end = time.time() + CHAOS_SECONDS
+            while time.time() < chaos_end:
+                n += 1
                 time.sleep(rng.uniform(2, 4))
                 active, _ = wait_one_active(instances, f"one active before event {n} ({ctx})", TAKEOVER_BOUND_S)
                 victim = rng.choice(instances)  # the active one too: its management moves, the shares stay exact
@@ -221,8 +258,16 @@ def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, 
                 else:
                     os.kill(victim.proxy.pid, signal.SIGSTOP)
                     victim.stopped = True
+                # Writes in flight land within moments; the stall lasts until every partition grew
+                # past what it held 0.3 s after the hit (the victim's share is the one that waits).
+                time.sleep(0.3)
+                watcher = StallWatch(destination.bootstrap, topic, hit, TAKEOVER_BOUND_S + 30).start()
                 wait_shares(survivors, f"the survivors share the work after the {action} of {victim.instance_id} ({ctx})", TAKEOVER_BOUND_S)
-                print(f"event {n}: {action} {victim.instance_id}: survivors re-shared after {time.time() - hit:.1f}s")
+                reshared = time.time() - hit
+                stall = watcher.result(f"event {n}: every partition grows again after the {action} of {victim.instance_id} ({ctx})")
+                stalls.append((action, stall))
+                print(f"event {n}: {action} {victim.instance_id}{' (active)' if victim is active else ''}: survivors re-shared after "
+                      f"{reshared:.1f}s, every partition grew again after {stall:.1f}s")
                 if action == "kill":
                     victim.restart()
                 else:
@@ -232,8 +277,12 @@ def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, 
                 wait_shares(instances, f"all three share again after event {n} ({ctx})", TAKEOVER_BOUND_S)
         finally:
             load.stop()
+        for action in ("kill", "freeze"):
+            got = [st for a, st in stalls if a == action]
+            if got:
+                print(f"{action}: {len(got)} events, replication stall p50 {statistics.median(got):.2f}s, longest {max(got):.2f}s")
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
-        assert_same_log(source, destination, topic, PARTITIONS, f"after {events} membership events ({ctx})")
+        assert_same_log(source, destination, topic, PARTITIONS, f"after {len(stalls)} membership events ({ctx})")
         status, r = call(active.proxy, "GET", f"/v1/mirrors/{mirror}")
         failed = [(t["topic"], p["partition"], p.get("last_error")) for t in r.get("topics", []) for p in t["partitions"] if p["state"] == "failed"]
         assert status == 200 and not failed, f"no partition FAILED ({ctx}): {failed}"
