@@ -18,7 +18,6 @@ use kmp_protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kmp_protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kmp_protocol::kafka_protocol::messages::{GroupId, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, SyncGroupRequest};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -27,6 +26,10 @@ use crate::cluster::ClusterClient;
 use crate::error::MirrorError;
 use crate::lease::Lease;
 use crate::share::Share;
+
+#[path = "election_choice.rs"]
+mod choice;
+use choice::{Assignment, MemberMetadata, choose};
 
 /// The group's protocol type: only instances of this proxy meet in it.
 pub const PROTOCOL_TYPE: &str = "kmp-mirror-engine";
@@ -74,36 +77,9 @@ pub enum Role {
     Active { generation: i32, lease: Lease },
 }
 
-/// What a member announces when it joins.
-#[derive(Debug, Serialize, Deserialize)]
-struct MemberMetadata {
-    instance: String,
-    /// Whether it is the active engine right now (the leader keeps it so).
-    active: bool,
-    /// How often this member asked for a new generation: a JoinGroup of a member that is not
-    /// the group leader starts a rebalance only when its metadata changed.
-    #[serde(default)]
-    round: u64,
-    /// Whether it runs with `engine.share_work`: the leader hands out shares only when every
-    /// member does.
-    #[serde(default)]
-    share_work: bool,
-}
-
 /// How long a requested new generation waits for more requests (a mirror starting several
 /// topics at once costs one rebalance, not one per topic).
 const REASSIGN_DEBOUNCE: Duration = Duration::from_millis(300);
-
-/// What the leader hands every member.
-#[derive(Debug, Serialize, Deserialize)]
-struct Assignment {
-    active_member: String,
-    active_instance: String,
-    /// The generation's members (ids), sorted: a member's place in it is its share's index.
-    /// Absent from leaders of earlier versions: then nobody has a share.
-    #[serde(default)]
-    members: Vec<String>,
-}
 
 /// Takes part in the election until `leave` turns true, then leaves the group (so a peer takes
 /// over at once instead of after the session timeout). Decisions go to `role`.
@@ -564,54 +540,6 @@ struct Joined {
     members: Vec<(String, Option<MemberMetadata>)>,
 }
 
-/// The leader's choice: the member already active if there is one (the lowest member id if
-/// several claim it), else the member with the lowest id. Members whose metadata cannot be read
-/// are never chosen.
-fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
-    let readable = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m)));
-    let pick = readable
-        .clone()
-        .filter(|(_, m)| m.active)
-        .min_by(|a, b| a.0.cmp(b.0))
-        .or_else(|| readable.min_by(|a, b| a.0.cmp(b.0)));
-    match pick {
-        Some((id, m)) => Assignment {
-            active_member: id.clone(),
-            active_instance: m.instance.clone(),
-            members: roster(members, m.share_work),
-        },
-        None => Assignment {
-            active_member: String::new(),
-            active_instance: String::new(),
-            members: Vec::new(),
-        },
-    }
-}
-
-/// The members that share the copying, sorted: those running with `engine.share_work`, when
-/// the chosen active one does (it then copies only its own share); none when it does not (it
-/// then copies everything alone). Either way no partition has two copies: a member without
-/// `share_work` copies only while it is the active one. A mixed group (a rolling change of the
-/// setting) is logged: its members without `share_work` copy nothing meanwhile.
-fn roster(members: &[(String, Option<MemberMetadata>)], active_shares: bool) -> Vec<String> {
-    let readable: Vec<(&String, &MemberMetadata)> = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m))).collect();
-    let sharing: Vec<&String> = readable.iter().filter(|(_, m)| m.share_work).map(|(id, _)| *id).collect();
-    if !sharing.is_empty() && sharing.len() < readable.len() {
-        warn!(
-            sharing = sharing.len(),
-            members = readable.len(),
-            active_shares,
-            "the engine group mixes instances with and without engine.share_work; make them agree"
-        );
-    }
-    if !active_shares {
-        return Vec::new();
-    }
-    let mut ids: Vec<String> = sharing.into_iter().cloned().collect();
-    ids.sort();
-    ids
-}
-
 async fn heartbeat(conn: &mut Connection, settings: &ElectionSettings, member_id: &str, generation: i32) -> Result<i16, MirrorError> {
     let mut req = HeartbeatRequest::default();
     req.group_id = GroupId(StrBytes::from_string(settings.group_id.clone()));
@@ -644,80 +572,6 @@ fn millis(d: Duration) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn m(id: &str, instance: &str, active: bool) -> (String, Option<MemberMetadata>) {
-        (
-            id.to_owned(),
-            Some(MemberMetadata {
-                instance: instance.to_owned(),
-                active,
-                round: 0,
-                share_work: true,
-            }),
-        )
-    }
-
-    #[test]
-    fn the_active_member_stays_active_when_others_join_and_the_lowest_id_wins_otherwise() {
-        let a = choose(&[m("c", "i3", false), m("b", "i2", true), m("a", "i1", false)]);
-        assert_eq!((a.active_member.as_str(), a.active_instance.as_str()), ("b", "i2"), "sticky");
-        let a = choose(&[m("c", "i3", false), m("b", "i2", false)]);
-        assert_eq!(a.active_member, "b", "nobody active: the lowest member id");
-        let a = choose(&[m("c", "i3", true), m("b", "i2", true)]);
-        assert_eq!(a.active_member, "b", "two claims (a split that healed): one of them, deterministically");
-        let a = choose(&[("x".to_owned(), None), m("y", "i2", false)]);
-        assert_eq!(a.active_member, "y", "an unreadable member is never chosen");
-    }
-
-    #[test]
-    fn the_roster_lists_every_readable_member_once_sorted_so_every_member_finds_the_same_place() {
-        let a = choose(&[m("c", "i3", false), ("x".to_owned(), None), m("a", "i1", true), m("b", "i2", false)]);
-        assert_eq!(a.members, vec!["a", "b", "c"], "sorted, the unreadable member left out");
-        let blob = serde_json::to_vec(&a).expect("encode");
-        let back: Assignment = serde_json::from_slice(&blob).expect("decode");
-        assert_eq!(back.members, a.members);
-        // A leader of an earlier version sends no roster: nobody gets a share.
-        let old: Assignment = serde_json::from_slice(br#"{"active_member":"a","active_instance":"i1"}"#).expect("decode old");
-        assert!(old.members.is_empty(), "no roster from an older leader");
-    }
-
-    #[test]
-    fn shares_go_to_the_sharing_members_only_when_the_active_one_shares() {
-        let lone = |id: &str| {
-            (
-                id.to_owned(),
-                Some(MemberMetadata {
-                    instance: id.to_owned(),
-                    active: false,
-                    round: 0,
-                    share_work: false,
-                }),
-            )
-        };
-        assert!(choose(&[lone("a"), lone("b")]).members.is_empty(), "nobody shares: no roster");
-        // A mixed group (a rolling change of the setting): the active one decides.
-        let sharing_active = choose(&[m("b", "i2", true), lone("a"), m("c", "i3", false)]);
-        assert_eq!(sharing_active.active_member, "b");
-        assert_eq!(sharing_active.members, vec!["b", "c"], "the sharing members share; the other copies nothing");
-        let lone_active = choose(&[
-            m("b", "i2", false),
-            (
-                lone("a").0,
-                lone("a").1.map(|mut x| {
-                    x.active = true;
-                    x
-                }),
-            ),
-        ]);
-        assert_eq!(lone_active.active_member, "a");
-        assert!(
-            lone_active.members.is_empty(),
-            "an active member without share_work copies alone: nobody else holds a share"
-        );
-        // A member of an earlier version announces no share_work: it counts as not sharing.
-        let old: MemberMetadata = serde_json::from_slice(br#"{"instance":"i9","active":false}"#).expect("decode old metadata");
-        assert!(!old.share_work && old.round == 0, "defaults for an older member");
-    }
 
     #[test]
     fn the_lease_ends_before_the_coordinator_gives_up() {
