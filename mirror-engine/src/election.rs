@@ -381,7 +381,6 @@ impl Member {
                 generation: self.generation,
                 index,
                 count: a.members.len(),
-                synced_at: sync_sent,
                 join_sent: self.join_sent,
                 lease,
                 release: std::sync::Arc::default(),

@@ -31,8 +31,6 @@ pub struct Share {
     pub index: usize,
     /// How many members the generation has.
     pub count: usize,
-    /// When the SyncGroup that handed out this share was sent.
-    pub synced_at: Instant,
     /// When this member last sent a JoinGroup carrying a requested change ([`Reassign`]):
     /// such a JoinGroup changes the member's metadata, so the coordinator forms a new
     /// generation only after it arrived; this generation was formed no earlier.
@@ -258,7 +256,6 @@ mod tests {
                                 generation: 1,
                                 index: i,
                                 count,
-                                synced_at: Instant::now(),
                                 join_sent: Instant::now(),
                                 lease: Lease::forever(),
                                 release: Arc::default(),
@@ -331,7 +328,6 @@ mod tests {
             generation,
             index: 0,
             count: 1,
-            synced_at: Instant::now(),
             join_sent,
             lease: Lease::forever(),
             release: Arc::default(),

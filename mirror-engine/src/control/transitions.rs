@@ -185,13 +185,10 @@ impl Control {
         };
         let _ = rt.desired.send(to);
         info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
-        drop(rt);
         if let Some(barrier) = self.inner.barrier.get() {
+            drop(rt);
             return self.shared_transition(barrier, topic, to, recorded).await;
         }
-        let Some(rt) = self.inner.topics.get(topic) else {
-            return TopicResult::ok(topic);
-        };
         if to == Desired::Mirroring {
             for p in 0..partitions as i32 {
                 (rt.spawn)(p);
