@@ -13,9 +13,9 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::catalog::Catalog;
 use crate::election::{self, ElectionSettings, Role, Sharing};
 use crate::lease::Lease;
-use crate::registry::MirrorTopics;
 use crate::share::{Barrier, Share};
 use crate::worker::Worker;
 use crate::{ClusterClient, Engine, EngineLinks, Forwarding, Part, follow_with, start_term};
@@ -128,7 +128,7 @@ impl EngineSlot {
     }
 
     /// The registry of mirror topics the running engine (or follower) enforces.
-    pub fn topics(&self) -> crate::MirrorTopics {
+    pub fn topics(&self) -> crate::Catalog {
         self.read().topics.clone()
     }
 
@@ -181,7 +181,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         heartbeat_interval: Duration::from_millis(engine.heartbeat_interval_ms),
         share_work: engine.share_work,
     };
-    let topics = MirrorTopics::default();
+    let topics = Catalog::default();
     let (follower_stop, stopped_follower) = watch::channel(false);
     let forwarding = Forwarding::default();
     let slot = EngineSlot::fixed(follow_with(
@@ -275,7 +275,7 @@ struct Supervisor {
     mirrors: Vec<MirrorConfig>,
     sources: EngineLinks,
     destination: ClusterClient,
-    topics: MirrorTopics,
+    topics: Catalog,
     slot: EngineSlot,
     forwarding: Forwarding,
     view: watch::Sender<ElectionView>,

@@ -20,12 +20,12 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
+use crate::catalog::Catalog;
 use crate::cluster::{ClusterClient, TopicLayout, offsets};
 use crate::control::Control;
 use crate::error::MirrorError;
-use crate::followed::Catalog;
+use crate::followed::FollowedState;
 use crate::links::Lane;
-use crate::registry::MirrorTopics;
 use crate::source::{FetchAt, fetch};
 use crate::state::decode_entries;
 use crate::status::now_ms;
@@ -73,7 +73,7 @@ impl FollowProgress {
 pub(crate) struct Follower {
     pub(crate) destination: ClusterClient,
     pub(crate) topic: String,
-    pub(crate) registry: MirrorTopics,
+    pub(crate) catalog: Catalog,
     pub(crate) control: Control,
     pub(crate) progress: watch::Sender<FollowProgress>,
 }
@@ -105,7 +105,7 @@ impl Cursor {
     /// Applies the entries of one batch that ends before `batch_end` (entries below the position
     /// were applied already) and moves the position past it. A re-read that reaches its end
     /// removes the keys it did not find again (their tombstones were compacted away meanwhile).
-    fn apply_batch(&mut self, catalog: &mut Catalog, entries: Vec<(i64, String, Option<bytes::Bytes>)>, batch_end: i64) {
+    fn apply_batch(&mut self, state: &mut FollowedState, entries: Vec<(i64, String, Option<bytes::Bytes>)>, batch_end: i64) {
         let position = self.next.unwrap_or(0);
         for (offset, key, value) in entries {
             if offset < position {
@@ -118,7 +118,7 @@ impl Cursor {
                 Some(_) => self.live.insert(key.clone()),
                 None => self.live.remove(&key),
             };
-            catalog.apply(&key, value.as_deref());
+            state.apply(&key, value.as_deref());
         }
         let position = position.max(batch_end);
         self.next = Some(position);
@@ -127,7 +127,7 @@ impl Cursor {
         {
             for key in unseen {
                 self.live.remove(&key);
-                catalog.apply(&key, None);
+                state.apply(&key, None);
             }
         }
     }
@@ -136,13 +136,13 @@ impl Cursor {
 impl Follower {
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let ids = Arc::new(Notify::new());
-        tokio::spawn(learn_ids(self.destination.clone(), self.registry.clone(), ids.clone(), stop.clone()));
-        let mut catalog = Catalog::new(self.registry.clone(), self.control.clone());
+        tokio::spawn(learn_ids(self.destination.clone(), self.catalog.clone(), ids.clone(), stop.clone()));
+        let mut state = FollowedState::new(self.control.clone());
         let mut cursor = Cursor::new();
         let mut backoff = Duration::from_millis(100);
         loop {
             let step = tokio::select! {
-                r = self.step(&mut catalog, &mut cursor, &ids) => r,
+                r = self.step(&mut state, &mut cursor, &ids) => r,
                 _ = stop.changed() => return,
             };
             let pause = match step {
@@ -171,7 +171,7 @@ impl Follower {
     }
 
     /// One Fetch (or one look for a missing topic); `Some(pause)` to wait before the next.
-    async fn step(&self, catalog: &mut Catalog, cursor: &mut Cursor, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
+    async fn step(&self, state: &mut FollowedState, cursor: &mut Cursor, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
         let d = &self.destination;
         // The layout is kept while reads succeed (one Metadata request per leader change, not
         // per poll); any failure drops it.
@@ -193,7 +193,7 @@ impl Follower {
         }
         if layout.topic_id != [0; 16] {
             // Refused to clients by id too (Fetch and Produce v13+), as on the engine instance.
-            self.registry.set_state_topic_id(layout.topic_id);
+            self.catalog.set_state_topic_id(layout.topic_id);
         }
         let (addr, epoch) = d.leader_in(&layout, &self.topic, 0)?;
         let next = match cursor.next {
@@ -229,14 +229,14 @@ impl Follower {
             r => r?,
         };
         for (header, batch) in &fetched.batches {
-            cursor.apply_batch(catalog, decode_entries(batch)?, header.next_offset());
+            cursor.apply_batch(state, decode_entries(batch)?, header.next_offset());
         }
         let position = cursor.next.unwrap_or(next);
         if cursor.reread.is_some() {
             // A re-read whose end is where it started (nothing left to read) is complete too.
-            cursor.apply_batch(catalog, Vec::new(), position);
+            cursor.apply_batch(state, Vec::new(), position);
         }
-        if !fetched.batches.is_empty() && !self.registry.topics_without_id().is_empty() {
+        if !fetched.batches.is_empty() && !self.catalog.topics_without_id().is_empty() {
             ids.notify_one();
         }
         if cursor.load_target.is_some_and(|end| position >= end) {
@@ -258,8 +258,8 @@ impl Follower {
         if self.progress.borrow().loaded {
             return;
         }
-        if !self.registry.topics_without_id().is_empty() {
-            let _ = tokio::time::timeout(Duration::from_secs(5), learn_once(&self.destination, &self.registry)).await;
+        if !self.catalog.topics_without_id().is_empty() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), learn_once(&self.destination, &self.catalog)).await;
             ids.notify_one();
         }
         self.progress.send_modify(|p| p.loaded = true);
@@ -270,7 +270,7 @@ impl Follower {
 
 /// Looks up the destination ids of the topics that lack one, once. A former mirror topic the
 /// destination does not have is forgotten; a mirror topic is kept (just created: retried).
-async fn learn_once(destination: &ClusterClient, registry: &MirrorTopics) -> Result<bool, MirrorError> {
+async fn learn_once(destination: &ClusterClient, registry: &Catalog) -> Result<bool, MirrorError> {
     let pending = registry.topics_without_id();
     if pending.is_empty() {
         return Ok(true);
@@ -289,7 +289,7 @@ async fn learn_once(destination: &ClusterClient, registry: &MirrorTopics) -> Res
 
 /// Keeps looking up missing topic ids: woken when the state names new topics, retrying every
 /// 200 ms (doubling to 5 s) while some are missing.
-pub(crate) async fn learn_ids(destination: ClusterClient, registry: MirrorTopics, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn learn_ids(destination: ClusterClient, registry: Catalog, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
     let mut backoff = Duration::from_millis(200);
     loop {
         let done = match learn_once(&destination, &registry).await {
@@ -337,35 +337,35 @@ mod tests {
 
     #[test]
     fn batches_move_the_position_and_entries_below_it_are_not_applied_twice() {
-        let registry = MirrorTopics::default();
-        let mut catalog = Catalog::new(registry.clone(), Control::new(StatusBoard::default(), registry.clone()));
+        let registry = Catalog::default();
+        let mut state = FollowedState::new(Control::new(StatusBoard::default(), registry.clone()));
         let mut cursor = Cursor::new();
         cursor.next = Some(5);
         let (a, b) = (topic("dr"), topic("dr"));
-        cursor.apply_batch(&mut catalog, vec![entry(4, "topic/old", Some(&a)), entry(5, "topic/orders", Some(&b))], 6);
+        cursor.apply_batch(&mut state, vec![entry(4, "topic/old", Some(&a)), entry(5, "topic/orders", Some(&b))], 6);
         assert_eq!(cursor.next, Some(6));
         assert!(!registry.is_mirror_topic("old"), "an entry below the position was applied before");
         assert!(registry.is_read_only("orders"));
-        cursor.apply_batch(&mut catalog, vec![entry(6, "topic/orders", None)], 7);
+        cursor.apply_batch(&mut state, vec![entry(6, "topic/orders", None)], 7);
         assert!(!registry.is_mirror_topic("orders") && cursor.live.is_empty(), "a tombstone removes the topic");
     }
 
     #[test]
     fn a_re_read_from_the_start_removes_what_it_no_longer_finds() {
-        let registry = MirrorTopics::default();
-        let mut catalog = Catalog::new(registry.clone(), Control::new(StatusBoard::default(), registry.clone()));
+        let registry = Catalog::default();
+        let mut state = FollowedState::new(Control::new(StatusBoard::default(), registry.clone()));
         let mut cursor = Cursor::new();
         cursor.next = Some(0);
         let t = topic("dr");
-        cursor.apply_batch(&mut catalog, vec![entry(0, "topic/kept", Some(&t)), entry(1, "topic/gone", Some(&t))], 2);
+        cursor.apply_batch(&mut state, vec![entry(0, "topic/kept", Some(&t)), entry(1, "topic/gone", Some(&t))], 2);
         assert!(registry.is_read_only("gone"));
         // The position fell below the log start; the topic is read again from 10 to its end 12, and
         // "gone"'s tombstone was compacted away meanwhile.
         cursor.next = Some(10);
         cursor.reread = Some((12, cursor.live.clone()));
-        cursor.apply_batch(&mut catalog, vec![entry(10, "topic/kept", Some(&t))], 11);
+        cursor.apply_batch(&mut state, vec![entry(10, "topic/kept", Some(&t))], 11);
         assert!(registry.is_read_only("gone"), "not decided before the re-read reaches its end");
-        cursor.apply_batch(&mut catalog, vec![entry(11, "partition/kept/0", None)], 12);
+        cursor.apply_batch(&mut state, vec![entry(11, "partition/kept/0", None)], 12);
         assert!(cursor.reread.is_none());
         assert!(
             registry.is_read_only("kept") && !registry.is_mirror_topic("gone"),

@@ -1,7 +1,7 @@
 //! A follower's view of the state topic (sans-io): each entry read from it — `mirror/…`,
 //! `topic/…`, `former/…`, `partition/…/…` (see `state`) — is applied to what the rest of the proxy
-//! consults: the read-only and filler registry (`MirrorTopics`, which the Produce and Fetch
-//! filters ask), and the list / describe views of `Control`. Nothing polls: a change is visible
+//! consults: the instance's catalog of mirror topics (`catalog`, which the Produce and
+//! Fetch filters ask), and the list / describe views of `Control`. Nothing polls: a change is visible
 //! to every connection as soon as it is applied here.
 //!
 //! The entries come from the destination cluster, so each one is checked before it is used:
@@ -15,7 +15,6 @@ use std::collections::HashMap;
 use tracing::{debug, warn};
 
 use crate::control::{Control, Desired};
-use crate::registry::MirrorTopics;
 use crate::state::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex, parse_value};
 
 /// Partition numbers above this are not believed (a forged count would make views iterate it).
@@ -31,8 +30,7 @@ pub(crate) enum Applied {
 }
 
 /// The followed state, applied entry by entry.
-pub(crate) struct Catalog {
-    registry: MirrorTopics,
+pub(crate) struct FollowedState {
     control: Control,
     /// `(topic, partition)` → mirror of the partition records shown (for their tombstones).
     partitions: HashMap<(String, i32), String>,
@@ -43,10 +41,9 @@ fn legal_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 249 && name != "." && name != ".." && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
-impl Catalog {
-    pub(crate) fn new(registry: MirrorTopics, control: Control) -> Self {
+impl FollowedState {
+    pub(crate) fn new(control: Control) -> Self {
         Self {
-            registry,
             control,
             partitions: HashMap::new(),
         }
@@ -103,7 +100,6 @@ impl Catalog {
         }
         let Some(raw) = value else {
             // Its mirror was deleted: an ordinary topic again (its fillers stay masked).
-            self.registry.remove(topic);
             self.control.forget_topic(topic);
             return Applied::Changed;
         };
@@ -113,10 +109,8 @@ impl Catalog {
         if !legal_name(&record.mirror) || record.partitions > MAX_PARTITIONS {
             return Applied::Ignored(format!("mirror {:?} with {} partitions is not believable", record.mirror, record.partitions));
         }
-        self.registry.register(topic, &record.mirror, [0; 16]);
-        self.registry.set_writable(topic, record.is_writable());
         self.control
-            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired));
+            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired), record.is_writable());
         Applied::Changed
     }
 
@@ -131,7 +125,9 @@ impl Catalog {
         let Some(record) = parse_value::<FormerTopicRecord>(key, raw) else {
             return Applied::Ignored("unreadable former-topic record".into());
         };
-        self.registry.mark_filler_topic(topic, id_from_hex(&record.topic_id).unwrap_or([0; 16]));
+        self.control
+            .catalog()
+            .mark_filler_topic(topic, id_from_hex(&record.topic_id).unwrap_or([0; 16]));
         Applied::Changed
     }
 
@@ -173,13 +169,14 @@ impl Catalog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::Catalog;
     use crate::status::{PartitionState, StatusBoard};
 
-    fn catalog() -> (Catalog, MirrorTopics, Control) {
-        let registry = MirrorTopics::default();
+    fn followed() -> (FollowedState, Catalog, Control) {
+        let registry = Catalog::default();
         let control = Control::new(StatusBoard::default(), registry.clone());
         control.set_follower("__state");
-        (Catalog::new(registry.clone(), control.clone()), registry, control)
+        (FollowedState::new(control.clone()), registry, control)
     }
 
     fn topic_record(desired: &str, writable: Option<bool>) -> Vec<u8> {
@@ -189,7 +186,7 @@ mod tests {
 
     #[test]
     fn a_mirror_topic_is_read_only_until_the_engine_records_its_stop_as_finished() {
-        let (mut c, registry, control) = catalog();
+        let (mut c, registry, control) = followed();
         let def = serde_json::json!({"origin": "api", "definition": {"name": "dr", "source_bootstrap_servers": ["s:1"]}});
         assert_eq!(c.apply("mirror/dr", Some(def.to_string().as_bytes())), Applied::Changed);
         assert_eq!(c.apply("topic/orders", Some(&topic_record("mirroring", Some(false)))), Applied::Changed);
@@ -216,7 +213,7 @@ mod tests {
 
     #[test]
     fn partition_records_feed_describe_and_their_tombstones_remove_them() {
-        let (mut c, _, control) = catalog();
+        let (mut c, _, control) = followed();
         let def = serde_json::json!({"origin": "config", "definition": {"name": "dr", "source_bootstrap_servers": ["s:1"]}});
         c.apply("mirror/dr", Some(def.to_string().as_bytes()));
         let rec = r#"{"mirror":"dr","state":"mirroring","next_offset":40,"source_high_watermark":42,"records":30,"fillers":10,"bytes":999,"error":null,"sticky":false}"#;
@@ -235,7 +232,7 @@ mod tests {
 
     #[test]
     fn hostile_entries_are_ignored_and_change_nothing() {
-        let (mut c, registry, control) = catalog();
+        let (mut c, registry, control) = followed();
         c.apply("topic/orders", Some(&topic_record("mirroring", None)));
         for (key, value) in [
             ("topic/orders", Some(&b"{not json"[..])),

@@ -14,7 +14,7 @@
 mod auto;
 mod boot_gate;
 mod budget;
-mod claims;
+mod catalog;
 mod cluster;
 mod coalesce;
 mod control;
@@ -37,7 +37,6 @@ mod partition;
 mod plan;
 mod produce_mux;
 mod producer_id;
-mod registry;
 mod select;
 mod share;
 mod sink;
@@ -62,6 +61,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 pub use auto::{ElectionView, EngineSlot, auto};
 pub use budget::Budget;
+pub use catalog::{Catalog, CatalogTopic};
 pub use cluster::ClusterClient;
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
@@ -70,7 +70,6 @@ pub use forward::{ForwardError, Forwarding, RequestHandler};
 pub use io_stats::{IoCounters, io_counters};
 pub use lease::Lease;
 pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
-pub use registry::{MirrorTopic, MirrorTopics};
 pub(crate) use share::Part;
 pub use share::{Share, owner_index};
 pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
@@ -91,7 +90,7 @@ pub struct Engine {
     pub status: StatusBoard,
     pub budget: Budget,
     /// Destination topics owned by mirrors (read-only for clients).
-    pub topics: MirrorTopics,
+    pub topics: Catalog,
     /// Pause / resume / stop and the list / describe views.
     pub control: Control,
     /// Closed once the engine wrote its final state after `stop` (or never started).
@@ -109,12 +108,12 @@ impl Engine {
     }
 
     fn unbooted(engine: &EngineConfig) -> Self {
-        Self::unbooted_with(engine, MirrorTopics::default())
+        Self::unbooted_with(engine, Catalog::default())
     }
 
     /// An engine not booted yet that enforces through `topics` (shared across the terms of an
     /// elected instance, so nothing becomes writable while one term hands over to the next).
-    fn unbooted_with(engine: &EngineConfig, topics: MirrorTopics) -> Self {
+    fn unbooted_with(engine: &EngineConfig, topics: Catalog) -> Self {
         let (_, done) = watch::channel(());
         let status = StatusBoard::default();
         let control = Control::new(status.clone(), topics.clone());
@@ -141,7 +140,7 @@ impl Engine {
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
 pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, MirrorTopics::default(), Part::Whole(Lease::forever()), None, stop)
+    start_term(engine, mirrors, links, Catalog::default(), Part::Whole(Lease::forever()), None, stop)
 }
 
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
@@ -166,7 +165,7 @@ pub(crate) fn start_term(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
     links: EngineLinks,
-    topics: MirrorTopics,
+    topics: Catalog,
     part: Part,
     forwarding: Option<Forwarding>,
     stop: watch::Receiver<bool>,
@@ -216,14 +215,14 @@ pub(crate) fn start_term(
 /// repeats the engine instance's per-partition numbers; describe reads the followed ones.
 pub fn follow(engine: &EngineConfig, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
     let destination = ClusterClient::with_security("destination", links.destination_bootstrap, links.timeout, Ok(links.destination_security));
-    follow_with(engine, destination, MirrorTopics::default(), None, stop)
+    follow_with(engine, destination, Catalog::default(), None, stop)
 }
 
 /// Starts a follower as [`follow`] does, enforcing through `topics`.
 pub(crate) fn follow_with(
     engine: &EngineConfig,
     destination: ClusterClient,
-    topics: MirrorTopics,
+    topics: Catalog,
     forwarding: Option<Forwarding>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
@@ -243,7 +242,7 @@ pub(crate) fn follow_with(
     let follower = follow::Follower {
         destination,
         topic: engine.state_topic.clone(),
-        registry: topics,
+        catalog: topics,
         control: handle.control.clone(),
         progress,
     };
@@ -257,7 +256,7 @@ pub(crate) struct Shared {
     pub(crate) destination: ClusterClient,
     pub(crate) status: StatusBoard,
     pub(crate) budget: Budget,
-    pub(crate) topics: MirrorTopics,
+    pub(crate) topics: Catalog,
     pub(crate) control: Control,
     pub(crate) max_in_flight: usize,
     /// The destination's produce lanes, one per broker, shared by every mirror.
@@ -342,7 +341,10 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     {
         tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
     }
-    // Topics the state records as a mirror's are read-only from now on, before any is prepared.
+    // A claim an earlier term left while preparing is claimed again if still wanted. Topics the
+    // state records as a mirror's are read-only from now on, before any is prepared; the
+    // mirrors' discovery loops take them up a moment later.
+    shared.topics.drop_claims();
     for (topic, owner) in store.owned_topics() {
         shared.topics.register(&topic, &owner.mirror, [0; 16]);
     }
@@ -362,7 +364,6 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     record_definitions(&store, &mirrors).await;
     shared.control.set_store(store.clone());
     shared.control.set_sources(shared.sources.clone());
-    shared.control.reserve_stored_topics(&store);
     spawn_persist(&shared, &store, flush, done);
     let (launch_shared, launch_store) = (shared.clone(), store.clone());
     let span = tracing::Span::current();

@@ -360,7 +360,7 @@ impl Control {
         };
         for t in &topics {
             let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
-            let topic_id = self.registry().topic_id(t).map(crate::state::id_to_hex).unwrap_or_default();
+            let topic_id = self.catalog().topic_id(t).map(crate::state::id_to_hex).unwrap_or_default();
             let former = crate::state::FormerTopicRecord {
                 mirror: name.to_owned(),
                 topic_id,
@@ -369,7 +369,6 @@ impl Control {
             if let Err(e) = store.detach_topic(t, partitions, &former).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
             }
-            self.registry().remove(t);
             self.forget_topic(t);
         }
         if let Err(e) = store.delete_mirror(name).await {
@@ -389,7 +388,7 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::MirrorTopics;
+    use crate::catalog::Catalog;
     use crate::status::StatusBoard;
 
     fn configs(bootstrap: &str) -> Vec<(String, Option<String>)> {
@@ -398,7 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn api_created_mirrors_need_an_allowed_source_and_nothing_connects_before() {
-        let control = Control::new(StatusBoard::default(), MirrorTopics::default());
+        let control = Control::new(StatusBoard::default(), Catalog::default());
         control.mark_booted();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -423,7 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn start_topics_on_an_unknown_mirror_names_it_once_and_refuses_an_overlong_name_alone() {
-        let control = Control::new(StatusBoard::default(), MirrorTopics::default());
+        let control = Control::new(StatusBoard::default(), Catalog::default());
         control.mark_booted();
         let topics = vec!["t".to_owned(); 1000];
 
@@ -447,7 +446,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_allowed_source_passes_the_check() {
-        let control = Control::new(StatusBoard::default(), MirrorTopics::default());
+        let control = Control::new(StatusBoard::default(), Catalog::default());
         control.set_source_allow(vec!["127.0.0.1:*".to_owned()]);
         control.mark_booted();
         // No state store in this test: getting as far as storing means the source check passed.

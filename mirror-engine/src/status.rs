@@ -234,28 +234,65 @@ pub fn now_ms() -> i64 {
 /// `(mirror, topic, partition)`.
 pub type PartitionKey = (String, String, i32);
 
-/// The status of every mirrored partition.
-#[derive(Debug, Clone, Default)]
-pub struct StatusBoard(Arc<DashMap<PartitionKey, PartitionStatus>>);
+/// The status of every mirrored partition; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct StatusBoard {
+    parts: Arc<DashMap<PartitionKey, PartitionStatus>>,
+    /// Bumped whenever a partition appears, goes or changes its state (not on progress alone):
+    /// whoever waits for states subscribes instead of polling.
+    states: Arc<tokio::sync::watch::Sender<u64>>,
+}
+
+impl Default for StatusBoard {
+    fn default() -> Self {
+        Self {
+            parts: Arc::default(),
+            states: Arc::new(tokio::sync::watch::Sender::new(0)),
+        }
+    }
+}
 
 impl StatusBoard {
     pub fn update(&self, key: &PartitionKey, f: impl FnOnce(&mut PartitionStatus)) {
-        f(&mut self.0.entry(key.clone()).or_default());
+        let entry = self.parts.entry(key.clone());
+        let before = match &entry {
+            dashmap::Entry::Occupied(o) => Some(o.get().state),
+            dashmap::Entry::Vacant(_) => None,
+        };
+        let mut status = entry.or_default();
+        f(status.value_mut());
+        let changed = before != Some(status.state);
+        drop(status);
+        if changed {
+            self.bump();
+        }
+    }
+
+    fn bump(&self) {
+        self.states.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that sees every later state change (subscribe, then read, then await
+    /// `changed()`).
+    pub fn state_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.states.subscribe()
     }
 
     /// Forgets one partition (its mirror was deleted).
     pub fn remove(&self, key: &PartitionKey) {
-        self.0.remove(key);
+        if self.parts.remove(key).is_some() {
+            self.bump();
+        }
     }
 
     /// A copy of one partition's status.
     pub fn get(&self, key: &PartitionKey) -> Option<PartitionStatus> {
-        self.0.get(key).map(|e| e.value().clone())
+        self.parts.get(key).map(|e| e.value().clone())
     }
 
     /// A copy of every partition's status, sorted by key.
     pub fn snapshot(&self) -> Vec<(PartitionKey, PartitionStatus)> {
-        let mut v: Vec<_> = self.0.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
+        let mut v: Vec<_> = self.parts.iter().map(|e| (e.key().clone(), e.value().clone())).collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
         v
     }

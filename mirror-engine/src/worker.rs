@@ -16,7 +16,7 @@ use tracing::{Instrument, info, info_span, warn};
 
 use crate::share::{Release, Share};
 use crate::state::StateStore;
-use crate::{Engine, EngineLinks, MirrorTopics, Part, Shared, start_term};
+use crate::{Catalog, Engine, EngineLinks, Part, Shared, start_term};
 
 /// Longest wait for a worker's partitions to stop and write their progress.
 const END_WAIT: Duration = Duration::from_secs(10);
@@ -52,7 +52,7 @@ impl Worker {
                 mirrors,
                 links,
                 // Enforcement is the instance's own (follower or active term), never a worker's.
-                MirrorTopics::default(),
+                Catalog::default(),
                 Part::Work(share.clone()),
                 None,
                 stopped,

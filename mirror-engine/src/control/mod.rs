@@ -15,8 +15,7 @@ use tokio::sync::{Notify, watch};
 mod transitions;
 
 use crate::boot_gate::BootGate;
-use crate::claims::Claims;
-use crate::registry::MirrorTopics;
+use crate::catalog::Catalog;
 use crate::sources::Sources;
 use crate::state::StateStore;
 use crate::status::{PartitionStatus, StatusBoard};
@@ -113,9 +112,11 @@ struct Inner {
     topics: DashMap<String, TopicRuntime>,
     /// Mirror name → its current definition (config file or API).
     mirrors: DashMap<String, MirrorConfig>,
-    /// Topic → mirror, from boot (stored topics) or the moment a mirror starts preparing it
-    /// (before `topics` has it).
-    claims: Claims,
+    /// Topics this term took up (a discovery loop prepares and copies them); which mirror owns
+    /// a topic is the catalog's.
+    taken: dashmap::DashSet<String>,
+    /// Bumped whenever `topics` gains or loses a topic (waiters subscribe instead of polling).
+    runtimes: watch::Sender<u64>,
     /// Wakes a mirror's discovery loop when its definition changed.
     wake: DashMap<String, Arc<Notify>>,
     /// Starts a new mirror's discovery (set when the engine has booted).
@@ -129,7 +130,8 @@ struct Inner {
     final_sync: OnceLock<FinalSync>,
     status: StatusBoard,
     sync: SyncBoard,
-    registry: MirrorTopics,
+    /// The instance's catalog of mirror topics (outlives this term).
+    catalog: Catalog,
     /// Open once the stored state is loaded.
     booted: BootGate,
     /// Why the state topic cannot be opened, while the engine keeps retrying (for `/readyz`).
@@ -170,12 +172,13 @@ impl std::fmt::Debug for Control {
 }
 
 impl Control {
-    pub(crate) fn new(status: StatusBoard, registry: MirrorTopics) -> Self {
+    pub(crate) fn new(status: StatusBoard, catalog: Catalog) -> Self {
         Self {
             inner: Arc::new(Inner {
                 topics: DashMap::new(),
                 mirrors: DashMap::new(),
-                claims: Claims::default(),
+                taken: dashmap::DashSet::new(),
+                runtimes: watch::Sender::new(0),
                 wake: DashMap::new(),
                 launcher: OnceLock::new(),
                 store: OnceLock::new(),
@@ -184,7 +187,7 @@ impl Control {
                 final_sync: OnceLock::new(),
                 status,
                 sync: SyncBoard::default(),
-                registry,
+                catalog,
                 booted: BootGate::default(),
                 boot_problem: std::sync::Mutex::new(None),
                 source_allow: OnceLock::new(),
@@ -236,16 +239,18 @@ impl Control {
         })
     }
 
-    /// The follower's view of one mirror topic (it has no copy tasks): registers or updates it
-    /// for the list and describe views and the desired state.
-    pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
+    /// The follower's view of one mirror topic (it has no copy tasks): registers it in the
+    /// catalog (read-only unless `writable`) and shows it in the list and describe views with
+    /// its desired state.
+    pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired, writable: bool) {
+        self.inner.catalog.register(topic, mirror, [0; 16]);
+        self.inner.catalog.set_writable(topic, writable);
         if let Some(mut rt) = self.inner.topics.get_mut(topic) {
             rt.mirror = mirror.to_owned();
             rt.partitions = partitions;
             rt.desired.send_replace(desired);
             return;
         }
-        self.inner.claims.show(topic, mirror);
         let (desired, _) = watch::channel(desired);
         let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(|_| {});
         self.add_topic(
@@ -300,39 +305,40 @@ impl Control {
         self.wake(&name);
     }
 
-    /// Claims `topic` for `mirror` so its discovery loop takes it up; false if some mirror
-    /// already has it (or this mirror took it up before).
+    /// Claims `topic` for `mirror` so its discovery loop takes it up: true once per term for a
+    /// topic that is free or already `mirror`'s in the catalog (a stored topic is registered at
+    /// boot, before its loop takes it up); false if another mirror owns it or this term took it
+    /// up before.
     pub(crate) fn claim_topic(&self, topic: &str, mirror: &str) -> bool {
-        self.inner.claims.claim(topic, mirror)
+        self.inner.catalog.claim(topic, mirror) && self.inner.taken.insert(topic.to_owned())
     }
 
-    /// Marks every topic the state records as a mirror's as that mirror's, before the engine
-    /// counts as booted: listing, delete and start checks see them at once, while the mirrors'
-    /// discovery loops take them up a moment later.
-    pub(crate) fn reserve_stored_topics(&self, store: &StateStore) {
-        for (topic, owner) in store.owned_topics() {
-            self.inner.claims.reserve(&topic, &owner.mirror);
-        }
-    }
-
-    /// The mirror that claimed `topic`.
+    /// The mirror that owns `topic` (the catalog's answer).
     pub(crate) fn claimed_by(&self, topic: &str) -> Option<String> {
-        self.inner.claims.owner(topic)
+        self.inner.catalog.owner(topic)
     }
 
-    /// Topics claimed by `mirror`, sorted.
+    /// Topics owned by `mirror`, sorted (the catalog's answer).
     pub(crate) fn claimed_topics(&self, mirror: &str) -> Vec<String> {
-        self.inner.claims.topics_of(mirror)
+        self.inner.catalog.topics_of(mirror)
     }
 
-    /// Forgets a topic of a deleted mirror.
+    /// Forgets a topic of a deleted mirror: it is an ordinary topic again (the catalog keeps
+    /// masking its fillers), and this term no longer runs it.
     pub(crate) fn forget_topic(&self, topic: &str) {
-        self.inner.claims.release(topic);
+        self.inner.catalog.remove(topic);
+        self.inner.taken.remove(topic);
         if let Some((_, rt)) = self.inner.topics.remove(topic) {
             for p in 0..rt.partitions as i32 {
                 self.inner.status.remove(&(rt.mirror.clone(), topic.to_owned(), p));
             }
+            self.inner.runtimes.send_modify(|n| *n = n.wrapping_add(1));
         }
+    }
+
+    /// A receiver that sees every later change of the term's running topics.
+    pub(crate) fn runtime_changes(&self) -> watch::Receiver<u64> {
+        self.inner.runtimes.subscribe()
     }
 
     pub(crate) fn notifier(&self, name: &str) -> Arc<Notify> {
@@ -454,12 +460,13 @@ impl Control {
         self.inner.booted.wait(limit).await
     }
 
-    pub(crate) fn registry(&self) -> &MirrorTopics {
-        &self.inner.registry
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
     }
 
     pub(crate) fn add_topic(&self, topic: &str, rt: TopicRuntime) {
         self.inner.topics.insert(topic.to_owned(), rt);
+        self.inner.runtimes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// `(partitions, desired)` of a running mirror topic of `mirror`.

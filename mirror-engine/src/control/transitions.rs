@@ -46,7 +46,7 @@ impl Control {
             }
             let r = self.transition(mirror, t, Desired::Stopped).await;
             // Stopped now, or earlier without becoming writable (recording that failed).
-            if r.error_code == codes::NONE && self.inner.registry.is_read_only(t) {
+            if r.error_code == codes::NONE && self.inner.catalog.is_read_only(t) {
                 halted.push((out.len(), t.clone()));
             }
             out.push(r);
@@ -68,7 +68,7 @@ impl Control {
                     );
                     continue;
                 }
-                self.inner.registry.set_writable(t, true);
+                self.inner.catalog.set_writable(t, true);
             }
         }
         out
@@ -96,12 +96,14 @@ impl Control {
             ));
         }
         let deadline = tokio::time::Instant::now() + BOOT_WAIT;
+        // Subscribed before looking, so a change between the look and the wait is not missed.
+        let (mut runtimes, mut owners) = (self.runtime_changes(), self.inner.catalog.changes());
         loop {
             match self.inner.topics.get(topic) {
                 Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
-                // Claimed and being prepared — a stored topic is claimed from boot, before the
+                // Owned and being prepared — a stored topic is registered from boot, before the
                 // mirror's discovery loop takes it up after a restart.
-                None if self.claimed_by(topic).as_deref() == Some(mirror) && tokio::time::Instant::now() < deadline => {}
+                None if self.claimed_by(topic).as_deref() == Some(mirror) => {}
                 _ => {
                     return Err(TopicResult::err(
                         topic,
@@ -110,7 +112,19 @@ impl Control {
                     ));
                 }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            let changed = async {
+                tokio::select! {
+                    r = runtimes.changed() => r.is_ok(),
+                    r = owners.changed() => r.is_ok(),
+                }
+            };
+            if !matches!(tokio::time::timeout_at(deadline, changed).await, Ok(true)) {
+                return Err(TopicResult::err(
+                    topic,
+                    codes::TOPIC_NOT_IN_CLUSTER_MIRROR,
+                    format!("topic {topic} does not belong to cluster mirror {mirror}"),
+                ));
+            }
         }
     }
 
@@ -147,7 +161,7 @@ impl Control {
                 // Shared work: a pause or stop recorded before whose barrier did not pass (the
                 // request timed out, or the active instance changed since) passes one now, so no
                 // member still copies the topic.
-                let unsettled = self.inner.unsettled.contains(topic) || (to == Desired::Stopped && self.inner.registry.is_read_only(topic));
+                let unsettled = self.inner.unsettled.contains(topic) || (to == Desired::Stopped && self.inner.catalog.is_read_only(topic));
                 if let Some(barrier) = self.inner.barrier.get()
                     && to != Desired::Mirroring
                     && unsettled
@@ -251,8 +265,11 @@ impl Control {
         )
     }
 
+    /// Waits (at most `HALT_TIMEOUT`) until every partition of the topic reached `target`,
+    /// woken by the board's state changes; whether they did.
     async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
         let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
+        let mut changes = self.inner.status.state_changes();
         loop {
             let done = (0..partitions as i32).all(|p| {
                 let s = self.inner.status.get(&(mirror.to_owned(), topic.to_owned(), p));
@@ -261,10 +278,9 @@ impl Control {
             if done {
                 return true;
             }
-            if tokio::time::Instant::now() >= deadline {
+            if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
                 return false;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -279,3 +295,7 @@ impl Control {
         store.put_topic_recorded(topic, &record).await
     }
 }
+
+#[cfg(test)]
+#[path = "transitions_tests.rs"]
+mod tests;

@@ -5,7 +5,7 @@
 //! filler ever reaches a client.
 
 use bytes::Bytes;
-use kmp_mirror_engine::MirrorTopics;
+use kmp_mirror_engine::Catalog;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
 use kmp_protocol::{ProtocolError, fillers};
@@ -16,7 +16,7 @@ use super::{Conn, Filter};
 /// them, or it is an incremental fetch (the session's other partitions answer too), or it cannot
 /// be decoded. Epoch 0 opens a session and -1 fetches without one: then the response answers
 /// exactly the partitions asked for.
-fn fetch_may_get_fillers(request: &Bytes, api_version: i16, registry: &MirrorTopics) -> bool {
+fn fetch_may_get_fillers(request: &Bytes, api_version: i16, registry: &Catalog) -> bool {
     let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
         return true;
     };
@@ -116,7 +116,7 @@ mod tests {
 
     #[test]
     fn only_a_full_fetch_of_topics_that_never_were_mirror_topics_is_free_of_fillers() {
-        let registry = MirrorTopics::default();
+        let registry = Catalog::default();
         registry.mark_filler_topic("mirrored", [0; 16]);
         for v in [4, 12] {
             assert!(!fetch_may_get_fillers(&fetch(v, -1, "plain", [0; 16]), v, &registry), "v{v}");

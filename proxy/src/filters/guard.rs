@@ -5,7 +5,7 @@
 //! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
 //! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
 //! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). Produce has its own
-//! module (`readonly`). Which topics are mirror topics is the engine's (`MirrorTopics`).
+//! module (`readonly`). Which topics are mirror topics is the engine's (`Catalog`).
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -63,7 +63,7 @@ pub(crate) trait Protected: Sync {
 }
 
 /// The read-only mirror topics (the engine's registry).
-pub(crate) struct MirrorTopicGuard<'a>(pub(crate) &'a kmp_mirror_engine::MirrorTopics);
+pub(crate) struct MirrorTopicGuard<'a>(pub(crate) &'a kmp_mirror_engine::Catalog);
 
 fn message(topic: &str, mirror: &str) -> String {
     format!(
@@ -276,11 +276,11 @@ fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &dyn Protected) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmp_mirror_engine::MirrorTopics;
+    use kmp_mirror_engine::Catalog;
     use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 
-    fn registry() -> MirrorTopics {
-        let r = MirrorTopics::default();
+    fn registry() -> Catalog {
+        let r = Catalog::default();
         r.register("mirrored", "dr", [0; 16]);
         r
     }

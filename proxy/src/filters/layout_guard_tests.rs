@@ -1,6 +1,6 @@
 //! CreateTopics, reassignments, log-directory moves and unclean elections of protected topics.
 
-use kmp_mirror_engine::MirrorTopics;
+use kmp_mirror_engine::Catalog;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request};
 use kmp_protocol::kafka_protocol::messages::alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
 use kmp_protocol::kafka_protocol::messages::alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
@@ -11,8 +11,8 @@ use kmp_protocol::kafka_protocol::messages::{BrokerId, RequestHeader};
 use super::super::guard::{self, MirrorTopicGuard};
 use super::*;
 
-fn registry() -> MirrorTopics {
-    let r = MirrorTopics::default();
+fn registry() -> Catalog {
+    let r = Catalog::default();
     r.register("mirrored", "dr", [7; 16]);
     r
 }

@@ -1,7 +1,7 @@
 //! Read-only mirror topics: Produce (`readonly`) and the admin and transaction requests that
 //! could change a mirror topic behind the engine's back (`guard`) are refused for the mirror
 //! topics they name; the rest of each request is forwarded and the answers merged. Which topics
-//! are mirror topics is the engine's (`MirrorTopics`).
+//! are mirror topics is the engine's (`Catalog`).
 
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::peek;

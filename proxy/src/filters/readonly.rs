@@ -7,7 +7,7 @@
 //! TOPIC_AUTHORIZATION_FAILED (29): non-retriable in Java, librdkafka, kafka-python and franz-go,
 //! so the producer fails the batch at once instead of retrying. The per-partition error message
 //! (Produce v8+) names the mirror and how to make the topic writable. Which topics are mirror
-//! topics is the engine's (`MirrorTopics`); `intercept` calls [`check`] and applies the merge.
+//! topics is the engine's (`Catalog`); `intercept` calls [`check`] and applies the merge.
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -89,7 +89,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
 mod tests {
     use super::super::guard::MirrorTopicGuard;
     use super::*;
-    use kmp_mirror_engine::MirrorTopics;
+    use kmp_mirror_engine::Catalog;
     use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
 
@@ -115,8 +115,8 @@ mod tests {
         encode_request(&h, ApiKey::Produce, &req).unwrap()
     }
 
-    fn registry() -> MirrorTopics {
-        let r = MirrorTopics::default();
+    fn registry() -> Catalog {
+        let r = Catalog::default();
         r.register("mirrored", "dr", [0; 16]);
         r
     }

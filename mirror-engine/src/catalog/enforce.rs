@@ -1,0 +1,182 @@
+//! The catalog's answers on the proxy's hot path: whether clients may write to a topic (by
+//! name or by destination id) and whether a topic may hold the engine's filler records — those
+//! that are or were mirror topics (a deleted mirror's topics keep their fillers) — so the proxy
+//! masks fillers there and nowhere else. Only registered topics count: a claimed one is still
+//! being prepared. Deciding states belongs to the engine; refusing writes and masking to the
+//! proxy.
+//!
+//! Requests that name topics by id (Produce v13+, DeleteTopics v6+) can only be checked against
+//! mirror topics whose destination id is known: while some mirror topic's id is not known yet
+//! (after a restart, before the destination's metadata answered), [`Catalog::ids_pending`] says
+//! so and the proxy refuses unknown ids (retriably) rather than let one through. A mirror topic
+//! the destination does not have at all has no id to protect; it is marked absent until it
+//! appears (`follow::learn_ids` keeps looking).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::Catalog;
+
+impl Catalog {
+    /// Records the state topic's destination id (first value wins).
+    pub fn set_state_topic_id(&self, id: [u8; 16]) {
+        let _ = self.state_topic_id.set(id);
+    }
+
+    /// The state topic's destination id, once learned.
+    pub fn state_topic_id(&self) -> Option<[u8; 16]> {
+        self.state_topic_id.get().copied()
+    }
+
+    /// Woken when a topic whose destination id is unknown is registered.
+    pub fn id_wanted(&self) -> Arc<tokio::sync::Notify> {
+        self.id_wanted.clone()
+    }
+
+    /// Records that the destination has no topic `topic` (a mirror topic whose id is unknown):
+    /// until it appears, there is no id by which it could be written.
+    pub fn mark_absent(&self, topic: &str) {
+        if self.by_name.get(topic).is_some_and(|t| t.registered && t.topic_id == [0; 16]) {
+            self.absent.insert(topic.to_owned(), ());
+        }
+    }
+
+    /// Whether some mirror topic (or former one) the destination has is not known by id yet:
+    /// a request naming a topic by an unknown id may then be naming it (no allocation).
+    pub fn ids_pending(&self) -> bool {
+        self.unknown_ids.load(Ordering::Relaxed) > self.absent.len()
+    }
+
+    /// Records that `topic` (destination id `topic_id`, all zero if unknown) holds or may hold
+    /// fillers: a mirror topic, or one that was (from the state topic after a restart).
+    pub fn mark_filler_topic(&self, topic: &str, topic_id: [u8; 16]) {
+        let mut e = self.fillers_by_name.entry(topic.to_owned()).or_insert_with(|| {
+            self.unknown_ids.fetch_add(1, Ordering::Relaxed);
+            [0; 16]
+        });
+        if topic_id != [0; 16] {
+            if *e == [0; 16] {
+                self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
+            }
+            *e = topic_id;
+            self.fillers_by_id.insert(topic_id, ());
+            drop(e);
+            self.absent.remove(topic);
+            // One id per topic: a mirror topic registered before its id was known learns it
+            // here too, or its filler entry would stop counting as pending while requests by
+            // its id still went unchecked.
+            if let Some(mut t) = self.by_name.get_mut(topic)
+                && t.registered
+                && t.topic_id == [0; 16]
+            {
+                t.topic_id = topic_id;
+                self.by_id.insert(topic_id, topic.to_owned());
+            }
+        }
+    }
+
+    /// Records the destination id of `topic`, whether it is a mirror topic or one that was
+    /// (a follower learns ids after the state topic named the topics).
+    pub fn learn_topic_id(&self, topic: &str, topic_id: [u8; 16]) {
+        if topic_id == [0; 16] {
+            return;
+        }
+        if let Some(mut t) = self.by_name.get_mut(topic)
+            && t.registered
+        {
+            t.topic_id = topic_id;
+            self.by_id.insert(topic_id, topic.to_owned());
+        }
+        if self.fillers_by_name.contains_key(topic) {
+            self.mark_filler_topic(topic, topic_id);
+        }
+    }
+
+    /// Mirror topics, and topics that were, whose destination id is not known yet.
+    pub fn topics_without_id(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|t| t.registered && t.topic_id == [0; 16])
+            .map(|t| t.key().clone())
+            .collect();
+        out.extend(
+            self.fillers_by_name
+                .iter()
+                .filter(|e| *e.value() == [0; 16] && !self.is_mirror_topic(e.key()))
+                .map(|e| e.key().clone()),
+        );
+        out.sort();
+        out
+    }
+
+    /// Whether `topic` is a registered mirror topic (read-only or not).
+    pub fn is_mirror_topic(&self, topic: &str) -> bool {
+        self.by_name.get(topic).is_some_and(|t| t.registered)
+    }
+
+    /// Forgets a topic whose id is still unknown because the destination does not have it. A
+    /// topic whose id was learned meanwhile (it was just created) is kept.
+    pub fn forget_filler_topic(&self, topic: &str) {
+        if self.fillers_by_name.remove_if(topic, |_, id| *id == [0; 16]).is_some() {
+            self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
+            self.absent.remove(topic);
+        }
+    }
+
+    /// Whether any topic may hold fillers (a proxy without one never looks for them).
+    pub fn has_filler_topics(&self) -> bool {
+        !self.fillers_by_name.is_empty()
+    }
+
+    /// Whether the topic named `topic` is or was a mirror topic.
+    pub fn may_hold_fillers(&self, topic: &str) -> bool {
+        self.fillers_by_name.contains_key(topic)
+    }
+
+    /// Whether the topic with destination id `topic_id` is or was a mirror topic — or may be:
+    /// while some such topic the destination has is not known by id yet ([`Self::ids_pending`]),
+    /// every id is answered yes. A mirror topic the destination lacks holds no fillers: it does
+    /// not hold masking back, or every plain topic read by id would be masked for as long as it
+    /// stays absent (records of a plain topic keyed like fillers would vanish).
+    pub fn may_hold_fillers_id(&self, topic_id: &[u8; 16]) -> bool {
+        self.ids_pending() || self.fillers_by_id.contains_key(topic_id)
+    }
+
+    /// Whether some topic that is or was a mirror topic has no known id (absent ones included):
+    /// the proxy then learns ids from the Metadata answers it forwards.
+    pub fn wants_ids(&self) -> bool {
+        self.unknown_ids.load(Ordering::Relaxed) > 0
+    }
+
+    /// The destination topic id of a mirror topic, if known.
+    pub fn topic_id(&self, topic: &str) -> Option<[u8; 16]> {
+        self.by_name.get(topic).filter(|t| t.registered).map(|t| t.topic_id).filter(|id| *id != [0; 16])
+    }
+
+    /// Whether no topic is registered or claimed (a proxy without mirrors skips every check).
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// Whether clients may not write to `topic` (no allocation: the Produce path asks this).
+    pub fn is_read_only(&self, topic: &str) -> bool {
+        self.by_name.get(topic).is_some_and(|t| t.registered && !t.writable)
+    }
+
+    /// Whether clients may not write to the destination topic with this id (no allocation).
+    pub fn is_read_only_id(&self, topic_id: &[u8; 16]) -> bool {
+        self.by_id.get(topic_id).is_some_and(|name| self.is_read_only(&name))
+    }
+
+    /// The mirror owning `topic` if clients may not write to it.
+    pub fn read_only(&self, topic: &str) -> Option<String> {
+        self.by_name.get(topic).filter(|t| t.registered && !t.writable).map(|t| t.mirror.clone())
+    }
+
+    /// `(topic, mirror)` for a destination topic id clients may not write to.
+    pub fn read_only_id(&self, topic_id: &[u8; 16]) -> Option<(String, String)> {
+        let name = self.by_id.get(topic_id)?.clone();
+        self.read_only(&name).map(|m| (name, m))
+    }
+}
