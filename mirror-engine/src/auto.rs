@@ -183,12 +183,14 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
     };
     let topics = Catalog::default();
     let (follower_stop, stopped_follower) = watch::channel(false);
+    let term_runs = watch::Sender::new(false);
     let forwarding = Forwarding::default();
     let slot = EngineSlot::fixed(follow_with(
         engine,
         destination.clone(),
         topics.clone(),
         Some(forwarding.clone()),
+        Some(term_runs.subscribe()),
         stopped_follower,
     ));
     let (view_tx, view) = watch::channel(ElectionView {
@@ -233,6 +235,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         forwarding,
         view: view_tx,
         follower_stop: Some(follower_stop),
+        term_runs,
         follower: Some(slot.get()),
         term: None,
         barrier,
@@ -280,6 +283,9 @@ struct Supervisor {
     forwarding: Forwarding,
     view: watch::Sender<ElectionView>,
     follower_stop: Option<watch::Sender<bool>>,
+    /// True while an engine term runs: the follower beside it (shared work) holds its catalog
+    /// writes back, since the term owns the catalog then (`followed_writes`).
+    term_runs: watch::Sender<bool>,
     /// The follower while it runs (with shared work it runs beside the active term too: its
     /// board is what describe shows of the members' partitions).
     follower: Option<Engine>,
@@ -359,6 +365,7 @@ impl Supervisor {
     }
 
     fn begin_term(&mut self, lease: Lease, generation: i32) {
+        self.term_runs.send_replace(true);
         // With shared work the follower stays: describe shows the members' partitions from it.
         let part = if self.config.share_work {
             Part::Manage(lease.clone(), self.barrier.clone())
@@ -402,6 +409,10 @@ impl Supervisor {
             warn!("the ended engine term did not finish within {TERM_END_WAIT:?}; following anyway (its writes are fenced)");
         }
         term.lease.revoke();
+        // What the term claimed but never prepared is nobody's; then the follower's held
+        // writes apply (the records a new active instance writes come after them).
+        self.topics.drop_claims();
+        self.term_runs.send_replace(false);
         info!("standby: the mirror engine no longer runs on this instance");
     }
 
@@ -413,7 +424,8 @@ impl Supervisor {
         }
         let (stop, stopped) = watch::channel(false);
         let forwarding = Some(self.forwarding.clone());
-        let follower = follow_with(&self.config, self.destination.clone(), self.topics.clone(), forwarding, stopped);
+        let held_back = Some(self.term_runs.subscribe());
+        let follower = follow_with(&self.config, self.destination.clone(), self.topics.clone(), forwarding, held_back, stopped);
         self.slot.set(follower.clone());
         self.follower = Some(follower);
         self.follower_stop = Some(stop);

@@ -76,6 +76,8 @@ pub(crate) struct Follower {
     pub(crate) catalog: Catalog,
     pub(crate) control: Control,
     pub(crate) progress: watch::Sender<FollowProgress>,
+    /// True while an engine term of this instance runs: the catalog writes wait.
+    pub(crate) held_back: Option<watch::Receiver<bool>>,
 }
 
 /// The reading position and what a re-read from the start must reconcile.
@@ -137,13 +139,22 @@ impl Follower {
     pub(crate) async fn run(self, mut stop: watch::Receiver<bool>) {
         let ids = Arc::new(Notify::new());
         tokio::spawn(learn_ids(self.destination.clone(), self.catalog.clone(), ids.clone(), stop.clone()));
-        let mut state = FollowedState::new(self.control.clone());
+        let mut state = FollowedState::held_back_by(self.control.clone(), self.held_back.clone());
         let mut cursor = Cursor::new();
         let mut backoff = Duration::from_millis(100);
+        // Never changes when nothing holds the writes back.
+        let mut held_back = self.held_back.clone().unwrap_or_else(|| watch::channel(false).1);
         loop {
             let step = tokio::select! {
                 r = self.step(&mut state, &mut cursor, &ids) => r,
                 _ = stop.changed() => return,
+                // A term beside this follower ended: what was held applies now, not at the
+                // next record. (A step cut short here is read again: the cursor moves only
+                // once a batch is applied.)
+                Ok(()) = held_back.changed() => {
+                    state.release_held();
+                    continue;
+                }
             };
             let pause = match step {
                 Ok(None) => {
@@ -166,6 +177,7 @@ impl Follower {
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = stop.changed() => return,
+                Ok(()) = held_back.changed() => state.release_held(),
             }
         }
     }

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use tracing::{debug, warn};
 
 use crate::control::{Control, Desired};
+use crate::followed_writes::CatalogWrites;
 use crate::state::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex, parse_value};
 
 /// Partition numbers above this are not believed (a forged count would make views iterate it).
@@ -32,6 +33,8 @@ pub(crate) enum Applied {
 /// The followed state, applied entry by entry.
 pub(crate) struct FollowedState {
     control: Control,
+    /// What this follower writes into the instance's catalog (held while a term runs beside it).
+    writes: CatalogWrites,
     /// `(topic, partition)` → mirror of the partition records shown (for their tombstones).
     partitions: HashMap<(String, i32), String>,
 }
@@ -42,11 +45,24 @@ fn legal_name(name: &str) -> bool {
 }
 
 impl FollowedState {
+    #[cfg(test)]
     pub(crate) fn new(control: Control) -> Self {
+        Self::held_back_by(control, None)
+    }
+
+    /// A followed state whose catalog writes wait while `held_back` says an engine term of this
+    /// instance runs (see `followed_writes`).
+    pub(crate) fn held_back_by(control: Control, held_back: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
         Self {
+            writes: CatalogWrites::new(control.catalog().clone(), held_back),
             control,
             partitions: HashMap::new(),
         }
+    }
+
+    /// Applies the catalog writes held while an engine term ran beside this follower.
+    pub(crate) fn release_held(&mut self) {
+        self.writes.release();
     }
 
     /// Applies one entry (`None`: a tombstone).
@@ -100,7 +116,8 @@ impl FollowedState {
         }
         let Some(raw) = value else {
             // Its mirror was deleted: an ordinary topic again (its fillers stay masked).
-            self.control.forget_topic(topic);
+            self.control.forget_view(topic);
+            self.writes.topic(topic, None);
             return Applied::Changed;
         };
         let Some(record) = parse_value::<TopicRecord>(key, raw) else {
@@ -110,7 +127,8 @@ impl FollowedState {
             return Applied::Ignored(format!("mirror {:?} with {} partitions is not believable", record.mirror, record.partitions));
         }
         self.control
-            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired), record.is_writable());
+            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired));
+        self.writes.topic(topic, Some((&record.mirror, record.is_writable())));
         Applied::Changed
     }
 
@@ -125,9 +143,7 @@ impl FollowedState {
         let Some(record) = parse_value::<FormerTopicRecord>(key, raw) else {
             return Applied::Ignored("unreadable former-topic record".into());
         };
-        self.control
-            .catalog()
-            .mark_filler_topic(topic, id_from_hex(&record.topic_id).unwrap_or([0; 16]));
+        self.writes.former(topic, id_from_hex(&record.topic_id).unwrap_or([0; 16]));
         Applied::Changed
     }
 

@@ -24,6 +24,7 @@ mod fetch_growth;
 mod fetch_session;
 mod follow;
 mod followed;
+mod followed_writes;
 mod forward;
 mod graceful;
 mod io_stats;
@@ -215,15 +216,17 @@ pub(crate) fn start_term(
 /// repeats the engine instance's per-partition numbers; describe reads the followed ones.
 pub fn follow(engine: &EngineConfig, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
     let destination = ClusterClient::with_security("destination", links.destination_bootstrap, links.timeout, Ok(links.destination_security));
-    follow_with(engine, destination, Catalog::default(), None, stop)
+    follow_with(engine, destination, Catalog::default(), None, None, stop)
 }
 
-/// Starts a follower as [`follow`] does, enforcing through `topics`.
+/// Starts a follower as [`follow`] does, enforcing through `topics`; its writes into `topics`
+/// wait while `held_back` says an engine term of this instance runs (`followed_writes`).
 pub(crate) fn follow_with(
     engine: &EngineConfig,
     destination: ClusterClient,
     topics: Catalog,
     forwarding: Option<Forwarding>,
+    held_back: Option<watch::Receiver<bool>>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
     let mut handle = Engine::unbooted_with(engine, topics);
@@ -245,6 +248,7 @@ pub(crate) fn follow_with(
         catalog: topics,
         control: handle.control.clone(),
         progress,
+        held_back,
     };
     tokio::spawn(follower.run(stop).instrument(info_span!("state-follower")));
     handle
@@ -341,12 +345,14 @@ async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec
     {
         tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
     }
-    // A claim an earlier term left while preparing is claimed again if still wanted. Topics the
-    // state records as a mirror's are read-only from now on, before any is prepared; the
+    // The catalog becomes what the loaded state says: a claim an earlier term left while
+    // preparing is claimed again if still wanted, a topic no longer recorded is forgotten. Topics
+    // the state records as a mirror's are read-only from now on, before any is prepared; the
     // mirrors' discovery loops take them up a moment later.
-    shared.topics.drop_claims();
-    for (topic, owner) in store.owned_topics() {
-        shared.topics.register(&topic, &owner.mirror, [0; 16]);
+    let owned = store.owned_topics();
+    shared.topics.reconcile(&owned.iter().map(|(t, _)| t.as_str()).collect());
+    for (topic, owner) in &owned {
+        shared.topics.register(topic, &owner.mirror, [0; 16]);
     }
     // Former mirror topics are writable, but their fillers stay masked.
     for (topic, former) in store.former_topics() {

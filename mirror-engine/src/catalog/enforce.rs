@@ -50,28 +50,43 @@ impl Catalog {
     /// Records that `topic` (destination id `topic_id`, all zero if unknown) holds or may hold
     /// fillers: a mirror topic, or one that was (from the state topic after a restart).
     pub fn mark_filler_topic(&self, topic: &str, topic_id: [u8; 16]) {
+        if topic_id != [0; 16] {
+            // One id per topic: a mirror topic registered before its id was known learns it
+            // here too, or its filler entry would stop counting as pending while requests by
+            // its id still went unchecked. Learned first, so the id is checked before it stops
+            // counting as pending.
+            self.adopt_id(topic, topic_id, true);
+        }
         let mut e = self.fillers_by_name.entry(topic.to_owned()).or_insert_with(|| {
             self.unknown_ids.fetch_add(1, Ordering::Relaxed);
             [0; 16]
         });
         if topic_id != [0; 16] {
-            if *e == [0; 16] {
+            let was_unknown = *e == [0; 16];
+            *e = topic_id;
+            drop(e);
+            self.fillers_by_id.insert(topic_id, ());
+            if was_unknown {
                 self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
             }
-            *e = topic_id;
-            self.fillers_by_id.insert(topic_id, ());
-            drop(e);
             self.absent.remove(topic);
-            // One id per topic: a mirror topic registered before its id was known learns it
-            // here too, or its filler entry would stop counting as pending while requests by
-            // its id still went unchecked.
-            if let Some(mut t) = self.by_name.get_mut(topic)
-                && t.registered
-                && t.topic_id == [0; 16]
-            {
+        }
+    }
+
+    /// Gives the registered mirror topic `topic` the destination id `topic_id` (with
+    /// `only_unknown`, only if it has none yet). No guard of `by_name` is held while `by_id`
+    /// is written: `is_read_only_id` reads `by_name` under a `by_id` guard, and the opposite
+    /// nesting could deadlock.
+    fn adopt_id(&self, topic: &str, topic_id: [u8; 16], only_unknown: bool) {
+        let adopted = match self.by_name.get_mut(topic) {
+            Some(mut t) if t.registered && (!only_unknown || t.topic_id == [0; 16]) => {
                 t.topic_id = topic_id;
-                self.by_id.insert(topic_id, topic.to_owned());
+                true
             }
+            _ => false,
+        };
+        if adopted {
+            self.by_id.insert(topic_id, topic.to_owned());
         }
     }
 
@@ -81,12 +96,7 @@ impl Catalog {
         if topic_id == [0; 16] {
             return;
         }
-        if let Some(mut t) = self.by_name.get_mut(topic)
-            && t.registered
-        {
-            t.topic_id = topic_id;
-            self.by_id.insert(topic_id, topic.to_owned());
-        }
+        self.adopt_id(topic, topic_id, false);
         if self.fillers_by_name.contains_key(topic) {
             self.mark_filler_topic(topic, topic_id);
         }

@@ -125,6 +125,24 @@ impl Catalog {
         }
     }
 
+    /// Makes the catalog what a freshly loaded state says (an engine term's boot): claims are
+    /// dropped, and a registered topic `owned` does not name is forgotten as a mirror topic
+    /// (its mirror was deleted while this instance did not follow, or an ended term registered
+    /// it without recording it); its fillers stay masked. The owned ones are then registered by
+    /// the caller.
+    pub(crate) fn reconcile(&self, owned: &std::collections::HashSet<&str>) {
+        self.drop_claims();
+        let stale: Vec<String> = self
+            .by_name
+            .iter()
+            .filter(|e| !owned.contains(e.key().as_str()))
+            .map(|e| e.key().clone())
+            .collect();
+        for topic in stale {
+            self.remove(&topic);
+        }
+    }
+
     /// The mirror that owns `topic` (registered or claimed).
     pub fn owner(&self, topic: &str) -> Option<String> {
         self.by_name.get(topic).map(|t| t.mirror.clone())
@@ -143,7 +161,7 @@ impl Catalog {
     }
 
     /// Registers (or updates) `topic` as `mirror`'s mirror topic, read-only unless it was
-    /// writable already; `topic_id` all zero if unknown.
+    /// registered as `mirror`'s and writable already; `topic_id` all zero if unknown.
     pub fn register(&self, topic: &str, mirror: &str, topic_id: [u8; 16]) {
         self.mark_filler_topic(topic, topic_id);
         if topic_id != [0; 16] {
@@ -155,7 +173,12 @@ impl Catalog {
             writable: false,
             registered: true,
         });
-        let changed = e.mirror != mirror || !e.registered || (topic_id != [0; 16] && e.topic_id != topic_id);
+        let taken_over = e.mirror != mirror || !e.registered;
+        let changed = taken_over || (topic_id != [0; 16] && e.topic_id != topic_id);
+        if taken_over {
+            // Another mirror's topic, or a claim: nothing of an earlier standing carries over.
+            e.writable = false;
+        }
         e.mirror = mirror.to_owned();
         e.registered = true;
         if topic_id != [0; 16] {

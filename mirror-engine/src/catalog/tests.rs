@@ -165,3 +165,33 @@ fn every_change_of_ownership_or_writability_is_published_and_no_op_changes_are_n
     c.remove("orders");
     seen("deleting a forgotten topic", false);
 }
+
+#[test]
+fn a_boot_forgets_what_the_loaded_state_no_longer_records_and_keeps_its_fillers_masked() {
+    let c = Catalog::default();
+    c.register("orders", "m1", [7; 16]);
+    c.register("deleted-meanwhile", "m1", [8; 16]);
+    assert!(c.claim("half-prepared", "m2"));
+    c.reconcile(&["orders"].into_iter().collect());
+    assert_eq!(c.topics_of("m1"), vec!["orders".to_owned()]);
+    assert_eq!(c.owner("half-prepared"), None);
+    assert!(!c.is_read_only("deleted-meanwhile") && !c.is_read_only_id(&[8; 16]), "an ordinary topic again");
+    assert!(c.may_hold_fillers_id(&[8; 16]), "its fillers stay masked");
+    assert!(c.claim("deleted-meanwhile", "m2"), "and any mirror may take it");
+}
+
+#[test]
+fn a_topic_registered_for_another_mirror_or_from_a_claim_starts_read_only() {
+    let c = Catalog::default();
+    c.register("orders", "m1", [0; 16]);
+    c.set_writable("orders", true);
+    c.register("orders", "m1", [0; 16]);
+    assert!(!c.is_read_only("orders"), "the same mirror's stopped topic stays writable");
+    c.register("orders", "m2", [0; 16]);
+    assert!(c.is_read_only("orders"), "another mirror's standing does not carry over");
+    c.set_writable("claimed", true);
+    assert!(c.claim("claimed", "m1"));
+    c.set_writable("claimed", true);
+    c.register("claimed", "m1", [0; 16]);
+    assert!(c.is_read_only("claimed"), "a claim has no standing to carry over");
+}

@@ -239,12 +239,10 @@ impl Control {
         })
     }
 
-    /// The follower's view of one mirror topic (it has no copy tasks): registers it in the
-    /// catalog (read-only unless `writable`) and shows it in the list and describe views with
-    /// its desired state.
-    pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired, writable: bool) {
-        self.inner.catalog.register(topic, mirror, [0; 16]);
-        self.inner.catalog.set_writable(topic, writable);
+    /// The follower's view of one mirror topic (it has no copy tasks) in the list and describe
+    /// views, with its desired state; the follower registers it in the catalog
+    /// (`followed_writes`).
+    pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
         if let Some(mut rt) = self.inner.topics.get_mut(topic) {
             rt.mirror = mirror.to_owned();
             rt.partitions = partitions;
@@ -327,6 +325,11 @@ impl Control {
     /// masking its fillers), and this term no longer runs it.
     pub(crate) fn forget_topic(&self, topic: &str) {
         self.inner.catalog.remove(topic);
+        self.forget_view(topic);
+    }
+
+    /// Forgets what this term runs or shows of `topic` (the catalog is left as it is).
+    pub(crate) fn forget_view(&self, topic: &str) {
         self.inner.taken.remove(topic);
         if let Some((_, rt)) = self.inner.topics.remove(topic) {
             for p in 0..rt.partitions as i32 {
