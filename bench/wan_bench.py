@@ -83,7 +83,9 @@ def main() -> int:
     ap.add_argument("--copy-limit", type=float, default=300, help="seconds a copy may take before it is cut off")
     ap.add_argument("--mm2-tasks", type=int, default=2)
     ap.add_argument("--no-mm2", action="store_true", help="skip MirrorMaker 2")
-    ap.add_argument("--also", action="append", default=[], help="NAME=PATH: also measure another kafka-mirror-proxy build")
+    ap.add_argument("--also", action="append", default=[],
+                    help="NAME=PATH[,KEY=VALUE...]: also measure another kafka-mirror-proxy build (or the same one) with these"
+                         " [[mirrors]] settings, e.g. hedge=target/release/kafka-mirror-proxy,fetch_hedge_min_rtt_ms=20")
     ap.add_argument("--binary", help="kafka-mirror-proxy binary to measure (default: build this tree's release binary)")
     ap.add_argument("--out", default=str(REPO / "docs" / "wan-benchmark.md"))
     args = ap.parse_args()
@@ -101,7 +103,11 @@ def main() -> int:
     src = KafkaCluster("wan-src", 1, free_port_block(101), work, wan=True).start()
     dst = KafkaCluster("wan-dst", 1, free_port_block(101), work).start()
     builds = [("kafka-mirror-proxy", args.binary or str(REPO / "target" / "release" / "kafka-mirror-proxy"))]
-    builds += [(f"kafka-mirror-proxy ({e.split('=', 1)[0]})", e.split("=", 1)[1]) for e in args.also]
+    builds += [(f"kafka-mirror-proxy ({e.split('=', 1)[0]})", e.split("=", 1)[1].split(",")[0]) for e in args.also]
+    # Extra [[mirrors]] settings per build ("KEY=VALUE" after the path, as TOML lines).
+    settings = {f"kafka-mirror-proxy ({e.split('=', 1)[0]})": "".join(f"{kv.split('=', 1)[0]} = {kv.split('=', 1)[1]}\n"
+                                                                        for kv in e.split("=", 1)[1].split(",")[1:])
+                for e in args.also}
     mm2_variants = {"MirrorMaker 2": {}, "MirrorMaker 2 (fetch 16 MiB)": {"src.consumer.max.partition.fetch.bytes": 16 * 1024 * 1024}}
     mirrors = [name for name, _ in builds] + ([] if args.no_mm2 else list(mm2_variants))
     results: dict[tuple[int, int, str], dict] = {}
@@ -134,7 +140,8 @@ def main() -> int:
                         binary = dict(builds)[name]
                         cfg = work / f"proxy-{tag}.toml"
                         cfg.write_text(f'[engine]\nstate_topic = "__kmp_state_{tag}"\n\n[[mirrors]]\nname = "wan"\n'
-                                       f'source_bootstrap_servers = ["{src.wan_bootstrap}"]\ntopics = ["{topic}"]\n')
+                                       f'source_bootstrap_servers = ["{src.wan_bootstrap}"]\ntopics = ["{topic}"]\n'
+                                       + settings.get(name, ""))
                         argv = [binary, "run", "--upstream", dst.bootstrap, "--listen", f"127.0.0.1:{free_port()}",
                                 "--node-port-base", str(free_port_block(4) - 1), "--admin-listen", f"127.0.0.1:{free_port()}",
                                 "--config", str(cfg), "--log", "warn"]
@@ -159,7 +166,7 @@ def main() -> int:
              f" trip added to each direction); {args.mb} MB of 1 KiB records (lz4) per topic; lag under {args.rate:,} records/s.",
              f"Command: `python3 bench/wan_bench.py --rtts {args.rtts} --partitions {args.partitions} --mb {args.mb} --rate {args.rate}"
              f" --lag-seconds {args.lag_seconds}" + (" --no-mm2" if args.no_mm2 else "")
-             + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
+             + "".join(f" --also {e.split('=', 1)[0]}=…" + "".join("," + kv for kv in e.split(",")[1:]) for e in args.also) + "`", "",
              "Measured round trip through the relay (ApiVersions, median of 5): "
              + ", ".join(f"{rtt} ms → {measured_rtt[rtt]:.1f} ms" for rtt in rtts) + ".", "",
              "| partitions | RTT | mirror | copy MB/s | vs same mirror at 0 ms | MB/s per partition | copy s | copy CPU s | complete, offsets identical | lag p50 / p99 / max | floor p50 / p99 | added by the mirror p50 / p99 / max |",

@@ -268,6 +268,12 @@ impl PartitionTask {
         }
         let (leader, leader_epoch) = self.source.leader_in(&layout, topic, partition)?;
         let topic_id = *self.source_topic_id.get_or_init(|| layout.topic_id);
+        // Aborted transactions reported by the answers so far, across answers. When a fill moves
+        // the partition past offsets no answer covered (the source's log start moved), it starts
+        // afresh: a transaction whose abort marker lay in the deleted range would otherwise leave
+        // its producer marked aborted, and that producer's later committed batches would become
+        // fillers. The next Fetch, at the new position, reports again every aborted transaction
+        // spanning it (Kafka returns those overlapping the fetched range).
         let mut aborts = AbortTracker::default();
         info!(next, leader_epoch, "mirroring from the destination's high watermark");
         self.status.update(&self.key, |s| {
@@ -322,6 +328,8 @@ impl PartitionTask {
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = self.fill(sink, next, start - next, 0).await?;
+                        // Offsets no answer covered: what the abort state says of them is stale.
+                        aborts = AbortTracker::default();
                         continue;
                     }
                     return Err(MirrorError::Unsupported(format!(
@@ -334,6 +342,7 @@ impl PartitionTask {
             let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
+                aborts = AbortTracker::default();
                 continue;
             }
             aborts.extend(fetched.aborted.iter().copied());

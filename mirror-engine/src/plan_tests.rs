@@ -412,3 +412,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn abort_state_that_missed_a_marker_would_turn_the_producers_next_committed_batch_into_fillers() {
+    // Producer 7's aborted transaction from offset 0 was copied as fillers; its abort marker (at
+    // 2) then left the source's retention before any answer brought it, and the partition filled
+    // up to the new log start, 10. Its next transaction (10..12) is committed.
+    let mut kept = AbortTracker::default();
+    kept.extend([(7, 0)]);
+    let p = plan(0, vec![txn_batch(0, 2, 7)], &mut kept).unwrap();
+    assert_eq!(kinds(&p), vec![('F', 0, 2)]);
+    let after_fill = vec![txn_batch(10, 2, 7), marker(12, 7)];
+    let stale = plan(10, after_fill.clone(), &mut kept).unwrap();
+    assert_eq!(
+        kinds(&stale),
+        vec![('F', 10, 2), ('F', 12, 1)],
+        "kept across the fill, the state still has producer 7 aborted: its committed records vanish"
+    );
+    // What the partition does at a fill (`partition.rs`): the state starts afresh, and the Fetch
+    // at the new log start reports every aborted transaction spanning it (none here).
+    let fresh = plan(10, after_fill, &mut AbortTracker::default()).unwrap();
+    assert_eq!(kinds(&fresh), vec![('W', 10, 2), ('F', 12, 1)], "the committed batch is copied");
+}
