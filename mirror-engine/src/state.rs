@@ -188,21 +188,6 @@ pub struct StateStore {
 pub(crate) type TopicChanged = std::sync::Arc<dyn Fn() + Send + Sync>;
 
 impl StateStore {
-    /// A store that loaded nothing and cannot write (its destination does not exist): unit
-    /// tests of what waits for a booted engine.
-    #[cfg(test)]
-    pub(crate) fn empty_for_tests() -> Self {
-        Self {
-            destination: ClusterClient::new("destination", vec!["127.0.0.1:1".into()], std::time::Duration::from_millis(50)),
-            topic: "__kmp_test_state".into(),
-            entries: std::sync::Mutex::default(),
-            writer: Mutex::new(None),
-            lease: crate::lease::Lease::forever(),
-            requests_at_load: RequestsAtLoad::default(),
-            topic_changed: std::sync::OnceLock::new(),
-        }
-    }
-
     /// Creates the state topic if needed and reads it to the end.
     pub async fn open(destination: ClusterClient, topic: &str, lease: crate::lease::Lease) -> Result<Self, MirrorError> {
         let spec = TopicSpec {
@@ -542,6 +527,10 @@ pub async fn persist(store: std::sync::Arc<StateStore>, board: StatusBoard, inte
         }
     }
 }
+
+#[cfg(test)]
+#[path = "state_empty.rs"]
+mod empty;
 
 #[cfg(test)]
 mod tests {
