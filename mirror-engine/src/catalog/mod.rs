@@ -131,11 +131,10 @@ impl Catalog {
     /// it without recording it); its fillers stay masked. The owned ones are then registered by
     /// the caller.
     pub(crate) fn reconcile(&self, owned: &std::collections::HashSet<&str>) {
-        self.drop_claims();
         let stale: Vec<String> = self
             .by_name
             .iter()
-            .filter(|e| !owned.contains(e.key().as_str()))
+            .filter(|e| !e.registered || !owned.contains(e.key().as_str()))
             .map(|e| e.key().clone())
             .collect();
         for topic in stale {
@@ -153,11 +152,6 @@ impl Catalog {
         let mut out: Vec<String> = self.by_name.iter().filter(|e| e.mirror == mirror).map(|e| e.key().clone()).collect();
         out.sort();
         out
-    }
-
-    /// A copy of one topic's entry.
-    pub fn get(&self, topic: &str) -> Option<CatalogTopic> {
-        self.by_name.get(topic).map(|t| t.clone())
     }
 
     /// Registers (or updates) `topic` as `mirror`'s mirror topic, read-only unless it was
