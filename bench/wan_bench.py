@@ -17,6 +17,10 @@ add records, which are copied too but not timed) and the end-to-end
 lag p50/p99 (destination receive time minus CreateTime) while ``--rate`` records/s of 1 KiB are
 produced for ``--lag-seconds``. The report gives each throughput also as a ratio to the same
 mirror's at 0 ms in this run.
+
+``KMP_BENCH_LOG`` sets the proxies' log filter (default ``warn``; e.g.
+``warn,kmp_mirror_engine::fetch_stream=trace`` shows when each Fetch was answered), and
+``KMP_BENCH_KEEP=1`` keeps the scratch directory with their logs.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ def main() -> int:
                                        + settings.get(name, ""))
                         argv = [binary, "run", "--upstream", dst.bootstrap, "--listen", f"127.0.0.1:{free_port()}",
                                 "--node-port-base", str(free_port_block(4) - 1), "--admin-listen", f"127.0.0.1:{free_port()}",
-                                "--config", str(cfg), "--log", "warn"]
+                                "--config", str(cfg), "--log", os.environ.get("KMP_BENCH_LOG", "warn")]
                     started = time.time()
                     proc = subprocess.Popen(argv, stdout=open(work / f"{tag}.log", "wb"), stderr=subprocess.STDOUT)
                     try:

@@ -268,6 +268,17 @@ pub struct MirrorConfig {
     /// set must lie between those two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fetch_grow_max_bytes: Option<i32>,
+    /// Keeps a second Fetch in flight for a caught-up partition whose source answers take at
+    /// least this long (the shortest time to a Fetch answer that brought data, over its last
+    /// eight): the two Fetches run half a round trip apart on the broker's two fetch sessions, so
+    /// a new source record waits at most half a round trip for one to arrive instead of a whole
+    /// one (lag at steady load about one round trip instead of 1.5). Costs up to twice the source
+    /// bytes while caught up, and a second place in the broker's fetch sessions per partition; a
+    /// partition behind the source reads with one Fetch. A source with sparse data looks farther
+    /// than it is (its Fetches wait for data), so set it only for a distant source.
+    /// Milliseconds; default (unset) off; 0: whenever the partition is caught up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_hedge_min_rtt_ms: Option<u32>,
     /// Milliseconds between consumer-group offset syncs (source commits copied to the
     /// destination for groups with no active members there; one more sync runs when topics are
     /// stopped). 0 disables the periodic sync (the one at stop still runs). Default 10000.
@@ -338,6 +349,7 @@ impl MirrorConfig {
             max_fill_offsets: default_max_fill(),
             fetch_max_bytes: default_fetch_bytes(),
             fetch_grow_max_bytes: None,
+            fetch_hedge_min_rtt_ms: None,
             group_offset_sync_interval_ms: default_sync_interval(),
             groups_include: default_groups_include(),
             groups_exclude: Vec::new(),

@@ -1,5 +1,5 @@
 //! Sharing the fetch-growth allowance among a source's partitions. A partition whose Fetches come
-//! back full doubles its next Fetch size (`partition::next_fetch_size`) so that one distant
+//! back full doubles its next Fetch size (`fetch_size::next_fetch_size`) so that one distant
 //! partition is read at bandwidth rather than one base size per round trip. When many partitions
 //! of one source grow at once, their Fetches travel in the same per-broker requests, so the
 //! round trip is already filled by all of them together: each growing to the full allowance only

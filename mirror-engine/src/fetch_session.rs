@@ -88,7 +88,8 @@ pub struct Wanted {
     pub max_bytes: i32,
 }
 
-type Answer = Result<(Fetched, Reservation), MirrorError>;
+/// Data (or an error) for one partition, with its share of the budget.
+pub(crate) type Answer = Result<(Fetched, Reservation), MirrorError>;
 
 struct Interest {
     want: Wanted,
@@ -130,10 +131,18 @@ impl FetchSessions {
         &self.inner.growth
     }
 
-    /// The next data (or error) for `want` from broker `addr`, with its share of the budget.
-    /// Waits while the partition has nothing new; dropping the future withdraws the request.
+    /// The next data (or error) for `want` from broker `addr`, through the partition's own
+    /// session (the partitions' copy loops go through `fetch_stream`).
+    #[cfg(test)]
     pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
         let lane = lane_of(&want.topic_id, want.partition, SESSIONS_PER_BROKER);
+        self.fetch_in(addr, lane, want).await
+    }
+
+    /// The next data (or error) for `want` from broker `addr` through its session `lane` (of
+    /// [`SESSIONS_PER_BROKER`]), with its share of the budget. Waits while the partition has
+    /// nothing new; dropping the future withdraws the request.
+    pub(crate) async fn fetch_in(&self, addr: &str, lane: u8, want: Wanted) -> Answer {
         let (tx, rx) = oneshot::channel();
         let interest = Interest { want, reply: tx };
         match self.inner.brokers.send(addr, lane, interest, || self.start(addr, lane)) {

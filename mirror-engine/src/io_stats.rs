@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 pub(crate) static FETCH_REQUESTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static FETCH_SESSION_RESETS: AtomicU64 = AtomicU64::new(0);
+pub(crate) static FETCH_SECOND_SENT: AtomicU64 = AtomicU64::new(0);
+pub(crate) static FETCH_ANSWERS_CUT: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PRODUCE_REQUESTS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PRODUCE_BATCHES: AtomicU64 = AtomicU64::new(0);
 
@@ -19,6 +21,11 @@ pub struct IoCounters {
     pub fetch_requests: u64,
     /// Fetch sessions a source broker dropped (evicted, expired) that were started again.
     pub fetch_session_resets: u64,
+    /// Second Fetches a caught-up partition sent beside its first (`fetch_hedge_min_rtt_ms`).
+    pub fetch_second_sent: u64,
+    /// Answers to a Fetch asked at an older offset that brought new data once cut to the
+    /// partition's position (what the second Fetches delivered first).
+    pub fetch_answers_cut: u64,
     /// Produce requests sent to destination brokers.
     pub produce_requests: u64,
     /// Record batches those requests carried.
@@ -30,6 +37,8 @@ pub fn io_counters() -> IoCounters {
     IoCounters {
         fetch_requests: FETCH_REQUESTS.load(Ordering::Relaxed),
         fetch_session_resets: FETCH_SESSION_RESETS.load(Ordering::Relaxed),
+        fetch_second_sent: FETCH_SECOND_SENT.load(Ordering::Relaxed),
+        fetch_answers_cut: FETCH_ANSWERS_CUT.load(Ordering::Relaxed),
         produce_requests: PRODUCE_REQUESTS.load(Ordering::Relaxed),
         produce_batches: PRODUCE_BATCHES.load(Ordering::Relaxed),
     }

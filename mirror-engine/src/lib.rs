@@ -24,6 +24,8 @@ mod election;
 mod error;
 mod fetch_growth;
 mod fetch_session;
+mod fetch_size;
+mod fetch_stream;
 mod follow;
 mod followed;
 mod followed_writes;

@@ -271,6 +271,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         destination: ctx.shared.destination.clone(),
         fetch_max_bytes: m.fetch_max_bytes,
         fetch_grow_max_bytes: m.effective_fetch_grow_max_bytes(ctx.shared.budget.limit()),
+        fetch_hedge_min_rtt: m.fetch_hedge_min_rtt_ms.map(|ms| Duration::from_millis(u64::from(ms))),
         max_filler_batch_records: m.max_filler_batch_records,
         coalesce_max_bytes: usize::try_from(m.coalesce_max_bytes).unwrap_or(0),
         max_fill_offsets: m.max_fill_offsets,

@@ -25,6 +25,7 @@ pub(crate) const KNOWN_KEYS: &[&str] = &[
     "mirror.metadata.refresh.interval.ms",
     "mirror.group.offset.sync.interval.ms",
     "mirror.topic.config.sync.interval.ms",
+    "mirror.fetch.hedge.min.rtt.ms",
 ];
 
 /// Whether CreateClusterMirror understands `key`: a mirror setting or a client security property
@@ -61,6 +62,15 @@ pub(crate) fn set_interval(def: &mut MirrorConfig, key: &str, value: Option<&str
         }
         "mirror.group.offset.sync.interval.ms" => def.group_offset_sync_interval_ms = parse()?,
         "mirror.topic.config.sync.interval.ms" => def.topic_config_sync_interval_ms = parse()?,
+        // `fetch_hedge_min_rtt_ms`: empty (or deleted) turns it off.
+        "mirror.fetch.hedge.min.rtt.ms" => {
+            let v = value.unwrap_or_default().trim();
+            def.fetch_hedge_min_rtt_ms = match v.parse::<u32>() {
+                _ if v.is_empty() => None,
+                Ok(n) if n <= 60_000 => Some(n),
+                _ => return Err(format!("{key} must be empty (off) or a number of milliseconds up to 60000, not `{v}`")),
+            };
+        }
         _ => return Ok(false),
     }
     Ok(true)
@@ -126,6 +136,10 @@ impl Control {
             ("mirror.topic.properties.exclude", d.topic_config_exclude.join(",")),
             ("mirror.group.offset.sync.interval.ms", d.group_offset_sync_interval_ms.to_string()),
             ("mirror.topic.config.sync.interval.ms", d.topic_config_sync_interval_ms.to_string()),
+            (
+                "mirror.fetch.hedge.min.rtt.ms",
+                d.fetch_hedge_min_rtt_ms.map(|n| n.to_string()).unwrap_or_default(),
+            ),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), Some(v), false))
@@ -313,6 +327,13 @@ mod tests {
             "below 100 ms"
         );
         assert!(set_interval(&mut def, "mirror.topic.config.sync.interval.ms", Some("soon")).is_err());
+        assert_eq!(set_interval(&mut def, "mirror.fetch.hedge.min.rtt.ms", Some("20")), Ok(true));
+        assert_eq!(def.fetch_hedge_min_rtt_ms, Some(20));
+        assert!(set_interval(&mut def, "mirror.fetch.hedge.min.rtt.ms", Some("-1")).is_err());
+        assert!(set_interval(&mut def, "mirror.fetch.hedge.min.rtt.ms", Some("60001")).is_err());
+        assert_eq!(def.fetch_hedge_min_rtt_ms, Some(20), "a refused value changes nothing");
+        assert_eq!(set_interval(&mut def, "mirror.fetch.hedge.min.rtt.ms", None), Ok(true));
+        assert_eq!(def.fetch_hedge_min_rtt_ms, None, "empty: off");
         assert_eq!(set_interval(&mut def, "mirror.topics.include", Some("x")), Ok(false));
         def.groups_exclude = vec!["(".into()];
         assert!(check_patterns(&def).is_err(), "an invalid group pattern is refused");

@@ -16,6 +16,8 @@ use crate::cluster::{ClusterClient, leader_log_end, offsets};
 use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Wanted};
+use crate::fetch_size::next_fetch_size;
+use crate::fetch_stream::FetchStream;
 use crate::landed::{self, ReadBack};
 use crate::links::Lane;
 use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
@@ -36,6 +38,9 @@ pub struct PartitionTask {
     pub fetch_max_bytes: i32,
     /// Largest Fetch size the partition grows to while its Fetches come back full.
     pub fetch_grow_max_bytes: i32,
+    /// The round trip from which a caught-up partition keeps a second Fetch in flight (`None`:
+    /// never; see `fetch_stream`).
+    pub fetch_hedge_min_rtt: Option<Duration>,
     pub max_filler_batch_records: i32,
     /// Most bytes of a destination batch merged from small source batches (0: no merging).
     pub coalesce_max_bytes: usize,
@@ -64,28 +69,16 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// An attempt streaming this long without an error counts as healthy (its failure starts the
 /// back-off afresh).
 const HEALTHY_FOR: Duration = Duration::from_secs(10);
-/// Bytes a partition asks for (and reserves) while its last Fetch came back less than half full.
-const IDLE_FETCH_BYTES: i32 = 64 * 1024;
 
-/// The next Fetch size after an answer of `got` bytes to a request for `asked`; `behind`: the
-/// source held more than the answer brought. A full answer (at least three quarters; the broker
-/// fills up to whole batches) doubles the size up to `ceiling` (from `base` if the partition was
-/// idle), so a distant source is read at bandwidth, not one `base` per round trip. A partial
-/// answer while behind (the request's total was shared with other partitions) keeps at least
-/// `base`; a half-empty answer of a caught-up partition halves it down to the idle size, so
-/// long-polling idle partitions hold little of the shared budget.
-fn next_fetch_size(asked: i32, got: usize, behind: bool, base: i32, ceiling: i32) -> i32 {
-    let asked_bytes = usize::try_from(asked).unwrap_or(0);
-    let idle = IDLE_FETCH_BYTES.min(base);
-    if got.saturating_mul(4) >= asked_bytes.saturating_mul(3) {
-        if asked < base { base } else { asked.saturating_mul(2).min(ceiling).max(base) }
-    } else if behind {
-        asked.max(base)
-    } else if got.saturating_mul(2) >= asked_bytes {
-        asked
-    } else {
-        (asked / 2).max(idle)
-    }
+/// After a fill moved the partition past offsets no answer covered (the source's log start
+/// moved): what was learnt before the jump is dropped. Fetches still in flight were asked before
+/// it (an answer to one would be cut to the new position and could hide an aborted transaction
+/// spanning it that no answer reported yet), and the abort state may name transactions whose
+/// markers lay in the deleted range. The next Fetch, asked at the new position, reports every
+/// aborted transaction spanning it again (Kafka returns those overlapping the fetched range).
+fn forget_before_jump(fetches: &mut FetchStream, aborts: &mut AbortTracker) {
+    fetches.reset();
+    *aborts = AbortTracker::default();
 }
 
 /// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
@@ -288,6 +281,7 @@ impl PartitionTask {
         let mut want = self.fetch_max_bytes;
         // Its place among the source's growing partitions (they share `fetch_grow_max_bytes`).
         let mut growth = self.fetchers.growth().slot();
+        let mut fetches = FetchStream::new(self.fetchers.clone(), &leader, &topic_id, partition, self.fetch_hedge_min_rtt);
         loop {
             let want_now = Wanted {
                 topic: topic.to_owned(),
@@ -303,7 +297,7 @@ impl PartitionTask {
             // arrives: a failed write must not wait for it (try_join returns on the error and
             // withdraws the fetch).
             let written = pending.take();
-            let (fetched, ()) = tokio::try_join!(async { Ok(self.fetchers.fetch(&leader, want_now).await) }, async {
+            let (fetched, ()) = tokio::try_join!(async { Ok(fetches.next(&want_now).await) }, async {
                 if let Some((planned, log_start, room)) = written {
                     self.write_planned(sink, planned, log_start, &mut dest_log_start).await?;
                     let r = sink.flush().await;
@@ -328,8 +322,7 @@ impl PartitionTask {
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = self.fill(sink, next, start - next, 0).await?;
-                        // Offsets no answer covered: what the abort state says of them is stale.
-                        aborts = AbortTracker::default();
+                        forget_before_jump(&mut fetches, &mut aborts);
                         continue;
                     }
                     return Err(MirrorError::Unsupported(format!(
@@ -339,10 +332,9 @@ impl PartitionTask {
                 other => other?,
             };
             let (fetched, room): (_, Reservation) = fetched;
-            let got: usize = fetched.batches.iter().map(|(_, b)| b.len()).sum();
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
-                aborts = AbortTracker::default();
+                forget_before_jump(&mut fetches, &mut aborts);
                 continue;
             }
             aborts.extend(fetched.aborted.iter().copied());
@@ -359,7 +351,10 @@ impl PartitionTask {
                 fetched.high_watermark
             };
             let ceiling = growth.ceiling(self.fetch_grow_max_bytes, self.fetch_max_bytes);
-            want = next_fetch_size(want, got, source_end > planned.next, self.fetch_max_bytes, ceiling).min(ceiling);
+            // A full answer: catching up, bound by bandwidth (one Fetch at a time, no duplicates).
+            let behind = source_end > planned.next;
+            fetches.set_catching_up(behind);
+            want = next_fetch_size(want, fetches.answered_bytes(), behind, self.fetch_max_bytes, ceiling).min(ceiling);
             growth.set_grown(want > self.fetch_max_bytes);
             self.status.update(&self.key, |s| {
                 s.source_high_watermark = fetched.high_watermark;
@@ -529,64 +524,5 @@ async fn settled_offsets(conn: &kmp_protocol::shared_client::SharedConnection, t
             }
         }
         last = now;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{IDLE_FETCH_BYTES, next_fetch_size};
-
-    const MIB: i32 = 1024 * 1024;
-
-    fn after(asked: i32, got: usize, behind: bool) -> i32 {
-        next_fetch_size(asked, got, behind, MIB, 16 * MIB)
-    }
-
-    #[test]
-    fn full_answers_double_the_fetch_size_up_to_the_ceiling() {
-        let mut size = MIB;
-        let mut seen = vec![];
-        for _ in 0..6 {
-            size = after(size, size as usize, true);
-            seen.push(size / MIB);
-        }
-        assert_eq!(seen, vec![2, 4, 8, 16, 16, 16]);
-        // An answer larger than asked (the broker returns at least one whole batch) is full too.
-        assert_eq!(after(MIB, 3 * MIB as usize, true), 2 * MIB);
-    }
-
-    #[test]
-    fn an_idle_partition_woken_by_a_full_answer_goes_straight_to_the_base_size() {
-        assert_eq!(after(IDLE_FETCH_BYTES, IDLE_FETCH_BYTES as usize, true), MIB);
-    }
-
-    #[test]
-    fn a_partial_answer_while_behind_keeps_at_least_the_base_size() {
-        assert_eq!(after(8 * MIB, 0, true), 8 * MIB, "cut short by the request's total: not idle");
-        assert_eq!(after(IDLE_FETCH_BYTES, 1000, true), MIB);
-    }
-
-    #[test]
-    fn a_caught_up_partition_shrinks_by_halves_to_the_idle_size_and_holds_a_steady_size() {
-        assert_eq!(after(16 * MIB, 9 * MIB as usize, false), 16 * MIB, "more than half full: steady");
-        let mut size = 16 * MIB;
-        let mut rounds = 0;
-        while size > IDLE_FETCH_BYTES {
-            size = after(size, 0, false);
-            rounds += 1;
-        }
-        assert_eq!((size, rounds), (IDLE_FETCH_BYTES, 8));
-        assert_eq!(after(size, 0, false), IDLE_FETCH_BYTES);
-    }
-
-    #[test]
-    fn growth_is_off_when_the_ceiling_equals_the_base() {
-        assert_eq!(next_fetch_size(MIB, MIB as usize, true, MIB, MIB), MIB);
-        assert_eq!(
-            next_fetch_size(1024, 1024, true, 1024, 1024),
-            1024,
-            "a base below the idle size is never exceeded"
-        );
-        assert_eq!(next_fetch_size(1024, 0, false, 1024, 1024), 1024);
     }
 }

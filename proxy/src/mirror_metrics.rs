@@ -47,6 +47,16 @@ pub(crate) fn render(engine: &Engine) -> String {
             io.fetch_session_resets,
         ),
         (
+            "kmp_mirror_fetch_second_sent",
+            "Second Fetches caught-up partitions sent beside their first (mirror fetch_hedge_min_rtt_ms)",
+            io.fetch_second_sent,
+        ),
+        (
+            "kmp_mirror_fetch_answers_cut",
+            "Answers to a Fetch asked at an older offset that brought new data after the part already copied was cut off",
+            io.fetch_answers_cut,
+        ),
+        (
             "kmp_mirror_produce_requests",
             "Produce requests sent to destination brokers",
             io.produce_requests,

@@ -134,3 +134,65 @@ def test_a_fetch_session_evicted_by_the_broker_is_followed_by_full_fetches_witho
         assert_equal(source, destination, topic, 1)
         labels = f'mirror="faults",topic="{topic}",partition="0"'
         assert proxy.metric("kmp_mirror_failed", labels) == 0, "an evicted fetch session never fails the partition"
+
+
+def steady_load(bootstrap: str, topic: str, partitions: int, seconds: float) -> int:
+    """Produces for ``seconds``: an idempotent lz4 producer (about 400 records/s over the
+    partitions) and a transactional one whose every third transaction aborts. Returns how many
+    transactions aborted."""
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "compression.type": "lz4"})
+    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("hedge-tx"), "linger.ms": 5})
+    tx.init_transactions(30)
+    aborted, n, end = 0, 0, time.time() + seconds
+    while time.time() < end:
+        tx.begin_transaction()
+        for _ in range(10):
+            p = n % partitions
+            plain.produce(topic, key=str(n).encode(), value=os.urandom(200), partition=p)
+            tx.produce(topic, key=f"tx-{n}".encode(), value=os.urandom(100), partition=p)
+            plain.poll(0)
+            n += 1
+            time.sleep(0.0025)
+        tx.flush(30)
+        if n % 30 == 0:
+            tx.abort_transaction(30)
+            aborted += 1
+        else:
+            tx.commit_transaction(30)
+    assert plain.flush(30) == 0, "the steady load reached the source"
+    return aborted
+
+
+def test_a_caught_up_partition_100ms_away_with_a_second_fetch_in_flight_is_copied_exactly(far_source, destination, workdir):
+    """``fetch_hedge_min_rtt_ms``: under a steady load every caught-up partition keeps two Fetches
+    half a round trip apart, and answers to the older one are cut to the partition's position
+    before they are planned. The destination must equal the source record by record at identical
+    offsets (aborted transactions included: their batches become fillers), and the cut answers
+    must have been used (the lag itself is bench/wan_bench.py's)."""
+    source, relay = far_source
+    topic = unique("hedge")
+    partitions = 2
+    create(source.bootstrap, topic, partitions)
+    cfg = workdir / f"{topic}.toml"
+    cfg.write_text(f'[engine]\nstate_topic = "{unique("kmp-hedge-state")}"\n'
+                   f'[[mirrors]]\nname = "hedge"\nsource_bootstrap_servers = ["{source.wan_bootstrap}"]\ntopics = ["{topic}"]\n'
+                   f'fetch_hedge_min_rtt_ms = {RTT_MS // 2}\n')
+    proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(cfg)]).start()
+    try:
+        produce_plain(source.bootstrap, topic, 50)
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: partitions})
+        aborted = steady_load(source.bootstrap, topic, partitions, 8)
+        assert aborted >= 2, f"the load aborted {aborted} transactions"
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: partitions})
+        assert_equal(source, destination, topic, partitions)
+        sent = proxy.metric("kmp_mirror_fetch_second_sent_total")
+        cut = proxy.metric("kmp_mirror_fetch_answers_cut_total")
+        print(f"\nsecond Fetches sent {sent:.0f}, older answers cut and used {cut:.0f}, {aborted} transactions aborted")
+        assert sent > 0, "caught up 100 ms away with fetch_hedge_min_rtt_ms = 50, yet no second Fetch was sent"
+        assert cut > 0, "no answer to an older Fetch brought new data: the cut path never ran"
+        for p in range(partitions):
+            labels = f'mirror="hedge",topic="{topic}",partition="{p}"'
+            assert proxy.metric("kmp_mirror_failed", labels) == 0, f"partition {p} did not fail"
+    finally:
+        code = proxy.stop()
+        assert code == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"

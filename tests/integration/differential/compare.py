@@ -76,6 +76,14 @@ def failed_series(text: str, mirror: str) -> dict[TP, float]:
     return failed
 
 
+def counter(text: str, name: str) -> float:
+    """The value of the unlabelled counter ``name`` on a /metrics page; missing fails."""
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} is not on /metrics")
+
+
 class Comparison:
     def __init__(self, kinds: dict[str, str], model: dict, txn_outcome: dict[str, str]):
         self.kinds = kinds  # topic name -> plain / compact / retention

@@ -31,8 +31,11 @@ CONFIG_EXCLUDE = ["min.insync.replicas", "unclean.leader.election.enable", "lead
 
 
 class MirrorSide:
-    def __init__(self, proxy, destination, source_bootstrap: str, mirror: str, names: list[str], log):
+    def __init__(self, proxy, destination, source_bootstrap: str, mirror: str, names: list[str], log, hedge: bool = False):
         self.proxy = proxy
+        # A second Fetch in flight whenever a partition is caught up (mirror.fetch.hedge.min.rtt.ms
+        # = 0): every answer to an older offset is cut to the partition's position.
+        self.hedge = hedge
         self.destination = destination  # harness KafkaCluster (3 brokers)
         self.source_bootstrap = source_bootstrap
         self.mirror = mirror
@@ -72,6 +75,9 @@ class MirrorSide:
     def create(self) -> None:
         configs = {"bootstrap.servers": self.source_bootstrap, "mirror.topic.properties.exclude": ",".join(CONFIG_EXCLUDE),
                    "mirror.group.offset.sync.interval.ms": "0", "mirror.topic.config.sync.interval.ms": "0"}
+        if self.hedge:
+            configs["mirror.fetch.hedge.min.rtt.ms"] = "0"
+        self.log(f"mirror {self.mirror}: second Fetch in flight when caught up: {'on' if self.hedge else 'off'}")
         status, r = self.call("POST", "/v1/mirrors", {"name": self.mirror, "configs": configs})
         assert status == 201 and r.get("error_code") == 0, f"create mirror {self.mirror}: HTTP {status} {r}"
 

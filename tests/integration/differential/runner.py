@@ -26,7 +26,7 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-from .compare import FILLER_KEY, Comparison, failed_series, show
+from .compare import FILLER_KEY, Comparison, counter, failed_series, show
 from .history import describe_op, expensive, format_history
 from .kafka_io import Admin, partition_counts, read_records, wait_until, watermarks
 from .mirror_ops import MirrorSide
@@ -54,8 +54,15 @@ class Run:
         self.kinds = {n: t["kind"] for n, t in zip(self.names, history["topics"])}
         self.lines: list[str] = []
         self.src = SourceSide(env.source.bootstrap, env.source.dir / "data-1", self.names, history, tag, self.log)
-        self.mirror = MirrorSide(env.proxy, env.destination, env.source.bootstrap, f"diff-{tag}", self.names, self.log)
+        # Odd seeds mirror with a second Fetch in flight (the history itself is unchanged).
+        hedge = int(history.get("seed", 0)) % 2 == 1
+        self.mirror = MirrorSide(env.proxy, env.destination, env.source.bootstrap, f"diff-{tag}", self.names, self.log, hedge)
         self.records = 0
+
+    def second_fetches(self) -> tuple[float, float]:
+        """The proxy's counters of second Fetches sent and of older answers cut and used."""
+        page = self.env.proxy.http("/metrics")[1]
+        return counter(page, "kmp_mirror_fetch_second_sent_total"), counter(page, "kmp_mirror_fetch_answers_cut_total")
 
     def log(self, line: str) -> None:
         self.lines.append(line)
@@ -86,6 +93,7 @@ class Run:
         try:
             for i, t in enumerate(self.history["topics"]):
                 Admin(self.env.source.bootstrap).create_topic(self.names[i], t["partitions"], t["config"])
+            seconds_before = self.second_fetches()
             self.mirror.create()
             phases["setup"] = time.time() - started
             for i, op in enumerate(self.history["ops"]):
@@ -97,6 +105,13 @@ class Run:
                 self.log(f"       -> {result}")
             phases["ops"] = time.time() - started - sum(phases.values())
             self.converge_and_compare(phases)
+            # The counters start again at 0 when the history restarts the proxy.
+            restarted = any(op["op"] == "kill_proxy" for op in self.history["ops"])
+            sent, cut = (after if restarted else after - before for after, before in zip(self.second_fetches(), seconds_before))
+            self.log(f"second Fetches sent {sent:.0f}, older answers cut and used {cut:.0f} (all cases of this proxy meanwhile"
+                     + (", since its last restart)" if restarted else ")"))
+            if self.mirror.hedge and not restarted:
+                assert sent > 0, "the mirror keeps a second Fetch in flight when caught up, yet none was sent"
         except BaseException as e:  # noqa: BLE001 - reported with the whole context below
             failure = e
         t0 = time.time()
@@ -111,7 +126,8 @@ class Run:
         ops = len(self.history["ops"])
         timing = " ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         return (f"{self.case}: {len(self.names)} topic(s) {[t['kind'] for t in self.history['topics']]}, {ops} ops "
-                f"{expensive(self.history)}, {self.records} committed records compared, {time.time() - started:.1f}s ({timing})")
+                f"{expensive(self.history)}, {self.records} committed records compared, {time.time() - started:.1f}s ({timing}); "
+                + next((l for l in reversed(self.lines) if l.startswith("second Fetches")), ""))
 
     def converge_and_compare(self, phases: dict[str, float]) -> None:
         t0 = time.time()
