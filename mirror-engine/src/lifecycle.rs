@@ -34,6 +34,9 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
             }
             match prepare_topic(&ctx, &topic).await {
                 Ok((partitions, id)) => run_topic(&ctx, &topic, partitions, id),
+                // The term ended (or lost its lease) while the topic was being prepared: the
+                // next term takes it up; nothing failed.
+                Err(MirrorError::Fenced) => info!("the engine term ended before the topic was prepared"),
                 Err(e) => {
                     warn!(error = %e, "mirror topic FAILED");
                     status.update(&(m.name.clone(), topic.clone(), -1), |s| {
@@ -99,7 +102,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
                     s.last_error = Some(why.clone());
                 });
                 last_error = why;
-                tokio::time::sleep(backoff).await;
+                back_off(&ctx.shared.stop, backoff).await?;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => return Err(e),
@@ -126,12 +129,31 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
     };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
     let mut backoff = Duration::from_millis(200);
-    while let Err(e) = ctx.store.put_topic(topic, &record).await {
-        warn!(error = %e, "cannot record topic ownership yet; retrying");
-        tokio::time::sleep(backoff).await;
+    loop {
+        match ctx.store.put_topic(topic, &record).await {
+            Ok(()) => break,
+            Err(MirrorError::Fenced) => return Err(MirrorError::Fenced),
+            Err(e) => warn!(error = %e, "cannot record topic ownership yet; retrying"),
+        }
+        back_off(&ctx.shared.stop, backoff).await?;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
     Ok((prepared.partitions(), Some(source_id)))
+}
+
+/// Waits `backoff` before the next attempt, or fails with [`MirrorError::Fenced`] as soon as the
+/// engine term stops: an ended term's retry loops end with it instead of creating or recording
+/// a topic after another term took over.
+async fn back_off(stop: &watch::Receiver<bool>, backoff: Duration) -> Result<(), MirrorError> {
+    let mut stop = stop.clone();
+    if *stop.borrow_and_update() {
+        return Err(MirrorError::Fenced);
+    }
+    tokio::select! {
+        () = tokio::time::sleep(backoff) => Ok(()),
+        // A change is a stop (it is only ever set); a dropped sender ends the term too.
+        _ = stop.changed() => Err(MirrorError::Fenced),
+    }
 }
 
 /// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
@@ -281,4 +303,43 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         status: ctx.shared.status.clone(),
     };
     tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_back_off_ends_as_soon_as_the_term_stops() {
+        let (tx, rx) = watch::channel(false);
+        let started = tokio::time::Instant::now();
+        let waiting = tokio::spawn(async move { back_off(&rx, Duration::from_secs(5)).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        tx.send(true).expect("the back-off still listens");
+        let ended = waiting.await.expect("the back-off task ran");
+        assert!(matches!(ended, Err(MirrorError::Fenced)), "a stopped term's retry ends fenced, got {ended:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "it ended when the term stopped, not after the back-off"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_retry_back_off_of_a_running_term_waits_its_time_and_a_stopped_term_does_not_wait() {
+        let (tx, rx) = watch::channel(false);
+        let started = tokio::time::Instant::now();
+        assert!(back_off(&rx, Duration::from_secs(2)).await.is_ok(), "a running term retries");
+        assert_eq!(started.elapsed(), Duration::from_secs(2), "after the whole back-off");
+        tx.send(true).expect("the receiver is alive");
+        let again = tokio::time::Instant::now();
+        assert!(matches!(back_off(&rx, Duration::from_secs(2)).await, Err(MirrorError::Fenced)));
+        assert_eq!(again.elapsed(), Duration::ZERO, "an already stopped term does not wait");
+        drop(tx);
+        let (tx2, rx2) = watch::channel(false);
+        drop(tx2);
+        assert!(
+            matches!(back_off(&rx2, Duration::from_secs(2)).await, Err(MirrorError::Fenced)),
+            "a term whose stop sender is gone has ended"
+        );
+    }
 }
