@@ -89,19 +89,40 @@ pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// A running engine: what the proxy reports from.
 #[derive(Debug, Clone)]
 pub struct Engine {
-    pub status: StatusBoard,
-    pub budget: Budget,
+    pub(crate) status: StatusBoard,
+    pub(crate) budget: Budget,
     /// Destination topics owned by mirrors (read-only for clients).
-    pub topics: Catalog,
+    pub(crate) topics: Catalog,
     /// Pause / resume / stop and the list / describe views.
-    pub control: Control,
+    pub(crate) control: Control,
     /// Closed once the engine wrote its final state after `stop` (or never started).
     done: watch::Receiver<()>,
     /// On a follower (`engine.role = "follower"`): where reading the state topic stands.
-    pub follow: Option<watch::Receiver<FollowProgress>>,
+    pub(crate) follow: Option<watch::Receiver<FollowProgress>>,
 }
 
 impl Engine {
+    /// The partitions this engine copies and where each stands (what `/metrics` renders).
+    pub fn status(&self) -> &StatusBoard {
+        &self.status
+    }
+
+    /// The engine-wide memory budget of fetched data not yet written.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Which destination topics are mirror topics and whether clients may write them.
+    pub fn topics(&self) -> &Catalog {
+        &self.topics
+    }
+
+    /// The management operations (create, start, pause, resume, stop, delete) and the list and
+    /// describe views.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
     /// A disabled engine: no mirrors, nothing stored to load (so it counts as booted).
     pub fn idle(engine: &EngineConfig) -> Self {
         let e = Self::unbooted(engine);

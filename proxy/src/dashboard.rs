@@ -163,7 +163,7 @@ mod tests {
     use http_body_util::BodyExt;
 
     fn control() -> Control {
-        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
+        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control().clone()
     }
 
     async fn get(path: &str, peer: &str, bearer: Option<&str>, auth: AdminAuth<'_>) -> (StatusCode, HeaderMap, String) {

@@ -10,10 +10,10 @@ type Gauge = fn(&kmp_mirror_engine::PartitionStatus) -> i64;
 
 /// OpenMetrics lines for the engine and every mirrored partition (no trailing `# EOF`).
 pub(crate) fn render(engine: &Engine) -> String {
-    let snapshot = engine.status.snapshot();
+    let snapshot = engine.status().snapshot();
     let now = kmp_mirror_engine::now_ms();
     let mut out = String::new();
-    let b = &engine.budget;
+    let b = engine.budget();
     for (name, help, value) in [
         (
             "kmp_mirror_buffer_bytes",
@@ -29,7 +29,7 @@ pub(crate) fn render(engine: &Engine) -> String {
         (
             "kmp_mirror_engine_booted",
             "1 once the mirror engine has loaded its stored state and runs its mirrors, 0 while it cannot (see /readyz)",
-            u64::from(engine.control.is_booted()),
+            u64::from(engine.control().is_booted()),
         ),
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
@@ -143,7 +143,7 @@ type SyncValue = fn(&kmp_mirror_engine::SyncStatus) -> f64;
 
 /// Metadata sync per mirror and kind (`group_offsets`, `topic_configs`).
 fn render_sync(engine: &Engine, out: &mut String) {
-    let snapshot = engine.control.sync_snapshot();
+    let snapshot = engine.control().sync_snapshot();
     let series: [(&str, &str, &str, SyncValue); 7] = [
         ("kmp_mirror_sync_runs", "counter", "Metadata sync passes run", |s| s.runs as f64),
         (

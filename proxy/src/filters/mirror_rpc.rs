@@ -447,7 +447,7 @@ mod tests {
     use super::*;
 
     fn idle_control() -> Control {
-        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
+        kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control().clone()
     }
 
     fn topics_answer(resp: &Bytes) -> TopicsResponse {

@@ -403,7 +403,7 @@ mod engine_route_tests {
 
     #[test]
     fn the_engine_route_names_the_role_and_for_auto_the_instance_and_generation() {
-        let control = kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control;
+        let control = kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control().clone();
         assert_eq!(engine_json(&control, None), json!({"role": "engine"}));
         let view = kmp_mirror_engine::ElectionView {
             instance_id: "p2".into(),

@@ -7,7 +7,7 @@ const LOOPBACKS: [&str; 3] = ["127.0.0.1:5000", "[::1]:5000", "[::ffff:127.0.0.1
 const REMOTE: &str = "[::ffff:192.0.2.7]:5000";
 
 fn control() -> Control {
-    kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control
+    kmp_mirror_engine::Engine::idle(&kmp_config::EngineConfig::default()).control().clone()
 }
 
 async fn call(method: &str, uri: &str, body: &str, peer: &str, bearer: Option<&str>, auth: AdminAuth<'_>) -> (StatusCode, HeaderMap, String) {
