@@ -118,11 +118,12 @@ impl FetchStream {
             if start > Instant::now() {
                 tokio::time::sleep_until(start).await;
             }
+            // Counted when asked, not when planned: a Fetch dropped during its delay never went.
+            if i == 1 {
+                io_stats::add(&io_stats::FETCH_SECOND_SENT, 1);
+            }
             sessions.fetch_in(&addr, lane, want).await
         });
-        if i == 1 {
-            io_stats::add(&io_stats::FETCH_SECOND_SENT, 1);
-        }
         tracing::trace!(fetch = i, asked, hedging = self.hedging(), round_trip = ?self.round_trip(), catching_up = self.catching_up, "fetch sent");
         self.flights[i] = Some(InFlight { asked, sent: start, answer });
     }

@@ -281,6 +281,8 @@ impl PartitionTask {
         let mut want = self.fetch_max_bytes;
         // Its place among the source's growing partitions (they share `fetch_grow_max_bytes`).
         let mut growth = self.fetchers.growth().slot();
+        // The highest source high watermark and last stable offset answers reported.
+        let mut source_ends = (-1i64, -1i64);
         let mut fetches = FetchStream::new(self.fetchers.clone(), &leader, &topic_id, partition, self.fetch_hedge_min_rtt);
         loop {
             let want_now = Wanted {
@@ -356,9 +358,13 @@ impl PartitionTask {
             fetches.set_catching_up(behind);
             want = next_fetch_size(want, fetches.answered_bytes(), behind, self.fetch_max_bytes, ceiling).min(ceiling);
             growth.set_grown(want > self.fetch_max_bytes);
+            // With a second Fetch in flight, answers may reach the broker and come back out of
+            // order: the source's ends shown (and the lag derived from them) never go back
+            // within an attempt.
+            source_ends = (source_ends.0.max(fetched.high_watermark), source_ends.1.max(fetched.last_stable_offset));
             self.status.update(&self.key, |s| {
-                s.source_high_watermark = fetched.high_watermark;
-                s.source_last_stable_offset = fetched.last_stable_offset;
+                s.source_high_watermark = source_ends.0;
+                s.source_last_stable_offset = source_ends.1;
             });
             next = planned.next;
             pending = Some((planned, fetched.log_start_offset, room));
