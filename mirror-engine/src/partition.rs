@@ -353,7 +353,8 @@ impl PartitionTask {
                 fetched.high_watermark
             };
             let ceiling = growth.ceiling(self.fetch_grow_max_bytes, self.fetch_max_bytes);
-            // A full answer: catching up, bound by bandwidth (one Fetch at a time, no duplicates).
+            // An answer that left data on the source: catching up, bound by bandwidth (one
+            // Fetch at a time, no duplicates). Sized by what the broker sent, duplicates included.
             let behind = source_end > planned.next;
             fetches.set_catching_up(behind);
             want = next_fetch_size(want, fetches.answered_bytes(), behind, self.fetch_max_bytes, ceiling).min(ceiling);
