@@ -93,6 +93,9 @@ pub(crate) type Answer = Result<(Fetched, Reservation), MirrorError>;
 
 struct Interest {
     want: Wanted,
+    /// A Fetch kept beside another of the same partition on the broker's other session
+    /// (`fetch_stream`): this session's requests then keep half a round trip from the other's.
+    staggered: bool,
     reply: oneshot::Sender<Answer>,
 }
 
@@ -109,8 +112,41 @@ struct Inner {
     budget: Budget,
     settings: SessionSettings,
     brokers: Tasks<Interest>,
+    /// When each broker's sessions last sent a request (see [`Phase`]).
+    phases: std::sync::Mutex<HashMap<String, Arc<Phase>>>,
     /// How many of this source's partitions are grown beyond their base Fetch size.
     growth: GrowthShare,
+}
+
+/// When each of one broker's sessions last sent a request. While a session carries staggered
+/// Fetches (two per partition, one on each session), it sends no sooner than half a round trip
+/// after the other session did, so that a Fetch of every such partition reaches the broker
+/// every half round trip: with one request at a time per session, keeping each partition's two
+/// Fetches apart is not enough when the sessions carry many partitions.
+#[derive(Debug, Default)]
+struct Phase {
+    sent: std::sync::Mutex<[Option<Instant>; SESSIONS_PER_BROKER]>,
+}
+
+impl Phase {
+    /// When session `lane` may send next: half of `round_trip` after another session's last
+    /// request, if that is still to come.
+    fn next_send(&self, lane: u8, round_trip: Duration, now: Instant) -> Option<Instant> {
+        let sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        sent.iter()
+            .enumerate()
+            .filter(|(i, _)| *i != usize::from(lane))
+            .filter_map(|(_, t)| t.map(|t| t + round_trip / 2))
+            .filter(|at| *at > now)
+            .max()
+    }
+
+    fn note_sent(&self, lane: u8, at: Instant) {
+        let mut sent = self.sent.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = sent.get_mut(usize::from(lane)) {
+            *slot = Some(at);
+        }
+    }
 }
 
 impl FetchSessions {
@@ -121,6 +157,7 @@ impl FetchSessions {
                 budget,
                 settings,
                 brokers: Tasks::default(),
+                phases: std::sync::Mutex::default(),
                 growth: GrowthShare::default(),
             }),
         }
@@ -136,15 +173,16 @@ impl FetchSessions {
     #[cfg(test)]
     pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
         let lane = lane_of(&want.topic_id, want.partition, SESSIONS_PER_BROKER);
-        self.fetch_in(addr, lane, want).await
+        self.fetch_in(addr, lane, want, false).await
     }
 
     /// The next data (or error) for `want` from broker `addr` through its session `lane` (of
     /// [`SESSIONS_PER_BROKER`]), with its share of the budget. Waits while the partition has
     /// nothing new; dropping the future withdraws the request.
-    pub(crate) async fn fetch_in(&self, addr: &str, lane: u8, want: Wanted) -> Answer {
+    /// `staggered`: the partition keeps another Fetch on the broker's other session.
+    pub(crate) async fn fetch_in(&self, addr: &str, lane: u8, want: Wanted, staggered: bool) -> Answer {
         let (tx, rx) = oneshot::channel();
-        let interest = Interest { want, reply: tx };
+        let interest = Interest { want, staggered, reply: tx };
         match self.inner.brokers.send(addr, lane, interest, || self.start(addr, lane)) {
             Ok(()) => rx.await.unwrap_or_else(|_| Err(closed("fetch session ended"))),
             Err(_) => Err(closed("fetch session unavailable")),
@@ -154,9 +192,15 @@ impl FetchSessions {
     /// Spawns the session task of `(addr, lane)`.
     fn start(&self, addr: &str, lane: u8) -> mpsc::UnboundedSender<Interest> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let phase = {
+            let mut phases = self.inner.phases.lock().unwrap_or_else(|e| e.into_inner());
+            phases.entry(addr.to_owned()).or_default().clone()
+        };
         let session = BrokerSession {
             addr: addr.to_owned(),
             lane,
+            phase,
+            data_round_trip: RoundTrip::default(),
             client: self.inner.client.clone(),
             budget: self.inner.budget.clone(),
             settings: self.inner.settings,
@@ -224,6 +268,11 @@ struct BrokerSession {
     addr: String,
     /// Which of the broker's sessions (and connections) this is.
     lane: u8,
+    /// When the broker's sessions last sent (staggering, see [`Phase`]).
+    phase: Arc<Phase>,
+    /// Waits for the first byte of the latest answers that brought data: the round trip the
+    /// staggering uses (a long poll's wait on an idle source says nothing about it).
+    data_round_trip: RoundTrip,
     client: ClusterClient,
     budget: Budget,
     settings: SessionSettings,
@@ -259,6 +308,11 @@ impl RoundTrip {
         self.seen = self.seen.wrapping_add(1);
         let round_trip = self.waits[..self.seen.min(ROUND_TRIP_WINDOW)].iter().min().copied().unwrap_or(wait);
         transfer < round_trip * LATENCY_BOUND_FACTOR
+    }
+
+    /// The shortest wait noted so far among the latest ones (`None` before the first).
+    fn estimate(&self) -> Option<Duration> {
+        self.waits[..self.seen.min(ROUND_TRIP_WINDOW)].iter().min().copied()
     }
 }
 
@@ -304,7 +358,34 @@ impl BrokerSession {
             if self.interests.is_empty() {
                 continue;
             }
+            if !self.keep_phase(&mut rx).await {
+                return;
+            }
             self.round().await;
+        }
+    }
+
+    /// While this session carries staggered Fetches, waits until half a round trip after the
+    /// broker's other session last sent (taking in new interests meanwhile). False: the
+    /// channel closed.
+    async fn keep_phase(&mut self, rx: &mut mpsc::UnboundedReceiver<Interest>) -> bool {
+        if !self.interests.values().any(|i| i.staggered) {
+            return true;
+        }
+        let Some(round_trip) = self.data_round_trip.estimate() else {
+            return true;
+        };
+        let Some(at) = self.phase.next_send(self.lane, round_trip, Instant::now()) else {
+            return true;
+        };
+        loop {
+            tokio::select! {
+                i = rx.recv() => match i {
+                    Some(i) => self.add(i),
+                    None => return false,
+                },
+                _ = tokio::time::sleep_until(at) => return true,
+            }
         }
     }
 
@@ -325,11 +406,12 @@ impl BrokerSession {
         let result = async {
             let conn = self.client.link(&self.addr, Lane::Fetch(self.lane)).await?;
             let asked = Instant::now();
+            self.phase.note_sent(self.lane, asked);
             Ok::<_, MirrorError>((self.client.call_timed(&conn, &req, FETCH_VERSION).await?, asked))
         }
         .await;
-        let (resp, latency_bound) = match result {
-            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival)),
+        let (resp, latency_bound, timing) = match result {
+            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival), (asked, arrival)),
             Err(e) => {
                 debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
                 return self.fail_waiting(e).await;
@@ -392,6 +474,9 @@ impl BrokerSession {
         }
         // Only answers that moved data say whether larger Fetches would help (an idle
         // long-poll's answer is always quick to transfer).
+        if delivered > 0 {
+            self.data_round_trip.latency_bound(timing.0, timing.1);
+        }
         if delivered >= GROWTH_VOTE_BYTES {
             self.growth.note_answer(latency_bound);
         }

@@ -7,6 +7,8 @@ fn session() -> BrokerSession {
     BrokerSession {
         addr: "b:1".into(),
         lane: 0,
+        phase: Arc::default(),
+        data_round_trip: RoundTrip::default(),
         client: ClusterClient::new("source", vec![], Duration::from_secs(1)),
         budget: Budget::new(1 << 30),
         settings: SessionSettings::default(),
@@ -31,6 +33,7 @@ fn ask(s: &mut BrokerSession, partition: i32, offset: i64) -> oneshot::Receiver<
             leader_epoch: 3,
             max_bytes: 1000,
         },
+        staggered: false,
         reply: tx,
     });
     rx
@@ -263,4 +266,54 @@ fn the_round_trip_is_the_shortest_recent_wait_so_a_busy_brokers_slow_answers_do_
         near.latency_bound(t, arrival(t, 40, 100));
     }
     assert!(near.latency_bound(t, arrival(t, 40, 10)), "the round trip is now 40 ms");
+}
+
+#[test]
+fn a_session_sends_half_a_round_trip_after_the_other_session_of_its_broker() {
+    let phase = Phase::default();
+    let t0 = Instant::now();
+    let rt = Duration::from_millis(100);
+    assert_eq!(phase.next_send(0, rt, t0), None, "nothing sent yet: no wait");
+    phase.note_sent(1, t0);
+    assert_eq!(phase.next_send(0, rt, t0 + Duration::from_millis(10)), Some(t0 + Duration::from_millis(50)));
+    assert_eq!(phase.next_send(0, rt, t0 + Duration::from_millis(60)), None, "already half a round trip later");
+    assert_eq!(phase.next_send(1, rt, t0 + Duration::from_millis(10)), None, "its own request does not hold it");
+    phase.note_sent(0, t0 + Duration::from_millis(50));
+    assert_eq!(
+        phase.next_send(1, rt, t0 + Duration::from_millis(90)),
+        Some(t0 + Duration::from_millis(100)),
+        "the other session keeps the alternation"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_a_session_carrying_staggered_fetches_waits_for_its_phase() {
+    let mut s = session();
+    let (_tx, mut rx) = mpsc::unbounded_channel();
+    s.data_round_trip.waits[0] = Duration::from_millis(100);
+    s.data_round_trip.seen = 1;
+    s.phase.note_sent(1, Instant::now());
+    let _plain = ask(&mut s, 0, 5);
+    let started = Instant::now();
+    assert!(s.keep_phase(&mut rx).await);
+    assert_eq!(started.elapsed(), Duration::ZERO, "no staggered Fetch: sent at once");
+    let (tx, _answer) = oneshot::channel();
+    s.add(Interest {
+        want: Wanted {
+            topic: "t".into(),
+            topic_id: [7; 16],
+            partition: 1,
+            offset: 9,
+            leader_epoch: 3,
+            max_bytes: 1000,
+        },
+        staggered: true,
+        reply: tx,
+    });
+    assert!(s.keep_phase(&mut rx).await);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(50),
+        "a staggered Fetch waits half a round trip after the other session"
+    );
 }

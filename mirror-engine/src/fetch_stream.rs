@@ -105,25 +105,18 @@ impl FetchStream {
         SESSIONS_PER_BROKER > 1 && !self.catching_up && far
     }
 
-    /// Sends Fetch `i` for `want`, no earlier than half a round trip after the other one.
+    /// Sends Fetch `i` for `want`. While hedging, both Fetches are staggered: the sessions keep
+    /// their requests half a round trip apart (`fetch_session::Phase`), which keeps this
+    /// partition's two Fetches apart too.
     fn send(&mut self, i: usize, want: &Wanted) {
-        let now = Instant::now();
-        let start = match (&self.flights[1 - i], self.round_trip()) {
-            (Some(other), Some(rt)) if i == 1 || self.hedging() => (other.sent + rt / 2).max(now),
-            _ => now,
-        };
+        let start = Instant::now();
+        let staggered = i == 1 || self.hedging();
         let (sessions, addr, lane, asked) = (self.sessions.clone(), self.addr.clone(), self.lanes[i], want.offset);
         let want = want.clone();
-        let answer = Box::pin(async move {
-            if start > Instant::now() {
-                tokio::time::sleep_until(start).await;
-            }
-            // Counted when asked, not when planned: a Fetch dropped during its delay never went.
-            if i == 1 {
-                io_stats::add(&io_stats::FETCH_SECOND_SENT, 1);
-            }
-            sessions.fetch_in(&addr, lane, want).await
-        });
+        if i == 1 {
+            io_stats::add(&io_stats::FETCH_SECOND_SENT, 1);
+        }
+        let answer = Box::pin(async move { sessions.fetch_in(&addr, lane, want, staggered).await });
         tracing::trace!(fetch = i, asked, hedging = self.hedging(), round_trip = ?self.round_trip(), catching_up = self.catching_up, "fetch sent");
         self.flights[i] = Some(InFlight { asked, sent: start, answer });
     }
