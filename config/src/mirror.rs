@@ -270,7 +270,7 @@ pub struct MirrorConfig {
     pub fetch_grow_max_bytes: Option<i32>,
     /// Keeps a second Fetch in flight for a caught-up partition whose source answers take at
     /// least this long (the shortest time to a Fetch answer that brought data, over its last
-    /// eight): the two Fetches run half a round trip apart on the broker's two fetch sessions, so
+    /// eight): the two Fetches run on the broker's two fetch sessions, kept half a round trip apart, so
     /// a new source record waits at most half a round trip for one to arrive instead of a whole
     /// one (lag at steady load about one round trip instead of 1.5). Costs up to twice the source
     /// bytes while caught up, and a second place in the broker's fetch sessions per partition; a

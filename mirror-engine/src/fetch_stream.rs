@@ -1,31 +1,35 @@
 //! One partition's Fetches to its source leader, and the second Fetch kept in flight for a
 //! caught-up partition of a distant source.
 //!
-//! With one Fetch at a time, a record that reaches the source just after the broker answered
-//! waits a whole round trip for the next Fetch to arrive, then half a round trip to come back:
-//! the mirror's lag at steady load is about 1.5 round trips at worst. Kafka cannot park a Fetch
-//! past the log end, so the next Fetch cannot be sent before the answer says where it starts.
-//! Instead, once the round trip is at least `fetch_hedge_min_rtt_ms` and the partition has
-//! caught up, a second Fetch of the same partition runs on the broker's other fetch session,
-//! half a round trip after the first, and each Fetch is asked again as soon as its answer is
-//! in. (Caught up means the last answer reached the source's high watermark, or last stable
-//! offset, as the broker reported it with that answer; the source may well hold a few newer
-//! records by the time it arrives.) Whichever answer arrives is used; the part of it the
-//! partition already has (an answer to a Fetch asked at an older offset) is cut off here. A record then waits at most half a round
-//! trip for a Fetch to reach the broker. The cost is up to twice the source bytes while the
-//! partition is caught up; a partition catching up (answers that leave data on the source) reads
-//! with one Fetch (bandwidth-bound, duplicates would halve it). The partition sizes its Fetches
-//! by the answers as the broker sent them, duplicates included ([`FetchStream::answered_bytes`]),
-//! so that an answer to an older offset is not cut short by a size fitted to new data alone.
+//! With one Fetch at a time, a record that reaches the source just after the broker answered waits
+//! a whole round trip for the next Fetch to arrive, then half a round trip to come back: the
+//! mirror's lag at steady load is about 1.5 round trips at worst. Kafka cannot park a Fetch past
+//! the log end, so the next Fetch cannot be sent before the answer says where it starts. Instead,
+//! once the round trip is at least `fetch_hedge_min_rtt_ms` and the partition has caught up, a
+//! second Fetch of the same partition runs on the broker's other fetch session, and each Fetch is
+//! asked again as soon as its answer is in. The broker's two sessions keep their requests half a
+//! round trip apart while they carry such Fetches (`fetch_session`'s `Phase`: a session sends one
+//! request at a time for all its partitions, so the phase is the sessions', not each partition's).
+//! (Caught up means the last answer reached the source's high watermark, or last stable offset, as
+//! the broker reported it with that answer; the source may well hold a few newer records by the
+//! time it arrives.) Whichever answer arrives is used; the part of it the partition already has (an
+//! answer to a Fetch asked at an older offset) is cut off here. A record then waits at most about
+//! half a round trip for a Fetch to reach the broker. The cost is up to twice the source bytes
+//! while the partition is caught up; a partition catching up (answers that leave data on the
+//! source) reads with one Fetch (bandwidth-bound, duplicates would halve it). The partition sizes
+//! its Fetches by the answers as the broker sent them, duplicates included
+//! ([`FetchStream::answered_bytes`]), so that an answer to an older offset is not cut short by a
+//! size fitted to new data alone.
 //!
 //! What is cut off: batches that end at or before the partition's next offset, and the aborted
 //! transactions that begin before it (an earlier answer covering those offsets reported them;
 //! reporting them again would mark their producer aborted a second time). That holds while the
-//! position moves through answers; when it jumps past offsets no answer covered (a fill after
-//! the source's log start moved), the partition drops the Fetches in flight ([`FetchStream::reset`]). An error answering a
-//! Fetch asked at an older offset (e.g. that offset left the source's retention) says nothing
-//! about the partition's position and is dropped; the Fetch is asked again at the current one.
-//! The planning of what was fetched belongs to `plan`, the sessions to `fetch_session`.
+//! position moves through answers; when it jumps past offsets no answer covered (a fill after the
+//! source's log start moved), the partition drops the Fetches in flight ([`FetchStream::reset`]).
+//! An error answering a Fetch asked at an older offset (e.g. that offset left the source's
+//! retention) says nothing about the partition's position and is dropped; the Fetch is asked again
+//! at the current one. The planning of what was fetched belongs to `plan`, the sessions to
+//! `fetch_session`.
 
 use std::future::Future;
 use std::pin::Pin;
