@@ -361,6 +361,11 @@ impl BrokerSession {
             if !self.keep_phase(&mut rx).await {
                 return;
             }
+            // What was withdrawn during the wait is not asked for.
+            self.interests.retain(|_, i| !i.reply.is_closed());
+            if self.interests.is_empty() {
+                continue;
+            }
             self.round().await;
         }
     }
