@@ -302,12 +302,17 @@ impl RoundTrip {
     /// Notes the answer to a Fetch sent at `asked` that arrived as `arrival`; whether that Fetch
     /// was bound by the round trip rather than by transferring its answer.
     fn latency_bound(&mut self, asked: Instant, arrival: kmp_protocol::client::Arrival) -> bool {
-        let wait = arrival.first_byte.saturating_duration_since(asked);
+        let wait = self.note(asked, arrival);
         let transfer = arrival.last_byte.saturating_duration_since(arrival.first_byte);
+        transfer < self.estimate().unwrap_or(wait) * LATENCY_BOUND_FACTOR
+    }
+
+    /// Notes the wait for the first byte of the answer to a Fetch sent at `asked`.
+    fn note(&mut self, asked: Instant, arrival: kmp_protocol::client::Arrival) -> Duration {
+        let wait = arrival.first_byte.saturating_duration_since(asked);
         self.waits[self.seen % ROUND_TRIP_WINDOW] = wait;
         self.seen = self.seen.wrapping_add(1);
-        let round_trip = self.waits[..self.seen.min(ROUND_TRIP_WINDOW)].iter().min().copied().unwrap_or(wait);
-        transfer < round_trip * LATENCY_BOUND_FACTOR
+        wait
     }
 
     /// The shortest wait noted so far among the latest ones (`None` before the first).
@@ -415,8 +420,8 @@ impl BrokerSession {
             Ok::<_, MirrorError>((self.client.call_timed(&conn, &req, FETCH_VERSION).await?, asked))
         }
         .await;
-        let (resp, latency_bound, timing) = match result {
-            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival), (asked, arrival)),
+        let (resp, latency_bound, asked, arrival) = match result {
+            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival), asked, arrival),
             Err(e) => {
                 debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
                 return self.fail_waiting(e).await;
@@ -480,7 +485,7 @@ impl BrokerSession {
         // Only answers that moved data say whether larger Fetches would help (an idle
         // long-poll's answer is always quick to transfer).
         if delivered > 0 {
-            self.data_round_trip.latency_bound(timing.0, timing.1);
+            self.data_round_trip.note(asked, arrival);
         }
         if delivered >= GROWTH_VOTE_BYTES {
             self.growth.note_answer(latency_bound);
