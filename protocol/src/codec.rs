@@ -2,10 +2,17 @@
 //! Frames are always handled with their 4-byte length prefix (see `frame`).
 //!
 //! Which APIs get decoded is decided by the caller (proxy) before calling in here.
+//!
+//! Every decode runs under a budget (kafka-protocol's `budget`, a vendored patch): the structs a
+//! frame decodes into may take at most [`REQUEST_DECODE_FACTOR`] (requests) or
+//! [`RESPONSE_DECODE_FACTOR`] (responses) times the frame's size, plus [`DECODE_SLACK`]. An element
+//! of a few bytes can decode into a struct of a hundred; without the budget a frame of empty
+//! elements becomes gigabytes. Real clients and brokers stay far below the factors (the property
+//! test `protocol/tests/decode_budget.rs` measures both).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, budget};
 
 use crate::error::{ProtocolError, Side};
 use crate::frame::PREFIX;
@@ -27,6 +34,20 @@ impl ApiKeyName for ApiKey {
     }
 }
 
+/// The most a request frame's decoded structs may take, as a multiple of the frame's size. The
+/// leanest real request measured, a reassignment cancel (6 bytes a partition, a 56-byte struct),
+/// takes 9×; four-byte hostile elements decoding into 88-byte structs take 22×.
+pub const REQUEST_DECODE_FACTOR: usize = 16;
+/// The most a response frame's decoded structs may take, as a multiple of the frame's size.
+pub const RESPONSE_DECODE_FACTOR: usize = 16;
+/// Decoded bytes every frame may take beyond its factor (small frames, fixed-size headers).
+pub const DECODE_SLACK: usize = 256 * 1024;
+
+/// The decode budget of a frame of `len` bytes at `factor`.
+pub fn decode_limit(len: usize, factor: usize) -> usize {
+    len.saturating_mul(factor).saturating_add(DECODE_SLACK)
+}
+
 /// Decodes a response frame of `key`/`version`: header and body. Zero-copy for byte fields.
 pub fn decode_response<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) -> Result<(ResponseHeader, T), ProtocolError> {
     let err = |detail: String| ProtocolError::Codec {
@@ -37,9 +58,11 @@ pub fn decode_response<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) -
         side: Side::Broker,
     };
     let mut body = frame.slice(PREFIX.min(frame.len())..);
-    let header = ResponseHeader::decode(&mut body, key.response_header_version(version)).map_err(|e| err(e.to_string()))?;
-    let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
-    Ok((header, msg))
+    budget::within(decode_limit(frame.len(), RESPONSE_DECODE_FACTOR), || {
+        let header = ResponseHeader::decode(&mut body, key.response_header_version(version)).map_err(|e| err(e.to_string()))?;
+        let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
+        Ok((header, msg))
+    })
 }
 
 /// Decodes a request frame of `key`/`version`: header and body.
@@ -52,9 +75,11 @@ pub fn decode_request<T: Decodable>(frame: &Bytes, key: ApiKey, version: i16) ->
         side: Side::Client,
     };
     let mut body = frame.slice(PREFIX.min(frame.len())..);
-    let header = RequestHeader::decode(&mut body, key.request_header_version(version)).map_err(|e| err(e.to_string()))?;
-    let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
-    Ok((header, msg))
+    budget::within(decode_limit(frame.len(), REQUEST_DECODE_FACTOR), || {
+        let header = RequestHeader::decode(&mut body, key.request_header_version(version)).map_err(|e| err(e.to_string()))?;
+        let msg = T::decode(&mut body, version).map_err(|e| err(e.to_string()))?;
+        Ok((header, msg))
+    })
 }
 
 /// Encodes a response frame (prefix, header, body).

@@ -14,7 +14,8 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::guard::{Decision, take};
+use super::guard::Decision;
+use super::refusal_text::{Shown, take_refused};
 
 /// One resource as a policy sees it: type, name and the config keys it names.
 pub(crate) struct Resource<'a> {
@@ -30,17 +31,18 @@ pub(crate) type Pick<'a> = &'a dyn Fn(&Resource<'_>) -> Option<String>;
 pub(crate) trait ConfigRequest: Decodable + Encodable + Sized {
     type Response: Decodable + Encodable + Default + Send + 'static;
     const KEY: ApiKey;
-    /// Removes the resources `pick` refuses; returns `(type, name, message)` of each.
-    fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)>;
+    /// Removes the resources `pick` refuses; returns `((type, name), message)` once per distinct
+    /// resource, equal messages sharing one buffer.
+    fn take(&mut self, pick: Pick<'_>) -> Vec<((i8, String), StrBytes)>;
     fn remaining(&self) -> usize;
     /// Adds an error entry for a refused resource to the response.
-    fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str);
+    fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: Option<StrBytes>);
 }
 
-fn take_from<T>(items: &mut Vec<T>, view: fn(&T) -> Resource<'_>, pick: Pick<'_>) -> Vec<(i8, String, String)> {
-    take(items, |i| {
+fn take_from<T>(items: &mut Vec<T>, view: fn(&T) -> Resource<'_>, pick: Pick<'_>) -> Vec<((i8, String), StrBytes)> {
+    take_refused(items, |i| {
         let r = view(i);
-        pick(&r).map(|msg| (r.kind, r.name.to_owned(), msg))
+        pick(&r).map(|msg| ((r.kind, r.name.to_owned()), msg))
     })
 }
 
@@ -55,7 +57,7 @@ macro_rules! config_request {
         impl ConfigRequest for $req {
             type Response = $resp;
             const KEY: ApiKey = ApiKey::$key;
-            fn take(&mut self, pick: Pick<'_>) -> Vec<(i8, String, String)> {
+            fn take(&mut self, pick: Pick<'_>) -> Vec<((i8, String), StrBytes)> {
                 fn view($r: &$resource) -> Resource<'_> {
                     Resource {
                         kind: $r.resource_type,
@@ -68,12 +70,12 @@ macro_rules! config_request {
             fn remaining(&self) -> usize {
                 self.resources.len()
             }
-            fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: &str) {
+            fn answer(resp: &mut Self::Response, kind: i8, name: &str, code: i16, message: Option<StrBytes>) {
                 let mut e = <$entry>::default();
                 e.resource_type = kind;
                 e.resource_name = s(name);
                 e.error_code = code;
-                e.error_message = Some(s(message));
+                e.error_message = message;
                 resp.$list.push(e);
             }
         }
@@ -118,8 +120,9 @@ pub(crate) fn refuse<Req: ConfigRequest>(frame: &Bytes, version: i16, code: i16,
     }
     let n = refused.len() as u64;
     let add = move |resp: &mut Req::Response| {
-        for (kind, name, msg) in &refused {
-            Req::answer(resp, *kind, name, code, msg);
+        let mut shown = Shown::default();
+        for ((kind, name), msg) in &refused {
+            Req::answer(resp, *kind, name, code, shown.text(msg));
         }
     };
     if req.remaining() == 0 {

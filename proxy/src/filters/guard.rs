@@ -16,7 +16,10 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use std::collections::HashMap;
+
 use super::readonly::REFUSED_CODE;
+use super::refusal_text::Shown;
 
 /// Merges the refused part into the broker's response to the rest.
 pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + Send>;
@@ -125,11 +128,12 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                 },
                 |req| req.topic_names.len() + req.topics.len(),
                 |resp, refused| {
+                    let mut shown = Shown::default();
                     for (t, msg) in refused {
                         let mut r = kmp_protocol::kafka_protocol::messages::delete_topics_response::DeletableTopicResult::default();
                         r.name = Some(name(t));
                         r.error_code = REFUSED_CODE;
-                        r.error_message = Some(StrBytes::from_string(msg.clone()));
+                        r.error_message = shown.text(msg);
                         resp.responses.push(r);
                     }
                 },
@@ -142,22 +146,19 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
             |req| take(&mut req.topics, |t| ro(t.name.0.as_str())),
             |req| req.topics.len(),
             |resp, refused| {
+                let mut shown = Shown::default();
                 for (t, msg) in refused {
                     let mut r = kmp_protocol::kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult::default();
                     r.name = name(t);
                     r.error_code = REFUSED_CODE;
-                    r.error_message = Some(StrBytes::from_string(msg.clone()));
+                    r.error_message = shown.text(msg);
                     resp.results.push(r);
                 }
             },
         ),
         Ok(ApiKey::DeleteRecords) => {
             let (_, req) = decode_request::<DeleteRecordsRequest>(frame, ApiKey::DeleteRecords, version)?;
-            let partitions: Vec<(String, Vec<i32>)> = req
-                .topics
-                .iter()
-                .map(|t| (t.name.0.as_str().to_owned(), t.partitions.iter().map(|p| p.partition_index).collect()))
-                .collect();
+            let partitions = partitions_by_topic(req.topics.iter().map(|t| (t.name.0.as_str(), t.partitions.iter().map(|p| p.partition_index))));
             split::<DeleteRecordsRequest, DeleteRecordsResponse>(
                 frame,
                 ApiKey::DeleteRecords,
@@ -168,7 +169,7 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                     for (t, _) in refused {
                         let mut r = kmp_protocol::kafka_protocol::messages::delete_records_response::DeleteRecordsTopicResult::default();
                         r.name = name(t);
-                        for &p in partitions.iter().find(|(n, _)| n == t).map(|(_, ps)| ps.as_slice()).unwrap_or(&[]) {
+                        for &p in partitions_of(&partitions, t) {
                             let mut pr = kmp_protocol::kafka_protocol::messages::delete_records_response::DeleteRecordsPartitionResult::default();
                             pr.partition_index = p;
                             pr.low_watermark = -1;
@@ -190,17 +191,10 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
     }
 }
 
-/// Removes the items `hit` recognises (refused) and returns what it said of each, in order.
-pub(crate) fn take<T, O>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<O>) -> Vec<O> {
-    let mut out = Vec::new();
-    items.retain(|i| match hit(i) {
-        Some(r) => {
-            out.push(r);
-            false
-        }
-        None => true,
-    });
-    out
+/// Removes the items `hit` refuses and returns, once per distinct name, the name and the
+/// (shared) message (see `refusal_text`).
+pub(crate) fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> Vec<(String, StrBytes)> {
+    super::refusal_text::take_refused(items, hit)
 }
 
 /// Decodes a request, takes the mirror topics out, and decides: forward untouched, refuse it
@@ -209,9 +203,9 @@ pub(crate) fn split<Req, Resp>(
     frame: &Bytes,
     key: ApiKey,
     version: i16,
-    take_mirror: impl FnOnce(&mut Req) -> Vec<(String, String)>,
+    take_mirror: impl FnOnce(&mut Req) -> Vec<(String, StrBytes)>,
     remaining: impl Fn(&Req) -> usize,
-    add: impl FnOnce(&mut Resp, &[(String, String)]) + Send + 'static,
+    add: impl FnOnce(&mut Resp, &[(String, StrBytes)]) + Send + 'static,
 ) -> Result<Decision, ProtocolError>
 where
     Req: Decodable + Encodable,
@@ -235,6 +229,21 @@ where
         encode_response(h.correlation_id, key, version, &resp)
     });
     Ok(Decision::Split(rest, merge, n))
+}
+
+/// The partitions a request names, by topic (a topic named twice gets the partitions of both),
+/// for the answer to its refused topics.
+pub(crate) fn partitions_by_topic<'a, P: IntoIterator<Item = i32>>(topics: impl Iterator<Item = (&'a str, P)>) -> HashMap<String, Vec<i32>> {
+    let mut by_topic: HashMap<String, Vec<i32>> = HashMap::new();
+    for (t, ps) in topics {
+        by_topic.entry(t.to_owned()).or_default().extend(ps);
+    }
+    by_topic
+}
+
+/// The partitions of `topic` in a map of [`partitions_by_topic`] (none when it is not there).
+pub(crate) fn partitions_of<'a>(partitions: &'a HashMap<String, Vec<i32>>, topic: &str) -> &'a [i32] {
+    partitions.get(topic).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// AddPartitionsToTxn v0-3 is all-or-nothing: any mirror topic refuses the request, the mirror

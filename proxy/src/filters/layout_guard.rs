@@ -20,8 +20,9 @@ use kmp_protocol::kafka_protocol::messages::{alter_partition_reassignments_respo
 use kmp_protocol::kafka_protocol::messages::{create_topics_response as create, elect_leaders_response as elect};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::guard::{Decision, Protected, split, take};
+use super::guard::{Decision, Protected, partitions_by_topic, partitions_of, split, take};
 use super::readonly::REFUSED_CODE;
+use super::refusal_text::Shown;
 
 /// ElectLeaders' election type of an unclean election (0: preferred replica).
 const UNCLEAN: i8 = 1;
@@ -32,10 +33,6 @@ pub(crate) fn guards(key: ApiKey) -> bool {
         key,
         ApiKey::CreateTopics | ApiKey::AlterPartitionReassignments | ApiKey::AlterReplicaLogDirs | ApiKey::ElectLeaders
     )
-}
-
-fn text(s: &str) -> Option<StrBytes> {
-    Some(StrBytes::from_string(s.to_owned()))
 }
 
 /// Checks one request frame (prefix included) of a key [`guards`] accepts.
@@ -49,11 +46,12 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
             |req| take(&mut req.topics, |t| ro(&t.name)),
             |req| req.topics.len(),
             |resp, refused| {
+                let mut shown = Shown::default();
                 for (t, msg) in refused {
                     let mut r = create::CreatableTopicResult::default();
                     r.name = TopicName(StrBytes::from_string(t.clone()));
                     r.error_code = REFUSED_CODE;
-                    r.error_message = text(msg);
+                    r.error_message = shown.text(msg);
                     r.num_partitions = -1;
                     r.replication_factor = -1;
                     resp.topics.push(r);
@@ -62,11 +60,7 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
         ),
         ApiKey::AlterPartitionReassignments => {
             let (_, req) = decode_request::<AlterPartitionReassignmentsRequest>(frame, key, version)?;
-            let partitions: Vec<(String, Vec<i32>)> = req
-                .topics
-                .iter()
-                .map(|t| (t.name.0.as_str().to_owned(), t.partitions.iter().map(|p| p.partition_index).collect()))
-                .collect();
+            let partitions = partitions_by_topic(req.topics.iter().map(|t| (t.name.0.as_str(), t.partitions.iter().map(|p| p.partition_index))));
             split::<AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse>(
                 frame,
                 key,
@@ -74,6 +68,7 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
                 |req| take(&mut req.topics, |t| ro(&t.name)),
                 |req| req.topics.len(),
                 move |resp, refused| {
+                    let mut shown = Shown::default();
                     for (t, msg) in refused {
                         let mut r = reassign::ReassignableTopicResponse::default();
                         r.name = TopicName(StrBytes::from_string(t.clone()));
@@ -81,7 +76,7 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
                             let mut pr = reassign::ReassignablePartitionResponse::default();
                             pr.partition_index = p;
                             pr.error_code = REFUSED_CODE;
-                            pr.error_message = text(msg);
+                            pr.error_message = shown.text(msg);
                             r.partitions.push(pr);
                         }
                         resp.responses.push(r);
@@ -91,12 +86,12 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
         }
         ApiKey::AlterReplicaLogDirs => {
             let (_, req) = decode_request::<AlterReplicaLogDirsRequest>(frame, key, version)?;
-            let partitions: Vec<(String, Vec<i32>)> = req
-                .dirs
-                .iter()
-                .flat_map(|d| d.topics.iter())
-                .map(|t| (t.name.0.as_str().to_owned(), t.partitions.clone()))
-                .collect();
+            let partitions = partitions_by_topic(
+                req.dirs
+                    .iter()
+                    .flat_map(|d| d.topics.iter())
+                    .map(|t| (t.name.0.as_str(), t.partitions.iter().copied())),
+            );
             split::<AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse>(
                 frame,
                 key,
@@ -123,11 +118,6 @@ pub(crate) fn check(frame: &Bytes, key: ApiKey, version: i16, topics: &dyn Prote
     }
 }
 
-/// The partitions the request named for `topic` (every mention, in order).
-fn partitions_of<'a>(named: &'a [(String, Vec<i32>)], topic: &'a str) -> impl Iterator<Item = &'a i32> + 'a {
-    named.iter().filter(move |(n, _)| n == topic).flat_map(|(_, ps)| ps.iter())
-}
-
 /// Preferred-replica elections move no data and pass; unclean ones are refused for protected
 /// topics, and whole when they name no topics (every partition) while any topic is protected.
 fn elect_leaders(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
@@ -144,7 +134,7 @@ fn elect_leaders(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<
         resp.error_code = REFUSED_CODE;
         return Ok(Decision::Refuse(encode_response(header.correlation_id, key, version, &resp)?, 1));
     };
-    let partitions: Vec<(String, Vec<i32>)> = named.iter().map(|t| (t.topic.0.as_str().to_owned(), t.partitions.clone())).collect();
+    let partitions = partitions_by_topic(named.iter().map(|t| (t.topic.0.as_str(), t.partitions.iter().copied())));
     split::<ElectLeadersRequest, ElectLeadersResponse>(
         frame,
         key,
@@ -155,6 +145,7 @@ fn elect_leaders(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<
         },
         |req| req.topic_partitions.as_ref().map_or(0, Vec::len),
         move |resp, refused| {
+            let mut shown = Shown::default();
             for (t, msg) in refused {
                 let mut r = elect::ReplicaElectionResult::default();
                 r.topic = TopicName(StrBytes::from_string(t.clone()));
@@ -162,7 +153,7 @@ fn elect_leaders(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<
                     let mut pr = elect::PartitionResult::default();
                     pr.partition_id = p;
                     pr.error_code = REFUSED_CODE;
-                    pr.error_message = text(msg);
+                    pr.error_message = shown.text(msg);
                     r.partition_result.push(pr);
                 }
                 resp.replica_election_results.push(r);

@@ -5,6 +5,8 @@
 //! engine's (`Control::mirror_configs` / `alter_mirror`); secrets (`sasl.password`,
 //! `sasl.jaas.config`, `ssl.keystore.key`) are described as sensitive with no value, as Kafka does.
 
+use std::collections::HashSet;
+
 use bytes::Bytes;
 use kmp_mirror_engine::Control;
 use kmp_protocol::ProtocolError;
@@ -58,10 +60,11 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
     match ApiKey::try_from(key) {
         Ok(ApiKey::DescribeConfigs) => {
             let (_, req) = decode_request::<DescribeConfigsRequest>(frame, ApiKey::DescribeConfigs, version)?;
+            let mut named = HashSet::new();
             let results: Vec<DescribeConfigsResult> = req
                 .resources
                 .iter()
-                .filter(|r| r.resource_type == CLUSTER_MIRROR)
+                .filter(|r| r.resource_type == CLUSTER_MIRROR && named.insert(r.resource_name.as_str()))
                 .map(|r| describe(control, r.resource_name.as_str(), r.configuration_keys.as_deref()))
                 .collect();
             split::<DescribeConfigsRequest, DescribeConfigsResponse>(
@@ -76,7 +79,12 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
         Ok(ApiKey::IncrementalAlterConfigs) => {
             let (_, req) = decode_request::<IncrementalAlterConfigsRequest>(frame, ApiKey::IncrementalAlterConfigs, version)?;
             let mut results = Vec::new();
-            for r in req.resources.iter().filter(|r| r.resource_type == CLUSTER_MIRROR) {
+            let mut named = HashSet::new();
+            for r in req
+                .resources
+                .iter()
+                .filter(|r| r.resource_type == CLUSTER_MIRROR && named.insert(r.resource_name.as_str()))
+            {
                 let ops: Vec<(String, i8, Option<String>)> = r
                     .configs
                     .iter()
@@ -126,8 +134,9 @@ pub(crate) async fn check(frame: &Bytes, key: i16, version: i16, control: &Contr
     }
 }
 
-/// Takes the cluster-mirror resources out of a request.
-fn take_mirrors<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, String)) -> Vec<(String, String)> {
+/// Takes the cluster-mirror resources out of a request (once per distinct name: a mirror named
+/// twice is answered once).
+fn take_mirrors<T>(items: &mut Vec<T>, what: impl Fn(&T) -> (i8, String)) -> Vec<(String, StrBytes)> {
     take(items, |i| {
         let (kind, name) = what(i);
         (kind == CLUSTER_MIRROR).then(|| (name, String::new()))

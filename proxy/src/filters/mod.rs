@@ -33,6 +33,7 @@ pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;
 pub(crate) mod readonly;
+pub(crate) mod refusal_text;
 pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
 pub(crate) mod startup;

@@ -14,9 +14,9 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
-use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::guard::{Decision, Merge, Protected};
+use super::refusal_text::{Shown, Texts};
 
 /// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
 pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
@@ -30,6 +30,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
     let (header, mut req) = decode_request::<ProduceRequest>(frame, ApiKey::Produce, version)?;
     let mut refused = Vec::new();
     let mut partitions = 0u64;
+    let (mut texts, mut shown) = (Texts::default(), Shown::default());
     req.topic_data.retain(|t| {
         let owner = if version >= 13 {
             let id = t.topic_id.as_bytes();
@@ -41,6 +42,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
             topics.by_name(t.name.0.as_str()).map(|m| (m, REFUSED_CODE))
         };
         let Some((message, code)) = owner else { return true };
+        let message = texts.share(message);
         let mut r = TopicProduceResponse::default();
         r.name = t.name.clone();
         r.topic_id = t.topic_id;
@@ -54,7 +56,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
                 pr.base_offset = -1;
                 pr.log_append_time_ms = -1;
                 pr.log_start_offset = -1;
-                pr.error_message = Some(StrBytes::from_string(message.clone()));
+                pr.error_message = shown.text(&message);
                 pr
             })
             .collect();
@@ -92,6 +94,7 @@ mod tests {
     use kmp_mirror_engine::Catalog;
     use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
     fn request(topics: &[&str], acks: i16, version: i16) -> Bytes {
         let mut req = ProduceRequest::default();

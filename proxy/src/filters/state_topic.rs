@@ -18,11 +18,13 @@ use kmp_protocol::kafka_protocol::messages::{
     ApiKey, FetchRequest, FetchResponse, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, share_acknowledge_response,
     share_fetch_response,
 };
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
 use super::guard::{self, Decision, Protected, split, take};
 use super::readonly::{self, REFUSED_CODE};
+use super::refusal_text::Shown;
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
@@ -141,7 +143,8 @@ fn share_fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<De
     use kmp_protocol::kafka_protocol::messages::share_fetch_request::FetchTopic;
     let hit = |t: &FetchTopic| topic.by_id(t.topic_id.as_bytes()).is_some();
     let (_, req) = decode_request::<ShareFetchRequest>(frame, ApiKey::ShareFetch, version)?;
-    let text = message(topic.name);
+    let text = StrBytes::from_string(message(topic.name));
+    let mut shown = Shown::default();
     let refused: Vec<share_fetch_response::ShareFetchableTopicResponse> = req
         .topics
         .iter()
@@ -156,7 +159,7 @@ fn share_fetch(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Result<De
                     let mut d = share_fetch_response::PartitionData::default();
                     d.partition_index = p.partition_index;
                     d.error_code = REFUSED_CODE;
-                    d.error_message = Some(text.clone().into());
+                    d.error_message = shown.text(&text);
                     if !p.acknowledgement_batches.is_empty() {
                         d.acknowledge_error_code = REFUSED_CODE;
                     }
@@ -184,7 +187,8 @@ fn share_acknowledge(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Res
     use kmp_protocol::kafka_protocol::messages::share_acknowledge_request::AcknowledgeTopic;
     let hit = |t: &AcknowledgeTopic| topic.by_id(t.topic_id.as_bytes()).is_some();
     let (_, req) = decode_request::<ShareAcknowledgeRequest>(frame, ApiKey::ShareAcknowledge, version)?;
-    let text = message(topic.name);
+    let text = StrBytes::from_string(message(topic.name));
+    let mut shown = Shown::default();
     let refused: Vec<share_acknowledge_response::ShareAcknowledgeTopicResponse> = req
         .topics
         .iter()
@@ -199,7 +203,7 @@ fn share_acknowledge(frame: &Bytes, version: i16, topic: &StateTopic<'_>) -> Res
                     let mut d = share_acknowledge_response::PartitionData::default();
                     d.partition_index = p.partition_index;
                     d.error_code = REFUSED_CODE;
-                    d.error_message = Some(text.clone().into());
+                    d.error_message = shown.text(&text);
                     d.current_leader.leader_id = -1;
                     d.current_leader.leader_epoch = -1;
                     d

@@ -199,6 +199,7 @@ impl Decodable for BeginQuorumEpochRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -400,6 +401,7 @@ impl Decodable for LeaderEndpoint {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -576,6 +578,7 @@ impl Decodable for PartitionData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -737,6 +740,7 @@ impl Decodable for TopicData {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

@@ -231,6 +231,7 @@ impl Decodable for BrokerHeartbeatRequest {
                 }
                 _ => {
                     let unknown_value = buf.try_get_bytes(size as usize)?;
+                    crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                     unknown_tagged_fields.insert(tag as i32, unknown_value);
                 }
             }

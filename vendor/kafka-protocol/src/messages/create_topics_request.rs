@@ -135,6 +135,7 @@ impl Decodable for CreatableReplicaAssignment {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -357,6 +358,7 @@ impl Decodable for CreatableTopic {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -519,6 +521,7 @@ impl Decodable for CreatableTopicConfig {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -681,6 +684,7 @@ impl Decodable for CreateTopicsRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

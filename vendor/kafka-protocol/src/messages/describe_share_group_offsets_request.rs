@@ -101,6 +101,7 @@ impl Decodable for DescribeShareGroupOffsetsRequest {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -228,6 +229,7 @@ impl Decodable for DescribeShareGroupOffsetsRequestGroup {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -354,6 +356,7 @@ impl Decodable for DescribeShareGroupOffsetsRequestTopic {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

@@ -119,6 +119,7 @@ impl Decodable for DescribeTransactionsResponse {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -245,6 +246,7 @@ impl Decodable for TopicData {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -473,6 +475,7 @@ impl Decodable for TransactionState {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

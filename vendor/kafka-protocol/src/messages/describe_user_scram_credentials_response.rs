@@ -118,6 +118,7 @@ impl Decodable for CredentialInfo {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -278,6 +279,7 @@ impl Decodable for DescribeUserScramCredentialsResponse {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -443,6 +445,7 @@ impl Decodable for DescribeUserScramCredentialsResult {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

@@ -101,6 +101,7 @@ impl Decodable for InitializeShareGroupStateResponse {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -226,6 +227,7 @@ impl Decodable for InitializeStateResult {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {
@@ -369,6 +371,7 @@ impl Decodable for PartitionResult {
             let tag: u32 = types::UnsignedVarInt.decode(buf)?;
             let size: u32 = types::UnsignedVarInt.decode(buf)?;
             let unknown_value = buf.try_get_bytes(size as usize)?;
+            crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
             unknown_tagged_fields.insert(tag as i32, unknown_value);
         }
         Ok(Self {

@@ -323,6 +323,7 @@ impl Decodable for JoinGroupResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -530,6 +531,7 @@ impl Decodable for JoinGroupResponseMember {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

@@ -190,6 +190,7 @@ impl Decodable for ListOffsetsPartitionResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -349,6 +350,7 @@ impl Decodable for ListOffsetsResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -506,6 +508,7 @@ impl Decodable for ListOffsetsTopicResponse {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

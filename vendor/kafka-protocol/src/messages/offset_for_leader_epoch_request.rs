@@ -144,6 +144,7 @@ impl Decodable for OffsetForLeaderEpochRequest {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -293,6 +294,7 @@ impl Decodable for OffsetForLeaderPartition {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }
@@ -452,6 +454,7 @@ impl Decodable for OffsetForLeaderTopic {
                 let tag: u32 = types::UnsignedVarInt.decode(buf)?;
                 let size: u32 = types::UnsignedVarInt.decode(buf)?;
                 let unknown_value = buf.try_get_bytes(size as usize)?;
+                crate::protocol::budget::charge_tagged_field(unknown_tagged_fields.is_empty())?;
                 unknown_tagged_fields.insert(tag as i32, unknown_value);
             }
         }

@@ -28,6 +28,18 @@ fn check_remaining<B: ByteBuf>(what: &str, len: usize, buf: &B) -> Result<usize>
     Ok(len)
 }
 
+/// Room for `n` decoded elements (`n` already checked against the bytes left): under a decode
+/// budget (`budget.rs`) the elements are charged first and the room is exact; otherwise at most
+/// [`MAX_PREALLOCATED_ELEMENTS`] are reserved and the vector grows as they decode.
+fn preallocate<T>(n: usize) -> Result<Vec<T>> {
+    if super::budget::active() {
+        super::budget::charge_elements::<T>("an array", n)?;
+        Ok(Vec::with_capacity(n))
+    } else {
+        Ok(Vec::with_capacity(n.min(MAX_PREALLOCATED_ELEMENTS)))
+    }
+}
+
 macro_rules! define_copy_impl {
     ($e:ident, $t:ty) => (
         impl Encoder<$t> for $e {
@@ -1004,7 +1016,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for Array<E> {
             -1 => Ok(None),
             n if n >= 0 => {
                 let n = check_remaining("Array", n as usize, buf)?;
-                let mut result = Vec::with_capacity(n.min(MAX_PREALLOCATED_ELEMENTS));
+                let mut result = preallocate::<T>(n)?;
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
@@ -1113,7 +1125,7 @@ impl<T, E: Decoder<T>> Decoder<Option<Vec<T>>> for CompactArray<E> {
             0 => Ok(None),
             n => {
                 let n = check_remaining("CompactArray", (n - 1) as usize, buf)?;
-                let mut result = Vec::with_capacity(n.min(MAX_PREALLOCATED_ELEMENTS));
+                let mut result = preallocate::<T>(n)?;
                 for _ in 0..n {
                     result.push(self.0.decode(buf)?);
                 }
