@@ -50,7 +50,23 @@ pub struct ClientAuthConfig {
     /// same salted credentials. Re-read when it changes (with the TLS files' reload interval, or
     /// every 10 s without TLS) and on SIGHUP. Required when `mechanisms` is not empty.
     pub credentials_file: Option<PathBuf>,
+    /// Terminate mode: the largest request frame a client may send before it has authenticated
+    /// (Kafka's `sasl.server.max.receive.size`); a larger one closes the connection. Default
+    /// 524288 (512 KiB).
+    pub max_receive_bytes: u32,
+    /// Terminate mode: how long a client may take from connecting to having authenticated; then
+    /// the connection is closed. Default 10000 ms.
+    pub timeout_ms: u64,
+    /// Terminate mode: principals (`User:name` or the bare user name, or a certificate subject)
+    /// that may use the security-administration APIs through the proxy — delegation tokens,
+    /// SCRAM credentials, ACLs, client quotas, features and broker registration. Every client
+    /// reaches the brokers with the proxy's own identity, so for anyone else those APIs would act
+    /// as the proxy; they are refused. Default: none.
+    pub admin_principals: Vec<String>,
 }
+
+/// Kafka's `sasl.server.max.receive.size` default.
+pub const DEFAULT_MAX_RECEIVE_BYTES: u32 = 512 * 1024;
 
 impl Default for ClientAuthConfig {
     fn default() -> Self {
@@ -58,6 +74,9 @@ impl Default for ClientAuthConfig {
             mode: AuthMode::Passthrough,
             mechanisms: vec!["SCRAM-SHA-512".into(), "SCRAM-SHA-256".into(), "PLAIN".into()],
             credentials_file: None,
+            max_receive_bytes: DEFAULT_MAX_RECEIVE_BYTES,
+            timeout_ms: 10_000,
+            admin_principals: Vec::new(),
         }
     }
 }

@@ -75,6 +75,12 @@ impl Config {
             }
         }
         let auth = &self.listener.auth;
+        if auth.max_receive_bytes < 64 {
+            err("listener.auth.max_receive_bytes", "must be at least 64".to_owned());
+        }
+        if auth.timeout_ms < 100 {
+            err("listener.auth.timeout_ms", "must be at least 100".to_owned());
+        }
         if auth.mode == crate::AuthMode::Terminate {
             for m in &auth.mechanisms {
                 if crate::SaslMechanism::parse(m).is_none() {

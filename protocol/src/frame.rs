@@ -70,6 +70,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         self
     }
 
+    /// Changes the bound on announced sizes for the frames not started yet (a connection that has
+    /// not authenticated gets a smaller one than an authenticated one).
+    pub fn set_max(&mut self, max: u32) {
+        self.max = max;
+    }
+
     /// Makes every buffered byte count against `budget` (see [`ByteBudget`]).
     pub fn with_budget(mut self, budget: ByteBudget) -> Self {
         self.held = BudgetGuard::on(budget.clone());

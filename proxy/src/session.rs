@@ -183,18 +183,26 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
         Duration::from_millis(limits.idle_timeout_ms),
         Duration::from_millis(limits.frame_read_timeout_ms),
     );
-    let mut reader = FrameReader::new(client_r, shared.config.listener.max_request_frame_bytes, Side::Client)
+    let max_frame = shared.config.listener.max_request_frame_bytes;
+    let auth = &shared.config.listener.auth;
+    let mut reader = FrameReader::new(client_r, max_frame, Side::Client)
         .with_budget(shared.limits.budget.clone())
         .with_frame_timeout(partial);
     let mut last_activity = Instant::now();
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(idle_timer);
+    // Termination mode: until the client has authenticated its frames are small (Kafka's
+    // `sasl.server.max.receive.size`) and it has `listener.auth.timeout_ms` to get there.
+    let auth_deadline = tokio::time::sleep(Duration::from_millis(auth.timeout_ms));
+    tokio::pin!(auth_deadline);
     let mut waits = 0;
     loop {
         if *stop.borrow() {
             debug!("draining: no new requests read");
             return Ok(());
         }
+        let authenticating = crate::filters::sasl_terminate::authenticating(conn);
+        reader.set_max(if authenticating { auth.max_receive_bytes.min(max_frame) } else { max_frame });
         // A started frame is bounded by the reader (frame timeout); between frames, idleness. One
         // timer per connection, re-armed only when it fires (not per request).
         let next = tokio::select! {
@@ -205,6 +213,11 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
                     return Ok(());
                 }
                 continue;
+            }
+            _ = &mut auth_deadline, if authenticating => {
+                m.connection_closed("authentication_timeout");
+                debug!(timeout = ?Duration::from_millis(auth.timeout_ms), "closing connection: not authenticated in time");
+                return Err(ProxyError::Timeout("authentication"));
             }
             _ = &mut idle_timer => {
                 if reader.partial_since().is_some() || in_flight.load(Ordering::Acquire) > 0 {
