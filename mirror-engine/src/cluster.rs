@@ -48,6 +48,9 @@ pub struct ClusterClient {
     layouts: Arc<Slots<String, (Instant, Arc<TopicLayout>)>>,
 }
 
+/// The client id of the engine's connections to both clusters (metadata, Fetch, Produce, admin).
+pub const ENGINE_CLIENT_ID: &str = "kafka-mirror-proxy-engine";
+
 /// How long a topic layout read from the cluster is reused.
 const LAYOUT_TTL: Duration = Duration::from_millis(500);
 
@@ -191,7 +194,7 @@ impl ClusterClient {
 
     /// A connection to the first reachable bootstrap broker.
     pub async fn connect_any(&self) -> Result<Connection, MirrorError> {
-        self.first_bootstrap(|addr| self.connect_to(addr, "kafka-mirror-proxy-engine")).await
+        self.first_bootstrap(|addr| self.connect_to(addr, ENGINE_CLIENT_ID)).await
     }
 
     /// The first bootstrap broker `open` succeeds with; the last error if none does.
@@ -285,7 +288,7 @@ impl ClusterClient {
 
     /// The shared connection to broker `addr` for `lane` (opened if there is none).
     pub async fn link(&self, addr: &str, lane: Lane) -> Result<SharedConnection, MirrorError> {
-        let connect = || async { Ok(SharedConnection::new(self.connect_to(addr, "kafka-mirror-proxy-engine").await?)) };
+        let connect = || async { Ok(SharedConnection::new(self.connect_to(addr, ENGINE_CLIENT_ID).await?)) };
         self.links.get((addr.to_owned(), lane), |c| !c.is_closed(), connect).await
     }
 
@@ -354,7 +357,7 @@ impl ClusterClient {
     pub async fn connect_leader(&self, topic: &str, partition: i32) -> Result<(Connection, i32), MirrorError> {
         let layout = self.layout(topic).await?;
         let (addr, epoch) = self.leader_in(&layout, topic, partition)?;
-        let conn = self.connect_to(&addr, "kafka-mirror-proxy-engine").await?;
+        let conn = self.connect_to(&addr, ENGINE_CLIENT_ID).await?;
         Ok((conn, epoch))
     }
 }

@@ -37,6 +37,8 @@ const PROTOCOL_NAME: &str = "active-standby-v1";
 const JOIN_VERSION: i16 = 9;
 const SYNC_VERSION: i16 = 5;
 const HEARTBEAT_VERSION: i16 = 4;
+/// The client id of the election's connections to the group coordinator.
+pub const ELECTION_CLIENT_ID: &str = "kafka-mirror-proxy-election";
 const LEAVE_VERSION: i16 = 5;
 
 const ILLEGAL_GENERATION: i16 = 22;
@@ -97,6 +99,7 @@ pub(crate) async fn run(
         settings,
         member_id: String::new(),
         generation: -1,
+        sitting: None,
         lease: None,
         role,
         problem,
@@ -162,6 +165,10 @@ struct Member {
     settings: ElectionSettings,
     member_id: String,
     generation: i32,
+    /// The active member of the last assignment this member received (`None`: not known, as
+    /// after a SyncGroup that failed). As the group leader it keeps that member active while it
+    /// is still a member, whatever the others claim (see `choice`).
+    sitting: Option<String>,
     /// The lease of the current active term, if this instance is active.
     lease: Option<Lease>,
     role: watch::Sender<Role>,
@@ -180,8 +187,8 @@ impl Member {
     /// rebalances — until the coordinator is lost (the error).
     async fn session(&mut self) -> Result<std::convert::Infallible, MirrorError> {
         let coordinator = self.coordinator().await?;
-        let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
-        let mut beats = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
+        let mut conn = self.destination.connect_to(&coordinator, ELECTION_CLIENT_ID).await?;
+        let mut beats = self.destination.connect_to(&coordinator, ELECTION_CLIENT_ID).await?;
         loop {
             // Eager: the share of the generation that is ending stops before this member
             // rejoins, so the next generation's SyncGroup is a barrier (see `share`).
@@ -328,7 +335,7 @@ impl Member {
         req.protocol_type = Some(StrBytes::from_static_str(PROTOCOL_TYPE));
         req.protocol_name = Some(StrBytes::from_static_str(PROTOCOL_NAME));
         if joined.leader {
-            let choice = choose(&joined.members);
+            let choice = choose(&joined.members, self.sitting.as_deref());
             let blob = Bytes::from(serde_json::to_vec(&choice).map_err(|e| MirrorError::Unsupported(format!("election assignment: {e}")))?);
             req.assignments = joined
                 .members
@@ -344,6 +351,8 @@ impl Member {
         let sent = Instant::now();
         let answer = async { conn.send(&req, SYNC_VERSION).await.map_err(|e| self.destination.wrap(e)) };
         let resp = bounded(self.settings.session_timeout, "SyncGroup", answer).await?;
+        // Until an assignment arrives, this member does not know who is active.
+        self.sitting = None;
         match resp.error_code {
             0 => {}
             REBALANCE_IN_PROGRESS | ILLEGAL_GENERATION => return Ok(None),
@@ -373,6 +382,7 @@ impl Member {
     /// Becomes (or stays) active or standby as `a` says.
     fn apply(&mut self, a: &Assignment, sync_sent: Instant) {
         self.problem.send_replace(None);
+        self.sitting = (!a.active_member.is_empty()).then(|| a.active_member.clone());
         self.decided = true;
         if let Some(index) = a.members.iter().position(|m| *m == self.member_id) {
             let lease = Lease::expired();
@@ -447,7 +457,7 @@ impl Member {
         }
         let left = async {
             let coordinator = self.coordinator().await?;
-            let mut conn = self.destination.connect_to(&coordinator, "kafka-mirror-proxy-election").await?;
+            let mut conn = self.destination.connect_to(&coordinator, ELECTION_CLIENT_ID).await?;
             let mut who = MemberIdentity::default();
             who.member_id = StrBytes::from_string(self.member_id.clone());
             who.reason = Some(StrBytes::from_static_str("instance shutting down"));

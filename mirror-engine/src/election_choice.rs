@@ -1,7 +1,9 @@
 //! What the members of the engine election announce and what the group leader hands them:
-//! which member is active (the one already active, else the lowest id) and, with shared work,
-//! the generation's roster (see `share`). Pure data and decisions, no I/O; sending them is the
-//! parent module's.
+//! which member is active (the sitting one — the active member of the last assignment the
+//! leader received — while it is still a member; else one that says it is active; else the
+//! lowest id) and, with shared work, the generation's roster (see `share`). A member's own claim
+//! (`active` in its metadata) never wins over the sitting active member: whoever can join the
+//! group could claim it. Pure data and decisions, no I/O; sending them is the parent module's.
 
 use serde::{Deserialize, Serialize};
 use tracing::warn;
@@ -33,15 +35,16 @@ pub(super) struct Assignment {
     pub(super) members: Vec<String>,
 }
 
-/// The leader's choice: the member already active if there is one (the lowest member id if
-/// several claim it), else the member with the lowest id. Members whose metadata cannot be read
-/// are never chosen.
-pub(super) fn choose(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
+/// The leader's choice: `sitting` (the member the last assignment named active, as far as the
+/// leader knows one) while it is still a member, whatever the others claim; else the member
+/// that says it is active (the lowest member id if several do: a split that healed); else the
+/// member with the lowest id. Members whose metadata cannot be read are never chosen.
+pub(super) fn choose(members: &[(String, Option<MemberMetadata>)], sitting: Option<&str>) -> Assignment {
     let readable = members.iter().filter_map(|(id, m)| m.as_ref().map(|m| (id, m)));
     let pick = readable
         .clone()
-        .filter(|(_, m)| m.active)
-        .min_by(|a, b| a.0.cmp(b.0))
+        .find(|(id, _)| Some(id.as_str()) == sitting)
+        .or_else(|| readable.clone().filter(|(_, m)| m.active).min_by(|a, b| a.0.cmp(b.0)))
         .or_else(|| readable.min_by(|a, b| a.0.cmp(b.0)));
     match pick {
         Some((id, m)) => Assignment {
@@ -97,21 +100,45 @@ mod tests {
         )
     }
 
+    /// A leader that knows of no sitting active member (its first generation).
+    fn choose_new(members: &[(String, Option<MemberMetadata>)]) -> Assignment {
+        choose(members, None)
+    }
+
+    #[test]
+    fn a_members_own_claim_to_be_active_never_wins_over_the_sitting_active_member() {
+        let a = choose(&[m("a", "intruder", true), m("b", "i2", false), m("c", "i3", false)], Some("c"));
+        assert_eq!(
+            (a.active_member.as_str(), a.active_instance.as_str()),
+            ("c", "i3"),
+            "a member claiming to be active took over from the sitting active member c"
+        );
+        let a = choose(&[m("a", "intruder", true), m("c", "i3", true)], Some("c"));
+        assert_eq!(a.active_member, "c", "two claims: the sitting active member keeps it, not the lowest id");
+        let a = choose(&[m("a", "i1", false), m("b", "i2", true)], Some("gone"));
+        assert_eq!(
+            a.active_member, "b",
+            "the sitting member left: a member that says it is active (a split that healed) keeps it"
+        );
+        let a = choose(&[("c".to_owned(), None), m("d", "i4", false)], Some("c"));
+        assert_eq!(a.active_member, "d", "a sitting member whose metadata cannot be read is not chosen");
+    }
+
     #[test]
     fn the_active_member_stays_active_when_others_join_and_the_lowest_id_wins_otherwise() {
-        let a = choose(&[m("c", "i3", false), m("b", "i2", true), m("a", "i1", false)]);
+        let a = choose_new(&[m("c", "i3", false), m("b", "i2", true), m("a", "i1", false)]);
         assert_eq!((a.active_member.as_str(), a.active_instance.as_str()), ("b", "i2"), "sticky");
-        let a = choose(&[m("c", "i3", false), m("b", "i2", false)]);
+        let a = choose_new(&[m("c", "i3", false), m("b", "i2", false)]);
         assert_eq!(a.active_member, "b", "nobody active: the lowest member id");
-        let a = choose(&[m("c", "i3", true), m("b", "i2", true)]);
+        let a = choose_new(&[m("c", "i3", true), m("b", "i2", true)]);
         assert_eq!(a.active_member, "b", "two claims (a split that healed): one of them, deterministically");
-        let a = choose(&[("x".to_owned(), None), m("y", "i2", false)]);
+        let a = choose_new(&[("x".to_owned(), None), m("y", "i2", false)]);
         assert_eq!(a.active_member, "y", "an unreadable member is never chosen");
     }
 
     #[test]
     fn the_roster_lists_every_readable_member_once_sorted_so_every_member_finds_the_same_place() {
-        let a = choose(&[m("c", "i3", false), ("x".to_owned(), None), m("a", "i1", true), m("b", "i2", false)]);
+        let a = choose_new(&[m("c", "i3", false), ("x".to_owned(), None), m("a", "i1", true), m("b", "i2", false)]);
         assert_eq!(a.members, vec!["a", "b", "c"], "sorted, the unreadable member left out");
         let blob = serde_json::to_vec(&a).expect("encode");
         let back: Assignment = serde_json::from_slice(&blob).expect("decode");
@@ -134,12 +161,12 @@ mod tests {
                 }),
             )
         };
-        assert!(choose(&[lone("a"), lone("b")]).members.is_empty(), "nobody shares: no roster");
+        assert!(choose_new(&[lone("a"), lone("b")]).members.is_empty(), "nobody shares: no roster");
         // A mixed group (a rolling change of the setting): the active one decides.
-        let sharing_active = choose(&[m("b", "i2", true), lone("a"), m("c", "i3", false)]);
+        let sharing_active = choose_new(&[m("b", "i2", true), lone("a"), m("c", "i3", false)]);
         assert_eq!(sharing_active.active_member, "b");
         assert_eq!(sharing_active.members, vec!["b", "c"], "the sharing members share; the other copies nothing");
-        let lone_active = choose(&[
+        let lone_active = choose_new(&[
             m("b", "i2", false),
             (
                 lone("a").0,

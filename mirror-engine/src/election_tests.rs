@@ -50,6 +50,7 @@ fn member(destination: ClusterClient) -> Member {
         settings: settings(),
         member_id: "m-1".into(),
         generation: 3,
+        sitting: None,
         lease: None,
         role: watch::channel(Role::Standby {
             generation: -1,

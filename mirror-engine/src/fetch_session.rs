@@ -30,6 +30,7 @@ use crate::fetch_growth::GrowthShare;
 use crate::io_stats;
 use crate::links::{Lane, Tasks};
 use crate::source::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
+use crate::throttle::Throttle;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -211,6 +212,7 @@ impl FetchSessions {
             busy: HashMap::new(),
             round_trip: RoundTrip::default(),
             growth: self.inner.growth.clone(),
+            throttle: Throttle::default(),
         };
         let span = info_span!("fetch_session", broker = %addr, lane);
         tokio::spawn(session.run(rx).instrument(span));
@@ -288,6 +290,8 @@ struct BrokerSession {
     round_trip: RoundTrip,
     /// Told whether each answer was latency-bound (how far grown partitions may grow).
     growth: GrowthShare,
+    /// The broker's quota throttle: the next Fetch waits it out (see `throttle`).
+    throttle: Throttle,
 }
 
 /// The round trip to a broker as the shortest wait for an answer's first byte among the latest
@@ -407,6 +411,9 @@ impl BrokerSession {
 
     /// One Fetch request and the delivery of its answers.
     async fn round(&mut self) {
+        // A throttled connection sends nothing until its throttle is over (KIP-219); the
+        // partitions keep waiting for their answers meanwhile.
+        self.throttle.wait().await;
         let (mut req, sent) = self.request();
         let room = self.budget.reserve(u64::try_from(req.max_bytes).unwrap_or(0)).await;
         // A request asking more than the whole budget got the whole budget: it must not ask
@@ -421,7 +428,10 @@ impl BrokerSession {
         }
         .await;
         let (resp, latency_bound, asked, arrival) = match result {
-            Ok(((resp, arrival), asked)) => (resp, self.round_trip.latency_bound(asked, arrival), asked, arrival),
+            Ok(((resp, arrival), asked)) => {
+                self.throttle.note(resp.throttle_time_ms, "fetch");
+                (resp, self.round_trip.latency_bound(asked, arrival), asked, arrival)
+            }
             Err(e) => {
                 debug!(error = %e.detail(), "fetch request failed; every waiting partition retries");
                 return self.fail_waiting(e).await;

@@ -19,6 +19,7 @@ fn session() -> BrokerSession {
         busy: HashMap::new(),
         round_trip: RoundTrip::default(),
         growth: GrowthShare::default(),
+        throttle: Throttle::default(),
     }
 }
 

@@ -11,7 +11,8 @@
 //! instance that runs no mirrors following the state topic, [`follow`]), `catalog` (the
 //! instance's mirror topics: who owns each, may clients write to it), `control` (pause, resume,
 //! stop and the views), `term` (one engine term's shared parts and boot), `auto` / `election` /
-//! `share` / `worker` (several instances). Client-facing proxying does not belong here.
+//! `share` / `worker` (several instances), `throttle` (a broker's quota throttle honoured).
+//! Client-facing proxying does not belong here.
 
 mod auto;
 mod boot_gate;
@@ -53,6 +54,7 @@ mod sync;
 mod term;
 #[cfg(test)]
 mod test_frames;
+mod throttle;
 mod topic_configs;
 mod topics;
 mod worker;
@@ -67,7 +69,8 @@ use tracing::{Instrument, info_span};
 pub use auto::{ElectionView, EngineSlot, auto};
 pub use budget::Budget;
 pub use catalog::{Catalog, CatalogTopic};
-pub use cluster::ClusterClient;
+pub use cluster::{ClusterClient, ENGINE_CLIENT_ID};
+pub use election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
 pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use error::MirrorError;
 pub use follow::FollowProgress;

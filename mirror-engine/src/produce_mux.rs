@@ -27,6 +27,7 @@ use crate::io_stats;
 use crate::lease::Lease;
 use crate::links::{Lane, Tasks};
 use crate::producer_id::EngineProducer;
+use crate::throttle::Throttle;
 
 /// The engine's Produce version (its lanes' requests are encoded by `produce_frame`).
 pub(crate) const PRODUCE_VERSION: i16 = produce_frame::VERSION;
@@ -152,6 +153,7 @@ impl Producers {
             client: self.inner.client.clone(),
             settings: self.inner.settings,
             lease: self.inner.lease.clone(),
+            throttle: Arc::default(),
         };
         tokio::spawn(task.run(rx).instrument(info_span!("produce_lane", broker = %addr, lane)));
         tx
@@ -164,6 +166,8 @@ struct BrokerLane {
     client: ClusterClient,
     settings: ProduceSettings,
     lease: Lease,
+    /// The broker's quota throttle on this lane's connection: the next request waits it out.
+    throttle: Arc<Throttle>,
 }
 
 /// Fails every batch of `batch` with `e` (whether they were written is unknown).
@@ -199,6 +203,9 @@ impl BrokerLane {
                     },
                 }
             };
+            // A throttled connection sends nothing until its throttle is over (KIP-219); what
+            // arrives meanwhile goes into the next request.
+            self.throttle.wait().await;
             while let Ok(i) = rx.try_recv() {
                 queue.push_back(i);
             }
@@ -233,8 +240,12 @@ impl BrokerLane {
             match submitted {
                 Ok(pending) => {
                     let client = self.client.clone();
+                    let throttle = self.throttle.clone();
                     tokio::spawn(async move {
                         let resp = pending.response().await.map_err(|e| client.wrap(e));
+                        if let Ok(r) = &resp {
+                            throttle.note(r.throttle_time_ms, "produce");
+                        }
                         dispatch(batch, resp);
                         drop(permit);
                     });
@@ -369,6 +380,7 @@ mod tests {
                 request_max_bytes: limit,
             },
             lease: Lease::forever(),
+            throttle: Arc::default(),
         }
     }
 

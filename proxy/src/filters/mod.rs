@@ -26,6 +26,7 @@ pub(crate) mod api_versions;
 pub(crate) mod authz;
 pub(crate) mod broker_configs;
 pub(crate) mod config_resources;
+pub(crate) mod engine_identity;
 pub(crate) mod fillers;
 pub(crate) mod guard;
 pub(crate) mod layout_guard;
@@ -187,6 +188,7 @@ impl Chain {
                 Box::new(authz::MirrorAdminAuthz),
                 Box::new(mirror_rpc::MirrorRpc),
                 Box::new(state_topic::StateTopicGuard),
+                Box::new(engine_identity::EngineIdentityGuard),
                 Box::new(mirror_configs::MirrorConfigs),
                 Box::new(broker_configs::BrokerConfigGuard),
                 Box::new(mirror_topics::MirrorTopicWrites),
