@@ -31,6 +31,7 @@ mod follow;
 mod followed;
 mod followed_writes;
 mod forward;
+mod fresh_topic;
 mod graceful;
 mod io_stats;
 mod landed;

@@ -1,7 +1,9 @@
-//! One mirror topic's life cycle: create or adopt the destination topic (refusing one with
-//! foreign data), record ownership, register it read-only with its topic id, hand it to the
-//! control plane, and start its partitions as the stored desired state says. Copying a
-//! partition belongs to `partition`; operator transitions to `control`.
+//! One mirror topic's life cycle: make the claimed topic read-only for clients (before anything
+//! is created: a created topic is writable at once), create or adopt the destination topic
+//! (refusing one with foreign data, and lifting the guard then), register it read-only with its
+//! topic id, verify that nothing but the mirror wrote to it (`fresh_topic`), record ownership,
+//! hand it to the control plane, and start its partitions as the stored desired state says.
+//! Copying a partition belongs to `partition`; operator transitions to `control`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +16,7 @@ use crate::partition::{PartitionTask, SourceTopicId};
 use crate::state::{TopicRecord, id_from_hex, id_to_hex};
 use crate::status::{PartitionState, now_ms};
 use crate::topics::{self, Prepared};
-use crate::{MirrorError, TopicContext};
+use crate::{MirrorError, TopicContext, fresh_topic};
 
 /// Prepares the destination topic, then spawns one task per partition.
 pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
@@ -28,12 +30,12 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
                 let (_, desired) = watch::channel(Desired::Mirroring);
                 let identity = SourceTopicId::default();
                 for p in 0..n as i32 {
-                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone());
+                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone(), false);
                 }
                 return;
             }
             match prepare_topic(&ctx, &topic).await {
-                Ok((partitions, id)) => run_topic(&ctx, &topic, partitions, id),
+                Ok(ready) => run_topic(&ctx, &topic, ready),
                 // The term ended (or lost its lease) while the topic was being prepared: the
                 // next term takes it up; nothing failed.
                 Err(MirrorError::Fenced) => info!("the engine term ended before the topic was prepared"),
@@ -50,17 +52,31 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
     );
 }
 
+/// A prepared mirror topic, ready to run.
+struct Ready {
+    partitions: usize,
+    /// The source topic's id (when known).
+    source_id: Option<[u8; 16]>,
+    /// Created or adopted empty by this preparation: its partitions must still be empty when
+    /// their tasks start (`PartitionTask::expect_empty`).
+    fresh: bool,
+}
+
 /// Creates or adopts the destination topic (retrying transient errors) and records ownership.
-/// Returns the partition count and the source topic's id (when known).
-async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option<[u8; 16]>), MirrorError> {
+async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorError> {
     let m = &ctx.mirror;
     let owner = ctx.store.topic_owner(topic);
+    let taken = |partitions, source_id| Ready {
+        partitions,
+        source_id,
+        fresh: false,
+    };
     if ctx.shared.part.works_only() {
         // A term that only copies takes the topic as the state records it; it never creates
         // or adopts one (the active instance does, and the next generation brings it here).
         return Ok(match &owner {
-            Some(o) if o.mirror == m.name => (o.partitions, id_from_hex(&o.source_topic_id)),
-            _ => (0, None),
+            Some(o) if o.mirror == m.name => taken(o.partitions, id_from_hex(&o.source_topic_id)),
+            _ => taken(0, None),
         });
     }
     if let Some(o) = &owner
@@ -80,8 +96,8 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
         && l.error_code == 0
         && l.partitions.len() >= o.partitions
     {
-        register_topic_id(ctx, topic).await;
-        return Ok((o.partitions, id_from_hex(&o.source_topic_id)));
+        register_topic_id(ctx, topic, [0; 16]).await;
+        return Ok(taken(o.partitions, id_from_hex(&o.source_topic_id)));
     }
     let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
@@ -89,8 +105,8 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
     // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
     let topic_key = (m.name.clone(), topic.to_owned(), -1);
     let mut last_error = String::new();
-    let (prepared, source_id) = loop {
-        match topics::ensure_destination_topic(&ctx.source, &ctx.shared.destination, topic, m.replication_factor, owner.is_some(), &filter).await {
+    let (prepared, source_id, destination_id) = loop {
+        match create_or_adopt(ctx, topic, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
                 let why = e.to_string();
@@ -105,18 +121,39 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
                 back_off(&ctx.shared.stop, backoff).await?;
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Not created by this preparation: an existing topic that is not the mirror's
+                // (or cannot be made so) keeps its own writers.
+                ctx.shared.topics.unguard(topic, &m.name);
+                return Err(e);
+            }
         }
     };
     if !last_error.is_empty() {
         ctx.shared.status.remove(&topic_key);
     }
-    register_topic_id(ctx, topic).await;
+    register_topic_id(ctx, topic, destination_id).await;
     let how = match prepared {
-        Prepared::Owned(n) => return Ok((n, owner.as_ref().and_then(|o| id_from_hex(&o.source_topic_id)).or(Some(source_id)))),
+        Prepared::Owned(n) => {
+            let source_id = owner.as_ref().and_then(|o| id_from_hex(&o.source_topic_id)).or(Some(source_id));
+            return Ok(taken(n, source_id));
+        }
         Prepared::Created(_) => "created",
         Prepared::AdoptedEmpty(_) => "adopted",
     };
+    // Read-only now; what landed before (a writer that reached the destination directly) is
+    // not the mirror's: those partitions are stored FAILED before the topic is recorded.
+    let forged = fresh_topic::verify_empty(&ctx.shared.destination, topic, prepared.partitions(), &ctx.shared.stop).await?;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match fresh_topic::record_forged(&ctx.store, &m.name, topic, &forged).await {
+            Ok(()) => break,
+            Err(MirrorError::Fenced) => return Err(MirrorError::Fenced),
+            Err(e) => warn!(error = %e, "cannot record the partitions holding forged writes yet; retrying"),
+        }
+        back_off(&ctx.shared.stop, backoff).await?;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
     info!(how, partitions = prepared.partitions(), "destination topic is the mirror's");
     let record = TopicRecord {
         mirror: m.name.clone(),
@@ -138,7 +175,46 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<(usize, Option
         back_off(&ctx.shared.stop, backoff).await?;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-    Ok((prepared.partitions(), Some(source_id)))
+    Ok(Ready {
+        partitions: prepared.partitions(),
+        source_id: Some(source_id),
+        fresh: true,
+    })
+}
+
+/// One attempt to create or adopt the destination topic: reads the source topic, makes the
+/// claim read-only for clients, then creates (or adopts) the topic. Returns how it came to be
+/// the mirror's, the source topic's id and the destination topic's id (all zero if not known).
+async fn create_or_adopt(
+    ctx: &TopicContext,
+    topic: &str,
+    owned: bool,
+    filter: &crate::topic_configs::ConfigFilter,
+) -> Result<(Prepared, [u8; 16], [u8; 16]), MirrorError> {
+    let m = &ctx.mirror;
+    let shape = topics::source_shape(&ctx.source, topic, filter).await?;
+    // Before CreateTopics: a created topic takes writes at once, and one landing before the
+    // mirror's first would hold offset 0.
+    if !ctx.shared.topics.guard(topic, &m.name) {
+        return Err(match ctx.shared.topics.owner(topic) {
+            Some(other) => MirrorError::DestinationConflict {
+                topic: topic.to_owned(),
+                reason: format!("mirror `{other}` owns it"),
+            },
+            // The claim was dropped: this term ended.
+            None => MirrorError::Fenced,
+        });
+    }
+    // A client write the proxy let through just before the guard must meet no topic yet.
+    if let Some(wait) = ctx.shared.topics.drain_before_create(topic) {
+        info!(
+            ?wait,
+            "clients wrote to the topic name just before the mirror took it; waiting for those writes to be refused before creating it"
+        );
+        back_off(&ctx.shared.stop, wait).await?;
+    }
+    let (prepared, destination_id) = topics::create_or_adopt(&ctx.shared.destination, topic, &shape, m.replication_factor, owned).await?;
+    Ok((prepared, shape.topic_id, destination_id))
 }
 
 /// Waits `backoff` before the next attempt, or fails with [`MirrorError::Fenced`] as soon as the
@@ -157,11 +233,15 @@ async fn back_off(stop: &watch::Receiver<bool>, backoff: Duration) -> Result<(),
 }
 
 /// Registers `topic` as read-only with its destination topic id (Produce v13+ names topics by
-/// id). A just-created topic may take a moment to appear in metadata: retried for a while; until
-/// the id is known, Produce by name is still refused.
-async fn register_topic_id(ctx: &TopicContext, topic: &str) {
+/// id): `known` when CreateTopics answered it, else looked up. A just-created topic may take a
+/// moment to appear in metadata: retried for a while; until the id is known, Produce by name is
+/// still refused (and by ids not known, retriably).
+async fn register_topic_id(ctx: &TopicContext, topic: &str, known: [u8; 16]) {
     let m = &ctx.mirror;
-    ctx.shared.topics.register(topic, &m.name, [0; 16]);
+    ctx.shared.topics.register(topic, &m.name, known);
+    if known != [0; 16] {
+        return;
+    }
     let mut backoff = Duration::from_millis(50);
     for _ in 0..40 {
         match ctx.shared.destination.layout(topic).await {
@@ -187,17 +267,20 @@ fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usi
 
 /// Hands the topic to the control plane and starts its partitions as its stored desired state
 /// says: copying (mirroring), or not copying and read-only (paused) or writable (stopped).
-fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Option<[u8; 16]>) {
+fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
+    let Ready { partitions, source_id, fresh } = ready;
     let desired = ctx.store.topic_owner(topic).map_or(Desired::Mirroring, |r| Desired::parse(&r.desired));
     let (tx, rx) = watch::channel(desired);
     let identity = SourceTopicId::default();
     if let Some(id) = source_id {
         let _ = identity.set(id);
     }
+    let (first_rx, first_identity) = (rx.clone(), identity.clone());
     let (spawn_ctx, spawn_topic, span) = (ctx.clone(), topic.to_owned(), tracing::Span::current());
+    // Later spawns (a resume, new partitions) take the destination as they find it.
     let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(move |p| {
         let _entered = span.enter();
-        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone());
+        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone(), false);
     });
     let rt = control::TopicRuntime {
         mirror: ctx.mirror.name.clone(),
@@ -208,7 +291,7 @@ fn run_topic(ctx: &TopicContext, topic: &str, partitions: usize, source_id: Opti
     ctx.shared.control.add_topic(topic, rt);
     if desired == Desired::Mirroring {
         for p in 0..partitions as i32 {
-            spawn(p);
+            start_partition(ctx, topic, p, first_rx.clone(), first_identity.clone(), fresh);
         }
         return;
     }
@@ -265,7 +348,8 @@ fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
 }
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
-fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId) {
+/// `fresh`: the topic was just created or adopted empty (its partition must still be empty).
+fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId, fresh: bool) {
     if !ctx.shared.part.copies(topic, p) {
         return;
     }
@@ -301,6 +385,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         fetchers: ctx.fetchers.clone(),
         producers: ctx.shared.producers.clone(),
         status: ctx.shared.status.clone(),
+        expect_empty: fresh,
     };
     tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));
 }

@@ -52,6 +52,11 @@ pub struct PartitionTask {
     /// The destination's produce lanes.
     pub producers: Producers,
     pub status: StatusBoard,
+    /// The destination topic was just created (or adopted empty) for the mirror: until this
+    /// task's first write lands the partition must still be empty, from offset 0 on; a record
+    /// there is not the mirror's and the partition fails (`fresh_topic`) instead of resuming
+    /// after it.
+    pub expect_empty: bool,
 }
 
 const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -123,6 +128,11 @@ impl PartitionTask {
                 );
                 self.account(acknowledged);
                 uncertain.extend(in_flight);
+            }
+            if self.written() > written_before || !uncertain.is_empty() {
+                // The mirror wrote (or may have): what the destination holds is checked
+                // against what it sent from now on (`landed`).
+                self.expect_empty = false;
             }
             let Some(result) = result else { continue };
             match result {
@@ -236,6 +246,9 @@ impl PartitionTask {
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
         let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
+        if self.expect_empty && uncertain.is_empty() && next > 0 {
+            return Err(crate::fresh_topic::forged(topic, partition, 0, next));
+        }
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
         let producer = self.producers.identity()?;

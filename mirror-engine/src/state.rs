@@ -299,6 +299,12 @@ impl StateStore {
         self.get(&format!("partition/{topic}/{partition}"))
     }
 
+    /// Stores the state of `topic`-`partition` now, instead of with the next flush of the
+    /// status board (a partition failed for good before it had a task, `fresh_topic`).
+    pub(crate) async fn put_partition(&self, topic: &str, partition: i32, r: &PartitionRecord) -> Result<(), MirrorError> {
+        self.write(vec![(format!("partition/{topic}/{partition}"), Some(json(r)?))]).await
+    }
+
     /// The producer identity every engine instance writes mirrored data with (`producer_id`).
     pub(crate) fn engine_producer(&self) -> Option<crate::producer_id::EngineProducer> {
         self.get(ENGINE_PRODUCER_KEY)

@@ -59,6 +59,12 @@ pub struct TopicSpec<'a> {
 /// Sends CreateTopics for `spec`; returns the Kafka error code (0 = created). A topic of more
 /// than [`PARTITIONS_PER_OPERATION`] partitions is created with that many and then grown in steps.
 pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> Result<i16, MirrorError> {
+    create_topic_with_id(destination, spec).await.map(|(code, _)| code)
+}
+
+/// [`create_topic`], also returning the created topic's destination id (all zero if the answer
+/// did not carry one).
+async fn create_topic_with_id(destination: &ClusterClient, spec: &TopicSpec<'_>) -> Result<(i16, [u8; 16]), MirrorError> {
     let first = spec.partitions.min(PARTITIONS_PER_OPERATION as i32);
     let mut t = CreatableTopic::default();
     t.name = TopicName(StrBytes::from_string(spec.name.to_owned()));
@@ -79,11 +85,11 @@ pub async fn create_topic(destination: &ClusterClient, spec: &TopicSpec<'_>) -> 
     req.timeout_ms = 30_000;
     let mut conn = destination.connect_any().await?;
     let resp = conn.send(&req, 7).await.map_err(MirrorError::Destination)?;
-    let code = resp.topics.first().map_or(0, |t| t.error_code);
+    let (code, id) = resp.topics.first().map_or((0, [0; 16]), |t| (t.error_code, *t.topic_id.as_bytes()));
     if code == 0 && first < spec.partitions {
         add_partitions(destination, spec.name, first as usize, spec.partitions as usize).await?;
     }
-    Ok(code)
+    Ok((code, id))
 }
 
 /// Raises the destination topic's partition count from `from` to `partitions` (the source grew,
@@ -138,18 +144,18 @@ impl Prepared {
     }
 }
 
-/// Makes sure `topic` exists on the destination with the source's partition count. `owned`:
-/// the state topic says this mirror already owns it. An existing topic the mirror does not own
-/// is accepted only if every partition is empty (high watermark 0): appending to data the mirror
-/// did not write would break the identical-offset invariant. Also returns the source topic's id.
-pub async fn ensure_destination_topic(
-    source: &ClusterClient,
-    destination: &ClusterClient,
-    topic: &str,
-    replication_factor: i16,
-    owned: bool,
-    filter: &ConfigFilter,
-) -> Result<(Prepared, [u8; 16]), MirrorError> {
+/// What the source topic says its destination topic must be: its partition count, the configs
+/// a mirror copies, and the source topic's id.
+#[derive(Debug, Clone)]
+pub struct SourceShape {
+    pub partitions: usize,
+    /// Copied configs followed by [`FORCED_CONFIGS`].
+    pub configs: Vec<(String, String)>,
+    pub topic_id: [u8; 16],
+}
+
+/// Reads the source topic's [`SourceShape`].
+pub async fn source_shape(source: &ClusterClient, topic: &str, filter: &ConfigFilter) -> Result<SourceShape, MirrorError> {
     let src = source.layout(topic).await?;
     if src.error_code != 0 {
         return Err(MirrorError::Broker {
@@ -158,23 +164,46 @@ pub async fn ensure_destination_topic(
             code: src.error_code,
         });
     }
-    let partitions = src.partitions.len();
     let copied = source_configs(source, topic, filter).await?;
     let forced = FORCED_CONFIGS.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    Ok(SourceShape {
+        partitions: src.partitions.len(),
+        configs: copied.into_iter().chain(forced).collect(),
+        topic_id: src.topic_id,
+    })
+}
+
+/// Makes sure `topic` exists on the destination with the source's partition count (`shape`).
+/// `owned`: the state topic says this mirror already owns it. An existing topic the mirror does
+/// not own is accepted only if every partition is empty ([`partitions_holding_data`]): appending
+/// to data the mirror did not write would break the identical-offset invariant. Also returns the
+/// destination topic's id when CreateTopics answered it (all zero otherwise).
+///
+/// The caller makes the topic read-only for clients before this runs (`Catalog::guard`): a topic
+/// CreateTopics creates is writable at once, and a write landing before the mirror's first would
+/// take offset 0.
+pub async fn create_or_adopt(
+    destination: &ClusterClient,
+    topic: &str,
+    shape: &SourceShape,
+    replication_factor: i16,
+    owned: bool,
+) -> Result<(Prepared, [u8; 16]), MirrorError> {
+    let partitions = shape.partitions;
     let spec = TopicSpec {
         name: topic,
         partitions: partitions as i32,
         replication_factor,
-        configs: copied.into_iter().chain(forced).collect(),
+        configs: shape.configs.clone(),
     };
-    match create_topic(destination, &spec).await? {
-        0 => Ok((Prepared::Created(partitions), src.topic_id)),
-        TOPIC_ALREADY_EXISTS => {
+    match create_topic_with_id(destination, &spec).await? {
+        (0, id) => Ok((Prepared::Created(partitions), id)),
+        (TOPIC_ALREADY_EXISTS, _) => {
             let dst = destination.layout(topic).await?;
             if owned && dst.partitions.len() < partitions {
                 // The source grew while the engine was down: follow it.
                 add_partitions(destination, topic, dst.partitions.len(), partitions).await?;
-                return Ok((Prepared::Owned(partitions), src.topic_id));
+                return Ok((Prepared::Owned(partitions), dst.topic_id));
             }
             let mut have = dst.partitions.len();
             if have < partitions && partitions > PARTITIONS_PER_OPERATION && have % PARTITIONS_PER_OPERATION == 0 {
@@ -190,29 +219,45 @@ pub async fn ensure_destination_topic(
                 });
             }
             if owned {
-                return Ok((Prepared::Owned(partitions), src.topic_id));
+                return Ok((Prepared::Owned(partitions), dst.topic_id));
             }
-            for p in 0..partitions as i32 {
-                let (conn, _) = destination.leader_link(topic, p).await?;
-                let (_, end) = crate::cluster::offsets("destination", &conn, topic, p).await?;
-                if end > 0 {
-                    return Err(MirrorError::DestinationConflict {
-                        topic: topic.to_owned(),
-                        reason: format!("partition {p} already holds offsets up to {end} that this mirror did not write"),
-                    });
-                }
+            if let Some(&(p, end)) = partitions_holding_data(destination, topic, partitions).await?.first() {
+                return Err(MirrorError::DestinationConflict {
+                    topic: topic.to_owned(),
+                    reason: format!("partition {p} already holds offsets up to {end} that this mirror did not write"),
+                });
             }
             // Whoever created it may have set what identical records forbid (LogAppendTime
             // would restamp every copied record, a compression type would recompress it).
             set_forced_configs(destination, topic).await?;
-            Ok((Prepared::AdoptedEmpty(partitions), src.topic_id))
+            Ok((Prepared::AdoptedEmpty(partitions), dst.topic_id))
         }
-        code => Err(MirrorError::Broker {
+        (code, _) => Err(MirrorError::Broker {
             side: "destination",
             what: format!("create topic {topic}"),
             code,
         }),
     }
+}
+
+/// The partitions of the destination topic `topic` (of `partitions` partitions) that are not
+/// empty, with their log end: offset 0 already taken. The end is the leader's (writes the
+/// in-sync replicas have not confirmed yet count too), else the high watermark.
+pub async fn partitions_holding_data(destination: &ClusterClient, topic: &str, partitions: usize) -> Result<Vec<(i32, i64)>, MirrorError> {
+    let mut holding = Vec::new();
+    for p in 0..partitions as i32 {
+        let (conn, epoch) = destination.leader_link(topic, p).await?;
+        let (_, high_watermark) = crate::cluster::offsets("destination", &conn, topic, p).await?;
+        let end = if epoch >= 0 {
+            crate::cluster::leader_log_end("destination", &conn, topic, p, epoch).await?.max(high_watermark)
+        } else {
+            high_watermark
+        };
+        if end > 0 {
+            holding.push((p, end));
+        }
+    }
+    Ok(holding)
 }
 
 /// Sets [`FORCED_CONFIGS`] on an existing destination topic the mirror adopts.

@@ -1,9 +1,10 @@
 //! The catalog's answers on the proxy's hot path: whether clients may write to a topic (by
 //! name or by destination id) and whether a topic may hold the engine's filler records — those
 //! that are or were mirror topics (a deleted mirror's topics keep their fillers) — so the proxy
-//! masks fillers there and nowhere else. Only registered topics count: a claimed one is still
-//! being prepared. Deciding states belongs to the engine; refusing writes and masking to the
-//! proxy.
+//! masks fillers there and nowhere else. Only registered topics hold fillers: a claimed one is
+//! still being prepared; but a guarded claim (its destination topic is being created or
+//! adopted) is read-only already. Deciding states belongs to the engine; refusing writes and
+//! masking to the proxy.
 //!
 //! Requests that name topics by id (Produce v13+, DeleteTopics v6+) can only be checked against
 //! mirror topics whose destination id is known: while some mirror topic's id is not known yet
@@ -15,7 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::Catalog;
+use super::{Catalog, CatalogTopic};
 
 impl Catalog {
     /// Records the state topic's destination id (first value wins).
@@ -41,10 +42,11 @@ impl Catalog {
         }
     }
 
-    /// Whether some mirror topic (or former one) the destination has is not known by id yet:
-    /// a request naming a topic by an unknown id may then be naming it (no allocation).
+    /// Whether some mirror topic (or former one) the destination has is not known by id yet,
+    /// or a claim is guarded (its topic is being created or adopted, its id not known here): a
+    /// request naming a topic by an unknown id may then be naming it (no allocation).
     pub fn ids_pending(&self) -> bool {
-        self.unknown_ids.load(Ordering::Relaxed) > self.absent.len()
+        self.guarded.load(Ordering::Relaxed) > 0 || self.unknown_ids.load(Ordering::Relaxed) > self.absent.len()
     }
 
     /// Records that `topic` (destination id `topic_id`, all zero if unknown) holds or may hold
@@ -169,9 +171,10 @@ impl Catalog {
         self.by_name.is_empty()
     }
 
-    /// Whether clients may not write to `topic` (no allocation: the Produce path asks this).
+    /// Whether clients may not write to `topic`: a read-only mirror topic or a guarded claim (no
+    /// allocation: the Produce path asks this).
     pub fn is_read_only(&self, topic: &str) -> bool {
-        self.by_name.get(topic).is_some_and(|t| t.registered && !t.writable)
+        self.by_name.get(topic).is_some_and(|t| self.refuses_or_admits(topic, &t))
     }
 
     /// Whether clients may not write to the destination topic with this id (no allocation).
@@ -181,7 +184,21 @@ impl Catalog {
 
     /// The mirror owning `topic` if clients may not write to it.
     pub fn read_only(&self, topic: &str) -> Option<String> {
-        self.by_name.get(topic).filter(|t| t.registered && !t.writable).map(|t| t.mirror.clone())
+        self.by_name.get(topic).filter(|t| self.refuses_or_admits(topic, t)).map(|t| t.mirror.clone())
+    }
+
+    /// Whether clients' writes to `topic` (the catalog's `t`) are refused; a write let through
+    /// to a claim is noted ([`Catalog::drain_before_create`]). Called under `t`'s guard, so a
+    /// note is in place before [`Catalog::guard`] (which waits for that guard) returns; the lock
+    /// order is always `by_name`, then `admitted`.
+    fn refuses_or_admits(&self, topic: &str, t: &CatalogTopic) -> bool {
+        if refuses_writes(t) {
+            return true;
+        }
+        if !t.registered {
+            self.admitted.insert(topic.to_owned(), std::time::Instant::now());
+        }
+        false
     }
 
     /// `(topic, mirror)` for a destination topic id clients may not write to.
@@ -189,4 +206,10 @@ impl Catalog {
         let name = self.by_id.get(topic_id)?.clone();
         self.read_only(&name).map(|m| (name, m))
     }
+}
+
+/// Whether clients' writes to the topic are refused: a mirror topic in any state but stopped, or
+/// a claim whose destination topic is being created or adopted.
+fn refuses_writes(t: &CatalogTopic) -> bool {
+    (t.registered || t.guarded) && !t.writable
 }

@@ -8,8 +8,15 @@
 //!
 //! A topic enters the catalog in one of two ways:
 //! - **claimed**: a mirror's discovery loop takes a new topic and prepares it (creates or adopts
-//!   the destination topic). Nobody else may take it, but clients' writes are not refused yet:
-//!   preparing may still find that the topic cannot be this mirror's.
+//!   the destination topic). Nobody else may take it. Right before the destination topic is
+//!   created or adopted the claim is **guarded** ([`Catalog::guard`]): from then on clients'
+//!   writes to it are refused as for a mirror topic, so none can land at the offsets the mirror
+//!   is about to copy (a topic created by CreateTopics is writable at once). Preparing may still
+//!   find that an existing topic cannot be this mirror's; the guard is then lifted
+//!   ([`Catalog::unguard`]) and the topic's own writers go on. A client request the proxy let
+//!   through just before the guard may still be on its way to the broker: the catalog notes
+//!   when a claim was last written to, and the engine waits ([`Catalog::drain_before_create`])
+//!   until such a request has met a topic that does not exist yet.
 //! - **registered**: the topic is a mirror topic. It is read-only for clients in every state but
 //!   stopped (KIP-1279 §7), and its fillers are masked. Boot registers what the state topic
 //!   records; preparing registers a new topic; a follower registers what it reads.
@@ -24,7 +31,8 @@
 //! read-only and filler queries of the proxy's hot path are in `enforce`.
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use tokio::sync::watch;
@@ -32,6 +40,11 @@ use tokio::sync::watch;
 mod enforce;
 #[cfg(test)]
 mod tests;
+
+/// How long a client request the proxy let through to a claimed topic may take to reach the
+/// broker, at most (see [`Catalog::drain_before_create`]): it is written to the broker
+/// connection right after the check, behind at most the connection's other pipelined requests.
+pub(crate) const ADMITTED_DRAIN: Duration = Duration::from_secs(3);
 
 /// One topic of the catalog.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +57,9 @@ pub struct CatalogTopic {
     pub writable: bool,
     /// A mirror topic (clients' writes are checked); false while its mirror has only claimed it.
     pub registered: bool,
+    /// A claim whose destination topic is being created or adopted: clients' writes are refused
+    /// already (false once registered, where `writable` decides).
+    pub guarded: bool,
 }
 
 /// The catalog of mirror topics by name and by destination topic id; cheap to clone.
@@ -60,6 +76,12 @@ pub struct Catalog {
     pub(crate) unknown_ids: Arc<AtomicUsize>,
     /// Mirror topics without a known id that the destination does not have (no id to protect).
     pub(crate) absent: Arc<DashMap<String, ()>>,
+    /// How many claims are guarded: their destination ids are not known, so while any is, a
+    /// request naming an unknown topic id may be naming one of them.
+    pub(crate) guarded: Arc<AtomicUsize>,
+    /// Claims (not guarded) the proxy let a client request write to, and when it last did:
+    /// such a request may still reach the broker after the guard ([`Self::drain_before_create`]).
+    pub(crate) admitted: Arc<DashMap<String, Instant>>,
     /// Signalled when a topic without a known id is registered (the id learner wakes up).
     pub(crate) id_wanted: Arc<tokio::sync::Notify>,
     /// The destination topic id of the engine's state topic, once learned (the proxy refuses it
@@ -78,6 +100,8 @@ impl Default for Catalog {
             fillers_by_id: Arc::default(),
             unknown_ids: Arc::default(),
             absent: Arc::default(),
+            guarded: Arc::default(),
+            admitted: Arc::default(),
             id_wanted: Arc::default(),
             state_topic_id: Arc::default(),
             changes: Arc::new(watch::Sender::new(0)),
@@ -107,6 +131,7 @@ impl Catalog {
                     topic_id: [0; 16],
                     writable: false,
                     registered: false,
+                    guarded: false,
                 });
                 self.changed();
                 true
@@ -115,11 +140,77 @@ impl Catalog {
         }
     }
 
+    /// Makes `mirror`'s claim on `topic` read-only for clients before its destination topic is
+    /// created or adopted: from now on no client write lands in it through the proxy (by name;
+    /// by id every id not known is refused retriably while a claim is guarded, [`Self::ids_pending`]).
+    /// True when `topic` is `mirror`'s (a registered topic keeps its standing: a stopped one
+    /// stays writable); false when it is another mirror's or not claimed.
+    pub(crate) fn guard(&self, topic: &str, mirror: &str) -> bool {
+        let Some(mut t) = self.by_name.get_mut(topic) else { return false };
+        if t.mirror != mirror {
+            return false;
+        }
+        if t.registered {
+            return true;
+        }
+        let newly = !t.guarded;
+        if newly {
+            t.guarded = true;
+            self.guarded.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(t);
+        if newly {
+            self.changed();
+        }
+        true
+    }
+
+    /// How long to wait, after [`Self::guard`] and before creating `topic`, for client requests
+    /// the proxy let through to the claim before it was guarded: they reach the broker right
+    /// after the check, but pipelined behind other requests they may take a while, and one that
+    /// arrives after CreateTopics would write to the new topic. `None`: no client wrote to the
+    /// claim lately.
+    pub(crate) fn drain_before_create(&self, topic: &str) -> Option<Duration> {
+        let (_, at) = self.admitted.remove(topic)?;
+        ADMITTED_DRAIN.checked_sub(at.elapsed()).filter(|d| !d.is_zero())
+    }
+
+    /// Lifts the guard of `mirror`'s claim on `topic`: preparing found an existing topic that
+    /// cannot be the mirror's (data it did not write, another partition count), whose own
+    /// writers must go on. The claim stays (the topic is still not another mirror's to take).
+    pub(crate) fn unguard(&self, topic: &str, mirror: &str) {
+        let lifted = match self.by_name.get_mut(topic) {
+            Some(mut t) if t.mirror == mirror && !t.registered && t.guarded => {
+                t.guarded = false;
+                true
+            }
+            _ => false,
+        };
+        if lifted {
+            self.guarded.fetch_sub(1, Ordering::Relaxed);
+            self.changed();
+        }
+    }
+
+    /// Counts a guarded claim that is gone (registered or dropped).
+    fn guard_ended(&self, t: &CatalogTopic) {
+        if !t.registered && t.guarded {
+            self.guarded.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Forgets the claims that never became mirror topics (an engine term ended while preparing
     /// them): a new term claims again what it still wants.
     pub(crate) fn drop_claims(&self) {
         let before = self.by_name.len();
-        self.by_name.retain(|_, t| t.registered);
+        self.by_name.retain(|_, t| {
+            if !t.registered {
+                self.guard_ended(t);
+            }
+            t.registered
+        });
+        // Notes are kept for claims only, and every claim is gone.
+        self.admitted.clear();
         if self.by_name.len() != before {
             self.changed();
         }
@@ -166,7 +257,10 @@ impl Catalog {
             topic_id,
             writable: false,
             registered: true,
+            guarded: false,
         });
+        self.guard_ended(&e);
+        e.guarded = false;
         let taken_over = e.mirror != mirror || !e.registered;
         let changed = taken_over || (topic_id != [0; 16] && e.topic_id != topic_id);
         if taken_over {
@@ -181,6 +275,7 @@ impl Catalog {
             self.id_wanted.notify_one();
         }
         drop(e);
+        self.admitted.remove(topic);
         if changed {
             self.changed();
         }
@@ -204,7 +299,9 @@ impl Catalog {
     /// Forgets `topic` as a mirror topic (its mirror was deleted; it is an ordinary topic again)
     /// but keeps it among the topics that may hold fillers: the fillers stay in its log.
     pub fn remove(&self, topic: &str) {
+        self.admitted.remove(topic);
         if let Some((_, t)) = self.by_name.remove(topic) {
+            self.guard_ended(&t);
             if t.topic_id != [0; 16] {
                 self.by_id.remove(&t.topic_id);
             }

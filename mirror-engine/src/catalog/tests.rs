@@ -195,3 +195,93 @@ fn a_topic_registered_for_another_mirror_or_from_a_claim_starts_read_only() {
     c.register("claimed", "m1", [0; 16]);
     assert!(c.is_read_only("claimed"), "a claim has no standing to carry over");
 }
+
+#[test]
+fn a_guarded_claim_refuses_client_writes_by_name_and_holds_unknown_ids_back_until_registered() {
+    let c = Catalog::default();
+    assert!(c.claim("orders", "m1"));
+    assert!(!c.ids_pending(), "a claim alone holds nothing back");
+    assert!(c.guard("orders", "m1"), "its own mirror guards it before creating the topic");
+    assert!(c.is_read_only("orders"), "no client write lands while the topic is created");
+    assert_eq!(c.read_only("orders").as_deref(), Some("m1"), "the refusal names the mirror");
+    assert!(c.ids_pending(), "its id is not known yet: requests by unknown ids wait");
+    assert!(!c.is_mirror_topic("orders") && !c.may_hold_fillers("orders"), "not a mirror topic yet");
+    c.register("orders", "m1", [7; 16]);
+    assert!(c.is_read_only("orders") && c.is_read_only_id(&[7; 16]), "registered: read-only by name and id");
+    assert!(!c.ids_pending(), "the guard ended with the registration, and the id is known");
+}
+
+#[test]
+fn only_its_own_mirror_guards_a_claim_and_a_registered_topic_keeps_its_standing() {
+    let c = Catalog::default();
+    assert!(!c.guard("unclaimed", "m1"), "nothing to guard");
+    assert!(!c.is_read_only("unclaimed"));
+    assert!(c.claim("orders", "m1"));
+    assert!(!c.guard("orders", "m2"), "another mirror's claim");
+    assert!(!c.is_read_only("orders") && !c.ids_pending(), "and nothing changed");
+    c.register("stopped", "m1", [8; 16]);
+    c.set_writable("stopped", true);
+    assert!(c.guard("stopped", "m1"), "its own registered topic");
+    assert!(!c.is_read_only("stopped"), "a stopped topic stays writable");
+    assert!(!c.ids_pending());
+}
+
+#[test]
+fn a_lifted_or_dropped_guard_lets_writes_through_again_and_stops_holding_ids_back() {
+    let c = Catalog::default();
+    assert!(c.claim("foreign", "m1") && c.guard("foreign", "m1"));
+    assert!(c.guard("foreign", "m1"), "guarding twice counts once");
+    c.unguard("foreign", "m1");
+    assert!(!c.is_read_only("foreign"), "a topic found not to be the mirror's keeps its writers");
+    assert!(!c.ids_pending(), "lifted once for both guards");
+    assert_eq!(c.owner("foreign").as_deref(), Some("m1"), "the claim stays");
+
+    assert!(c.claim("half-created", "m1") && c.guard("half-created", "m1"));
+    c.drop_claims();
+    assert!(!c.is_read_only("half-created") && !c.ids_pending(), "an ended term's guard goes with its claim");
+
+    assert!(c.claim("deleted", "m1") && c.guard("deleted", "m1"));
+    c.remove("deleted");
+    assert!(!c.ids_pending(), "a forgotten topic's guard is gone");
+
+    assert!(c.claim("reloaded", "m1") && c.guard("reloaded", "m1"));
+    c.reconcile(&std::collections::HashSet::new());
+    assert!(!c.is_read_only("reloaded") && !c.ids_pending(), "a boot drops guarded claims like any claim");
+}
+
+#[test]
+fn guarding_and_lifting_a_guard_are_published() {
+    let c = Catalog::default();
+    assert!(c.claim("orders", "m1"));
+    let mut rx = c.changes();
+    assert!(c.guard("orders", "m1"));
+    assert!(rx.has_changed().expect("the catalog holds the sender"), "a guard");
+    rx.borrow_and_update();
+    assert!(c.guard("orders", "m1"));
+    assert!(!rx.has_changed().expect("the catalog holds the sender"), "guarding again changes nothing");
+    c.unguard("orders", "m1");
+    assert!(rx.has_changed().expect("the catalog holds the sender"), "lifting it");
+}
+
+#[test]
+fn a_client_write_let_through_to_a_claim_just_before_its_guard_delays_the_topic_s_creation() {
+    let c = Catalog::default();
+    assert!(c.claim("quiet", "m1") && c.guard("quiet", "m1"));
+    assert_eq!(c.drain_before_create("quiet"), None, "nobody wrote to the name: created at once");
+
+    assert!(c.claim("orders", "m1"));
+    assert!(!c.is_read_only("orders"), "a claim not guarded yet lets the write through");
+    assert!(c.guard("orders", "m1"));
+    assert!(c.is_read_only("orders"), "guarded: refused (and not noted)");
+    let wait = c.drain_before_create("orders").expect("a write went through just before the guard");
+    assert!(
+        wait > Duration::ZERO && wait <= super::ADMITTED_DRAIN,
+        "waits out what may still be on its way: {wait:?}"
+    );
+    assert_eq!(c.drain_before_create("orders"), None, "waited once: a retried creation does not wait again");
+
+    assert!(c.claim("admin", "m1"));
+    assert_eq!(c.read_only("admin"), None, "an admin request naming the claim is let through too");
+    c.drop_claims();
+    assert_eq!(c.drain_before_create("admin"), None, "an ended term's notes go with its claims");
+}
