@@ -6,6 +6,7 @@ socket servers standing in for hostile or non-Kafka peers."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import struct
@@ -83,6 +84,28 @@ def running_proxy(destination, workdir, sections: dict | None = None, mirrors: l
         yield proxy
     finally:
         proxy.stop()
+
+
+def scram_credentials(workdir, users: dict[str, str], mechanism: str = "SCRAM-SHA-256") -> str:
+    """A `listener.auth.credentials_file` with ``users`` (name → password), made by the binary's
+    `scram-credential` command."""
+    blocks = []
+    for user, password in users.items():
+        out = subprocess.run([str(PROXY_BIN), "scram-credential", "--user", user, "--mechanism", mechanism, "--password-env", "KMP_PW"],
+                             capture_output=True, text=True, timeout=30, env={**os.environ, "KMP_PW": password})
+        assert out.returncode == 0, f"scram-credential --user {user} failed: {out.stderr}"
+        blocks.append(out.stdout)
+    path = Path(workdir) / f"{unique('users')}.toml"
+    path.write_text("\n".join(blocks))
+    path.chmod(0o600)
+    return str(path)
+
+
+def terminating_proxy(destination, workdir, users: dict[str, str], sections: dict | None = None, **auth):
+    """A proxy in termination mode (SCRAM-SHA-256 and PLAIN against ``users``) with the engine
+    off; ``auth`` adds `[listener.auth]` settings."""
+    conf = {"mode": "terminate", "mechanisms": ["SCRAM-SHA-256", "PLAIN"], "credentials_file": scram_credentials(workdir, users), **auth}
+    return running_proxy(destination, workdir, {"engine": {"enabled": False}, **(sections or {}), "listener.auth": conf})
 
 
 def restart(proxy: ProxyProcess) -> ProxyProcess:

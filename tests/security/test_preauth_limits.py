@@ -6,14 +6,12 @@ has `listener.auth.timeout_ms` to authenticate; real SCRAM clients still log in.
 
 import os
 import socket
-import subprocess
 import time
 
 from confluent_kafka import Producer
 
 import sec_wire as wire
-from kmp_common import PROXY_BIN
-from sec_support import assert_alive, create_topic, proc_status, running_proxy, unique
+from sec_support import assert_alive, create_topic, proc_status, terminating_proxy, unique
 
 USER, PASSWORD = "alice", "alice-secret-pw"
 HUGE = 90 * 1024 * 1024
@@ -21,20 +19,8 @@ CONNECTIONS = 8
 AUTH_TIMEOUT_MS = 2000
 
 
-def credentials(workdir) -> str:
-    out = subprocess.run([str(PROXY_BIN), "scram-credential", "--user", USER, "--mechanism", "SCRAM-SHA-256", "--password-env", "KMP_PW"],
-                         capture_output=True, text=True, timeout=30, env={**os.environ, "KMP_PW": PASSWORD})
-    assert out.returncode == 0, f"scram-credential failed: {out.stderr}"
-    path = workdir / f"{unique('users')}.toml"
-    path.write_text(out.stdout)
-    path.chmod(0o600)
-    return str(path)
-
-
 def terminating(destination, workdir, **auth):
-    conf = {"mode": "terminate", "mechanisms": ["SCRAM-SHA-256", "PLAIN"], "credentials_file": credentials(workdir),
-            "timeout_ms": AUTH_TIMEOUT_MS, **auth}
-    return running_proxy(destination, workdir, {"engine": {"enabled": False}, "listener.auth": conf})
+    return terminating_proxy(destination, workdir, {USER: PASSWORD}, timeout_ms=AUTH_TIMEOUT_MS, **auth)
 
 
 def handshake(s: socket.socket) -> None:

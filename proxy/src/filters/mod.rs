@@ -37,6 +37,7 @@ pub(crate) mod readonly;
 pub(crate) mod refusal_text;
 pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
+pub(crate) mod security_admin;
 pub(crate) mod startup;
 pub(crate) mod state_topic;
 pub(crate) mod topic_ids;
@@ -176,27 +177,31 @@ impl Chain {
     /// `terminate`: the proxy authenticates clients itself (`sasl_terminate`) instead of
     /// watching their exchange with the broker (`sasl`).
     pub(crate) fn new(terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+        let terminating = terminate.is_some();
         let sasl: Box<dyn Filter> = match terminate {
             Some(t) => Box::new(t),
             None => Box::new(sasl::SaslObserver),
         };
-        Self {
-            filters: vec![
-                Box::new(api_versions::Versions),
-                sasl,
-                Box::new(startup::StartupGate),
-                Box::new(authz::MirrorAdminAuthz),
-                Box::new(mirror_rpc::MirrorRpc),
-                Box::new(state_topic::StateTopicGuard),
-                Box::new(engine_identity::EngineIdentityGuard),
-                Box::new(mirror_configs::MirrorConfigs),
-                Box::new(broker_configs::BrokerConfigGuard),
-                Box::new(mirror_topics::MirrorTopicWrites),
-                Box::new(fillers::FillerMasking),
-                Box::new(topic_ids::TopicIdLearner),
-                Box::new(addresses::AddressRewrite),
-            ],
+        let mut filters: Vec<Box<dyn Filter>> = vec![Box::new(api_versions::Versions), sasl];
+        if terminating {
+            // Every client acts as the proxy toward the brokers: security administration is
+            // for the configured admin principals only.
+            filters.push(Box::new(security_admin::SecurityAdminGuard));
         }
+        filters.extend([
+            Box::new(startup::StartupGate) as Box<dyn Filter>,
+            Box::new(authz::MirrorAdminAuthz),
+            Box::new(mirror_rpc::MirrorRpc),
+            Box::new(state_topic::StateTopicGuard),
+            Box::new(engine_identity::EngineIdentityGuard),
+            Box::new(mirror_configs::MirrorConfigs),
+            Box::new(broker_configs::BrokerConfigGuard),
+            Box::new(mirror_topics::MirrorTopicWrites),
+            Box::new(fillers::FillerMasking),
+            Box::new(topic_ids::TopicIdLearner),
+            Box::new(addresses::AddressRewrite),
+        ]);
+        Self { filters }
     }
 
     /// Runs a request through the chain.
