@@ -108,11 +108,11 @@ async fn serve(
             }
         }
     };
-    // Opened while the session reads the first request (which may be answered early, see
-    // `early_versions`); the session waits for it when it first writes. Not before the TLS
-    // handshake: a client that cannot complete one (no accepted certificate) opens nothing.
+    // Opened when the session first writes a request (a first ApiVersions may be answered early
+    // meanwhile, see `early_versions`): a client that connects and sends nothing, fails its TLS
+    // handshake or (termination mode) has not authenticated holds no broker connection.
     let opening = shared.clone();
-    let upstream = tokio::spawn(
+    let upstream: session::Connecting<_> = Box::pin(
         async move {
             match opening.connector.connect(target, &opening.cluster).await {
                 Ok((upstream, addr)) => {

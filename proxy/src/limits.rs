@@ -1,7 +1,9 @@
 //! Connection limits and the request-byte budget (`[limits]`): how many client connections may
 //! be open in total and per client address, and how many bytes of request frames all of them may
 //! hold together. Timeouts are applied where the waiting happens (`session`, `admin`); this
-//! module only counts.
+//! module only counts. The connection limit never exceeds what the open-file limit carries (two
+//! descriptors a client connection, after a reserve), so it refuses connections before the
+//! process runs out of descriptors and `/healthz`, the engine and accepting fail.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -28,10 +30,46 @@ pub(crate) struct Slot {
     per_ip: Arc<DashMap<IpAddr, u32>>,
 }
 
+/// Descriptors kept out of the client connections' share: the admin endpoint's connections come
+/// on top, this covers the proxy's and the engine's own broker connections, the listeners,
+/// logs and files.
+const FD_RESERVE: u64 = 512;
+
+/// How many client connections `fd_limit` open files carry: each holds two (client and broker)
+/// once its first request is forwarded; `admin` descriptors go to the admin endpoint and
+/// [`FD_RESERVE`] to everything else. `None`: no limit.
+pub(crate) fn fd_capacity(fd_limit: Option<u64>, admin: u32) -> Option<u32> {
+    let limit = fd_limit?;
+    let left = limit.saturating_sub(FD_RESERVE + u64::from(admin));
+    Some(u32::try_from(left / 2).unwrap_or(u32::MAX))
+}
+
+/// The soft open-file limit now (after `limits.raise_fd_limit`); `None` when unlimited or unknown.
+#[cfg(unix)]
+fn open_file_limit() -> Option<u64> {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+}
+
+#[cfg(not(unix))]
+fn open_file_limit() -> Option<u64> {
+    None
+}
+
 impl Limits {
     pub(crate) fn new(config: &LimitsConfig) -> Self {
+        let mut max_total = config.max_connections;
+        if let Some(cap) = fd_capacity(open_file_limit(), config.max_admin_connections)
+            && cap < max_total
+        {
+            tracing::warn!(
+                configured = max_total,
+                effective = cap,
+                "limits.max_connections lowered to what the open-file limit carries (two descriptors a connection); raise the limit (ulimit -n) to allow more"
+            );
+            max_total = cap;
+        }
         Self {
-            max_total: config.max_connections,
+            max_total,
             max_per_ip: config.max_connections_per_ip,
             total: Arc::new(AtomicU32::new(0)),
             per_ip: Arc::new(DashMap::new()),
@@ -74,6 +112,13 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_open_file_limit_caps_client_connections_at_two_descriptors_each_after_the_reserve() {
+        assert_eq!(fd_capacity(None, 256), None, "unlimited");
+        assert_eq!(fd_capacity(Some(20_000), 256), Some((20_000 - 512 - 256) / 2));
+        assert_eq!(fd_capacity(Some(100), 256), Some(0), "a tiny limit admits nothing rather than underflowing");
+    }
 
     #[test]
     fn per_address_and_total_limits_refuse_and_free_slots_when_connections_close() {

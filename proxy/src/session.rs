@@ -27,7 +27,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
 use crate::splice::SpliceSocket;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
 use tracing::{debug, trace, warn};
 
 use crate::error::ProxyError;
@@ -102,9 +101,9 @@ impl SplitStream for kmp_protocol::security::BrokerStream {
     }
 }
 
-/// Runs one client connection to completion. `upstream` is the upstream connection being opened
-/// (a task started at accept): requests wait for it only when they are written, so a first
-/// ApiVersions can be answered early (`early_versions`) while it opens.
+/// Runs one client connection to completion. `upstream` opens the upstream connection when the
+/// first request is written; a first ApiVersions can be answered early (`early_versions`) while
+/// it opens.
 pub(crate) async fn run<C: SplitStream, U: SplitStream>(
     client: C,
     upstream: Connecting<U>,
@@ -128,8 +127,10 @@ pub(crate) async fn run<C: SplitStream, U: SplitStream>(
     requests.and(responses)
 }
 
-/// The task opening the upstream connection (started at accept).
-type Connecting<U> = JoinHandle<Result<U, ProxyError>>;
+/// Opening the upstream connection: not started until the first request must be written to it,
+/// so a connection that never sends one (or, in termination mode, has not authenticated and is
+/// answered by the proxy) holds no broker connection.
+pub(crate) type Connecting<U> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<U, ProxyError>> + Send>>;
 
 /// The request side's half of the upstream connection: opening until the first write needs it;
 /// then its read half goes to the response side.
@@ -147,21 +148,12 @@ impl<U: SplitStream> Opening<U> {
     /// The write half, once the connection is open (its error otherwise: the session ends).
     async fn writer(&mut self) -> Result<&mut U::Write, ProxyError> {
         if let Some((connect, read_tx)) = self.connect.take() {
-            let stream = connect.await.map_err(|_| ProxyError::NoUpstream)??;
+            let stream = connect.await?;
             let (r, w) = stream.split_stream();
             let _ = read_tx.send(r);
             self.write = Some(w);
         }
         self.write.as_mut().ok_or(ProxyError::NoUpstream)
-    }
-}
-
-impl<U: SplitStream> Drop for Opening<U> {
-    /// A session that ends before its upstream opened does not leave the connect running.
-    fn drop(&mut self) {
-        if let Some((connect, _)) = &self.connect {
-            connect.abort();
-        }
     }
 }
 
@@ -280,6 +272,11 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
                 m.api_versions_answered_early.inc();
                 if !answer_here(&tx, p.api_key, frame, started).await {
                     return Ok(());
+                }
+                if authenticating {
+                    // Termination mode before authentication: answered, and no broker
+                    // connection is opened for a client that has not logged in.
+                    continue;
                 }
             }
             let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
