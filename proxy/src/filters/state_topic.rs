@@ -11,6 +11,8 @@
 //! topic; other requests only when their raw bytes contain its name or id (a SIMD substring
 //! search), so ordinary Produce and Fetch traffic stays raw.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -57,6 +59,35 @@ fn watched(api_key: i16, api_version: i16) -> bool {
     ) || guard::is_guarded(api_key, api_version)
 }
 
+/// Whether requests of this key and version name topics by id only (Fetch v13+, ShareFetch,
+/// ShareAcknowledge): until the state topic's id is known such a request could name it unseen,
+/// and a fetch session opened on it would keep reading it with requests that name nothing.
+fn by_id(api_key: i16, api_version: i16) -> bool {
+    match ApiKey::try_from(api_key) {
+        Ok(ApiKey::Fetch) => api_version >= 13,
+        Ok(ApiKey::ShareFetch | ApiKey::ShareAcknowledge) => true,
+        _ => false,
+    }
+}
+
+/// How often a held request looks whether the state topic's id is known yet.
+const ID_POLL: Duration = Duration::from_millis(50);
+
+/// Holds a request that names topics by id until the state topic's id is known (issue #35, L-a),
+/// at most `limits.startup_write_wait_ms`; then the connection is closed, which clients retry.
+async fn wait_for_state_topic_id(conn: &Conn) -> Result<(), ProxyError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(conn.shared.config.limits.startup_write_wait_ms);
+    while conn.shared.mirrors.topics().state_topic_id().is_none() {
+        if tokio::time::Instant::now() >= deadline {
+            conn.shared.metrics.refused("startup_state_topic_id_unknown", 1);
+            tracing::warn!("closing connection: a request naming topics by id arrived before the state topic's id was known");
+            return Err(ProxyError::NotReady);
+        }
+        tokio::time::sleep(ID_POLL).await;
+    }
+    Ok(())
+}
+
 impl Filter for StateTopicGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         if !conn.shared.masks_fillers || !watched(x.api_key, x.api_version) {
@@ -72,11 +103,18 @@ impl Filter for StateTopicGuard {
             })
             .unwrap_or(true);
         }
+        if id.is_none() && by_id(x.api_key, x.api_version) {
+            // Which id is the state topic's is not known yet (start-up): held in `on_request`.
+            return true;
+        }
         memmem::find(&x.frame, name).is_some() || id.is_some_and(|id| memmem::find(&x.frame, &id).is_some())
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
+            if conn.shared.mirrors.topics().state_topic_id().is_none() && by_id(x.api_key, x.api_version) {
+                wait_for_state_topic_id(conn).await?;
+            }
             let topic = StateTopic {
                 name: &conn.shared.config.engine.state_topic,
                 id: conn.shared.mirrors.topics().state_topic_id(),
