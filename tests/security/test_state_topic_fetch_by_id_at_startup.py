@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 import sec_wire as wire
 from sec_support import mirror_decl, mirrored_topic, running_proxy, wait_caught_up
 
-RESTARTS = 3
+RESTARTS = 2
 
 
 def fetch_v13(correlation_id: int, topic_id: bytes) -> bytes:
