@@ -32,6 +32,11 @@ pub struct SecurityConfig {
     /// Whether admin HTTP read endpoints (`GET /v1/...`, `/metrics`) answer non-loopback callers
     /// without the admin token. `/healthz` and `/readyz` are always open. Default `false`.
     pub admin_read_open: bool,
+    /// Whether loopback callers of the admin endpoint (`/v1`, `/metrics`, the dashboard) are let
+    /// in without the admin token. Behind a sidecar (Envoy/Istio inbound traffic arrives from
+    /// 127.0.0.6) or a reverse proxy on the same host, remote callers are loopback too: turn this
+    /// off there (and `mirror_admin_loopback` for the Kafka port). Default `true`.
+    pub admin_loopback: bool,
 }
 
 impl Default for SecurityConfig {
@@ -43,6 +48,7 @@ impl Default for SecurityConfig {
             mirror_admin_principals: Vec::new(),
             mirror_source_allow: Vec::new(),
             admin_read_open: false,
+            admin_loopback: true,
         }
     }
 }
@@ -60,6 +66,18 @@ pub struct LimitsConfig {
     /// accepted and closed at once, so callers that need no token (`/healthz`) cannot take the
     /// file descriptors the Kafka listeners need. Default 256; at least 1.
     pub max_admin_connections: u32,
+    /// Admin endpoint connections open at once from one IP address (IPv6: one /64 network);
+    /// further ones from it are closed at accept, so one host cannot take the slots health
+    /// probes need. Default 32; at least 1.
+    pub max_admin_connections_per_ip: u32,
+    /// Admin endpoint connections kept for loopback callers (a probe inside the container, the
+    /// CLI): non-loopback callers together hold at most `max_admin_connections` minus this (at
+    /// least one). Default 16.
+    pub admin_loopback_reserve: u32,
+    /// Largest certificate, key, client-CA or credentials file the proxy reads (bytes); a larger
+    /// file is refused (at start: the proxy stops; on reload: the previous version stays in use).
+    /// Default 16777216 (16 MiB); at least 4096.
+    pub max_security_file_bytes: u64,
     /// Bytes of partly or wholly received request frames all connections may hold together
     /// (bytes). A connection whose next frame does not fit waits until others release theirs
     /// (backpressure; nothing is aborted). A frame larger than the whole budget cannot be read.
@@ -68,6 +86,14 @@ pub struct LimitsConfig {
     /// Time (milliseconds) a client has to deliver the rest of a frame once its first byte
     /// arrived; then the connection is closed. Default 60000.
     pub frame_read_timeout_ms: u64,
+    /// Bytes of broker responses the proxy reads whole (to rewrite or merge them: filler masking
+    /// on mirror topics, merged refusals, addresses) that all connections may hold together until
+    /// they are written to their clients. A response that does not fit waits (backpressure).
+    /// Default 536870912 (512 MiB); at least 1048576.
+    pub buffered_response_bytes: u64,
+    /// Time (milliseconds) a response write to a client may make no progress (the client reads
+    /// nothing) before the connection is closed and what it held is released. Default 60000.
+    pub client_write_timeout_ms: u64,
     /// Time (milliseconds) a client connection may stay without any request and without a
     /// request in flight before it is closed (Kafka's `connections.max.idle.ms`). Default 600000.
     pub idle_timeout_ms: u64,
@@ -88,8 +114,13 @@ impl Default for LimitsConfig {
             max_connections: 10_000,
             max_connections_per_ip: 1_000,
             max_admin_connections: 256,
+            max_admin_connections_per_ip: 32,
+            admin_loopback_reserve: 16,
+            max_security_file_bytes: 16 * 1024 * 1024,
             buffered_request_bytes: 512 * 1024 * 1024,
             frame_read_timeout_ms: 60_000,
+            buffered_response_bytes: 512 * 1024 * 1024,
+            client_write_timeout_ms: 60_000,
             idle_timeout_ms: 600_000,
             http_header_read_timeout_ms: 10_000,
             startup_write_wait_ms: 30_000,

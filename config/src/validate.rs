@@ -74,6 +74,12 @@ impl Config {
                 err("upstream.properties", m);
             }
         }
+        if self.limits.buffered_response_bytes < 1024 * 1024 {
+            err("limits.buffered_response_bytes", "must be at least 1048576".to_owned());
+        }
+        if self.limits.client_write_timeout_ms < 100 {
+            err("limits.client_write_timeout_ms", "must be at least 100".to_owned());
+        }
         let auth = &self.listener.auth;
         if auth.max_receive_bytes < 64 {
             err("listener.auth.max_receive_bytes", "must be at least 64".to_owned());
@@ -272,6 +278,12 @@ impl Config {
             if v < 100 {
                 err(key, "must be at least 100".to_owned());
             }
+        }
+        if l.max_admin_connections_per_ip == 0 {
+            err("limits.max_admin_connections_per_ip", "must be at least 1".to_owned());
+        }
+        if l.max_security_file_bytes < 4096 {
+            err("limits.max_security_file_bytes", "must be at least 4096".to_owned());
         }
         if errors.is_empty() { Ok(()) } else { Err(ConfigErrors(errors)) }
     }

@@ -83,6 +83,17 @@ impl ByteBudget {
         }
     }
 
+    /// Takes `n` bytes (at most [`ByteBudget::total`]) as [`ByteBudget::take`] does and returns
+    /// them as a guard that gives them back when dropped.
+    pub async fn guard(&self, n: usize) -> BudgetGuard {
+        let n = n.min(self.total());
+        self.take(n).await;
+        BudgetGuard {
+            budget: Some(self.clone()),
+            bytes: n,
+        }
+    }
+
     /// Gives `n` bytes back.
     pub fn give(&self, n: usize) {
         if n == 0 {
@@ -129,6 +140,12 @@ impl BudgetGuard {
             budget: self.budget.clone(),
             bytes: n,
         }
+    }
+}
+
+impl std::fmt::Debug for BudgetGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BudgetGuard").field("bytes", &self.bytes).finish()
     }
 }
 

@@ -11,9 +11,11 @@
 //! request headers, and as long again to send a `/v1` request's body (408 after it); a
 //! connection whose answers make no write progress for as long (a client that pipelines
 //! requests and never reads) is closed. At most `limits.max_admin_connections` connections are
-//! open at once; further ones are closed at accept, so unauthenticated callers cannot take every
-//! file descriptor from the Kafka listeners. Failing accepts (e.g. out of file descriptors) back
-//! off instead of spinning.
+//! open at once, `limits.max_admin_connections_per_ip` from one address, and non-loopback callers
+//! leave `limits.admin_loopback_reserve` to loopback ones (`admin_slots`); further ones are closed
+//! at accept, so unauthenticated callers cannot take every file descriptor from the Kafka
+//! listeners, nor the connections a health probe needs. Failing accepts (e.g. out of file
+//! descriptors) back off instead of spinning.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,10 +36,11 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::time::Sleep;
 use tracing::{debug, info, warn};
 
+use crate::admin_slots::{AdminCaps, AdminSlots};
 use crate::rest::AdminAuth;
 use crate::shared::Shared;
 use crate::tls::TlsIdentity;
@@ -56,8 +59,8 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
         info!(%addr, https = tls.is_some(), "admin endpoint listening");
     }
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
-    let max_connections = usize::try_from(shared.config.limits.max_admin_connections).unwrap_or(usize::MAX);
-    accept_loop(listener, max_connections, stop, move |stream, peer| {
+    let caps = AdminCaps::from_config(&shared.config.limits);
+    accept_loop(listener, caps, stop, move |stream, peer| {
         let (shared, tls) = (shared.clone(), tls.clone());
         async move {
             let svc = service_fn(move |req: Request<Incoming>| {
@@ -86,13 +89,13 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
 }
 
 /// Accepts connections on `listener` until `stop` changes and runs `connection` for each on its
-/// own task, at most `max_connections` at once: a connection beyond them is closed at accept.
-async fn accept_loop<F, Fut>(listener: TcpListener, max_connections: usize, mut stop: watch::Receiver<bool>, connection: F)
+/// own task, within `caps` ([`AdminSlots`]): a connection beyond them is closed at accept.
+async fn accept_loop<F, Fut>(listener: TcpListener, caps: AdminCaps, mut stop: watch::Receiver<bool>, connection: F)
 where
     F: Fn(TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS)));
+    let slots = AdminSlots::new(caps);
     let mut backoff = AcceptBackoff::default();
     loop {
         let (stream, peer) = tokio::select! {
@@ -115,10 +118,13 @@ where
             },
             _ = stop.changed() => return,
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Dropping the stream closes it.
-            debug!(%peer, max_connections, "admin connection refused: too many open");
-            continue;
+        let slot = match slots.admit(peer.ip()) {
+            Ok(slot) => slot,
+            Err(limit) => {
+                // Dropping the stream closes it.
+                debug!(%peer, limit, "admin connection refused: too many open");
+                continue;
+            }
         };
         let served = connection(stream, peer);
         tokio::spawn(async move {
@@ -245,6 +251,7 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
     let auth = AdminAuth {
         token: shared.config.admin.token.as_deref(),
         read_open: shared.config.security.admin_read_open,
+        loopback: shared.config.security.admin_loopback,
     };
     if req.uri().path().starts_with("/v1/") {
         return crate::rest::handle(
@@ -437,7 +444,12 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (_stop_tx, stop_rx) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, 2, stop_rx, |stream, _peer| async move {
+        let caps = AdminCaps {
+            total: 2,
+            per_ip: 2,
+            loopback_reserve: 0,
+        };
+        tokio::spawn(accept_loop(listener, caps, stop_rx, |stream, _peer| async move {
             let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "ok\n".into())) });
             let _ = serve_http(stream, header_read_timeout(10_000), svc).await;
         }));

@@ -180,6 +180,7 @@ mod tests {
     const TOKEN: AdminAuth<'static> = AdminAuth {
         token: Some("let-me-in"),
         read_open: false,
+        loopback: true,
     };
     const REMOTE: &str = "192.0.2.7:4000";
 
@@ -223,7 +224,11 @@ mod tests {
         assert!(headers.get(hyper::header::WWW_AUTHENTICATE).is_some());
         let (status, _, _) = get("/dashboard/api/state", REMOTE, Some("wrong"), TOKEN).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "remote with a wrong token");
-        let none = AdminAuth { token: None, read_open: false };
+        let none = AdminAuth {
+            token: None,
+            read_open: false,
+            loopback: true,
+        };
         let (status, _, _) = get("/dashboard/api/state", REMOTE, None, none).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "no token configured: no way in from remote");
         let (status, _, body) = get("/dashboard/api/state", REMOTE, Some("let-me-in"), TOKEN).await;

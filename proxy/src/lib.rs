@@ -9,6 +9,7 @@
 
 mod accept;
 mod admin;
+mod admin_slots;
 mod cluster;
 mod dashboard;
 mod early_versions;
@@ -30,6 +31,7 @@ mod splice;
 mod stream_copy;
 mod tls;
 mod upstream;
+mod write_stall;
 
 pub use error::ProxyError;
 pub use server::{Listeners, serve};

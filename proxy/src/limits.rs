@@ -21,6 +21,8 @@ pub(crate) struct Limits {
     per_ip: Arc<DashMap<IpAddr, u32>>,
     /// Bytes of request frames all client connections may hold together.
     pub(crate) budget: ByteBudget,
+    /// Bytes of responses read whole that all client connections may hold together until written.
+    pub(crate) response_budget: ByteBudget,
 }
 
 /// One admitted connection; its slot is released when dropped.
@@ -74,6 +76,7 @@ impl Limits {
             total: Arc::new(AtomicU32::new(0)),
             per_ip: Arc::new(DashMap::new()),
             budget: ByteBudget::new(usize::try_from(config.buffered_request_bytes).unwrap_or(usize::MAX)),
+            response_budget: ByteBudget::new(usize::try_from(config.buffered_response_bytes).unwrap_or(usize::MAX)),
         }
     }
 

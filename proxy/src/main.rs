@@ -76,7 +76,7 @@ enum Command {
         #[arg(long)]
         password_file: Option<PathBuf>,
         /// PBKDF2 iterations (4096..=16384, Kafka's bounds).
-        #[arg(long, default_value_t = 8192)]
+        #[arg(long, default_value_t = kmp_protocol::security::scram::DEFAULT_ITERATIONS)]
         iterations: u32,
     },
 }

@@ -181,7 +181,7 @@ impl Security {
         let upstream = Arc::new(ClientSecurity::build(&props).map_err(|e| ProxyError::Security(format!("upstream.properties: {e}")))?);
         let identity = |what: &str, tls: &Option<kmp_config::TlsServerConfig>, alpn: &[&[u8]]| {
             tls.as_ref()
-                .map(|t| TlsIdentity::load(what, t, alpn))
+                .map(|t| TlsIdentity::load(what, t, alpn, config.limits.max_security_file_bytes))
                 .transpose()
                 .map_err(|e| ProxyError::Security(format!("{what}: {e}")))
         };
@@ -189,9 +189,10 @@ impl Security {
         let admin_tls = identity("admin.tls", &config.admin.tls, &[b"http/1.1"])?;
         let auth = &config.listener.auth;
         let credentials = match (&auth.mode, &auth.credentials_file) {
-            (AuthMode::Terminate, Some(path)) => {
-                Some(CredentialStore::load(path.clone()).map_err(|e| ProxyError::Security(format!("listener.auth.credentials_file: {e}")))?)
-            }
+            (AuthMode::Terminate, Some(path)) => Some(
+                CredentialStore::load(path.clone(), config.limits.max_security_file_bytes)
+                    .map_err(|e| ProxyError::Security(format!("listener.auth.credentials_file: {e}")))?,
+            ),
             _ => None,
         };
         let reload_interval = listener_tls

@@ -342,20 +342,20 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
 ) -> Result<(), ProxyError> {
     let shared = &*conn.shared;
     let m = &shared.metrics;
+    let stall = Duration::from_millis(shared.config.limits.client_write_timeout_ms);
     let mut upstream = None;
     while let Some(pending) = rx.recv().await {
         if upstream.is_none() && !matches!(pending, Pending::Local { .. }) {
             // The request side sends the read half once the connection is open; it is dropped
             // (the session ends, with the request side's error) if opening failed.
             match (&mut opened).await {
-                Ok(up_r) => upstream = Some(Upstream::new(up_r, shared.config.upstream.max_response_frame_bytes)),
+                Ok(up_r) => upstream = Some(Upstream::new(up_r, shared.config.upstream.max_response_frame_bytes).with_write_stall(stall)),
                 Err(_) => return Ok(()),
             }
         }
         let (api_key, len, started) = match pending {
             Pending::Local { api_key, frame, started } => {
-                client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
-                client_w.flush().await.map_err(ProxyError::ClientIo)?;
+                write_client(&mut client_w, &frame, stall, m).await?;
                 (api_key, frame.len(), started)
             }
             Pending::Forwarded {
@@ -393,7 +393,9 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                 answered_early,
             } => {
                 let Some(upstream) = upstream.as_mut() else { return Ok(()) };
-                let frame = match upstream.whole(correlation_id).await {
+                // Held until the response is written: what clients that read slowly (or not at
+                // all) hold together is bounded by `limits.buffered_response_bytes`.
+                let (frame, _held) = match upstream.whole(correlation_id, &shared.limits.response_budget).await {
                     Ok(Some(f)) => f,
                     Ok(None) => {
                         debug!("upstream broker closed the connection with requests in flight");
@@ -413,10 +415,9 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                 if answered_early {
                     continue;
                 }
-                client_w.write_all(&frame).await.map_err(ProxyError::ClientIo)?;
-                // See the request side: without it the tail of a large response could wait in the
-                // TLS buffer until the client's next request (a consumer waits for this one).
-                client_w.flush().await.map_err(ProxyError::ClientIo)?;
+                // Flushed (see the request side): without it the tail of a large response could
+                // wait in the TLS buffer until the client's next request.
+                write_client(&mut client_w, &frame, stall, m).await?;
                 (api_key, frame.len(), started)
             }
         };
@@ -427,6 +428,18 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
     }
     let _ = client_w.flush().await;
     Ok(())
+}
+
+/// Writes and flushes a whole response to the client; a client that takes nothing of it for
+/// `stall` (`limits.client_write_timeout_ms`) ends the session.
+async fn write_client<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8], stall: Duration, m: &crate::metrics::Metrics) -> Result<(), ProxyError> {
+    crate::write_stall::write_all(w, frame, stall).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            m.connection_closed("client_write_timeout");
+            warn!(timeout = ?stall, "closing connection: the client read nothing of a response in time");
+        }
+        ProxyError::ClientIo(e)
+    })
 }
 
 fn broker_error(shared: &Shared, e: ProtocolError) -> ProxyError {

@@ -97,7 +97,7 @@ impl Pipe {
 
     /// Moves exactly `n` bytes from `from` to `to`: fills the pipe from the broker's socket, then
     /// empties it into the client's, until `n` have reached the client.
-    pub(crate) async fn relay(&self, from: &TcpStream, to: &TcpStream, n: usize) -> Result<(), SpliceError> {
+    pub(crate) async fn relay(&self, from: &TcpStream, to: &TcpStream, n: usize, stall: Option<std::time::Duration>) -> Result<(), SpliceError> {
         use rustix::pipe::{SpliceFlags, splice};
         let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
         let mut left = n;
@@ -114,7 +114,7 @@ impl Pipe {
             };
             let mut in_pipe = got;
             while in_pipe > 0 {
-                to.writable().await.map_err(SpliceError::Client)?;
+                crate::write_stall::within_stall(stall, to.writable()).await.map_err(SpliceError::Client)?;
                 match to.try_io(Interest::WRITABLE, || Ok(splice(&self.read, None, to, None, in_pipe, flags)?)) {
                     Ok(0) => return Err(SpliceError::Client(io::ErrorKind::WriteZero.into())),
                     Ok(k) => in_pipe -= k,

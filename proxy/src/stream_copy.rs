@@ -20,12 +20,15 @@
 //! unknown tags and fall back to a metadata refresh (through the proxy) for the new leader, as with
 //! a broker before KIP-951. Which responses may be streamed is decided by `session` and `filters`.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
-use kmp_protocol::frame::{PREFIX, check_frame};
+use kmp_protocol::frame::{BudgetGuard, ByteBudget, PREFIX, check_frame};
 use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::splice::{MIN_SPLICE_BYTES, Pipe, SpliceError, SpliceSocket};
+use crate::write_stall::within_stall;
 
 /// Largest size of the reusable buffer: the most read from the broker (and written to the
 /// client) at once.
@@ -97,6 +100,9 @@ pub(crate) struct Upstream<R> {
     /// [`MIN_SPLICE_BYTES`] only, so a read takes little more than the fields that must be looked
     /// at and most of every record set stays in the kernel for `splice`.
     splicing: bool,
+    /// How long a write to the client may make no progress (`limits.client_write_timeout_ms`);
+    /// `None`: unbounded.
+    write_stall: Option<Duration>,
 }
 
 impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
@@ -118,7 +124,15 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
             no_pipe: false,
             spliced: 0,
             splicing: false,
+            write_stall: None,
         }
+    }
+
+    /// Bounds every write to the client: a piece of a response (a buffer of at most 1 MiB, or a
+    /// pipe's worth when splicing) that the client takes nothing of for `stall` fails the copy.
+    pub(crate) fn with_write_stall(mut self, stall: Duration) -> Self {
+        self.write_stall = Some(stall);
+        self
     }
 
     /// Bytes moved socket to socket by `splice` since the last call.
@@ -191,10 +205,11 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
         Ok(Some(total))
     }
 
-    /// Reads the next response whole (prefix included); `None` on a clean end of stream between
-    /// frames.
-    pub(crate) async fn whole(&mut self, expected: i32) -> Result<Option<Bytes>, ProtocolError> {
+    /// Reads the next response whole (prefix included), with its bytes taken from `budget`
+    /// (waiting for them) before they are read; `None` on a clean end of stream between frames.
+    pub(crate) async fn whole(&mut self, expected: i32, budget: &ByteBudget) -> Result<Option<(Bytes, BudgetGuard)>, ProtocolError> {
         let Some(total) = self.header(expected).await? else { return Ok(None) };
+        let held = budget.guard(total).await;
         let mut out = BytesMut::with_capacity(total.min(EAGER_WHOLE_BYTES));
         let k = total.min(self.tail - self.head);
         out.extend_from_slice(&self.buf[self.head..self.head + k]);
@@ -212,7 +227,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
                 return Err(truncated(out.len(), total));
             }
         }
-        Ok(Some(out.freeze()))
+        Ok(Some((out.freeze(), held)))
     }
 
     /// Copies the next response to `w` as it arrives (flushed at its end), looking at it as `scan`
@@ -280,7 +295,10 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
 
     async fn write_out(&mut self) -> Result<(), CopyError> {
         if self.sent < self.up.head {
-            self.w.write_all(&self.up.buf[self.sent..self.up.head]).await.map_err(CopyError::Client)?;
+            let stall = self.up.write_stall;
+            within_stall(stall, self.w.write_all(&self.up.buf[self.sent..self.up.head]))
+                .await
+                .map_err(CopyError::Client)?;
             self.sent = self.up.head;
         }
         Ok(())
@@ -340,7 +358,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
         let (Some(pipe), Some(from), Some(to)) = (self.up.pipe.as_ref(), self.up.inner.splice_socket(), self.w.splice_socket()) else {
             return Err(CopyError::Client(std::io::Error::other("splice sockets vanished")));
         };
-        pipe.relay(from, to, rest).await.map_err(|e| match e {
+        pipe.relay(from, to, rest, self.up.write_stall).await.map_err(|e| match e {
             SpliceError::Eof { left } => CopyError::Broker(truncated(self.left - left, self.left)),
             SpliceError::Broker(source) => CopyError::Broker(ProtocolError::Io { source, side: Side::Broker }),
             SpliceError::Client(e) => CopyError::Client(e),
@@ -439,7 +457,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
             self.up.head = 0;
             self.up.tail = 0;
         }
-        self.w.flush().await.map_err(CopyError::Client)
+        within_stall(self.up.write_stall, self.w.flush()).await.map_err(CopyError::Client)
     }
 }
 

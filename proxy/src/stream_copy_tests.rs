@@ -6,12 +6,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use kmp_protocol::codec::{decode_response, encode_response};
-use kmp_protocol::frame::with_prefix;
+use kmp_protocol::frame::{ByteBudget, with_prefix};
 use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, BrokerId, FetchResponse, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use proptest::prelude::*;
 use tokio::io::ReadBuf;
+
+/// A budget no test response reaches.
+fn big_budget() -> ByteBudget {
+    ByteBudget::new(1 << 30)
+}
 
 use super::*;
 
@@ -64,7 +69,7 @@ async fn several_pipelined_frames_are_copied_exactly_and_mixed_with_whole_reads(
     let mut client = Vec::new();
     for (i, f) in frames.iter().enumerate() {
         if i == 2 {
-            let whole = up.whole(i as i32).await.unwrap().unwrap();
+            let (whole, _held) = up.whole(i as i32, &big_budget()).await.unwrap().unwrap();
             assert_eq!(&whole[..], &f[..]);
             client.extend_from_slice(&whole);
         } else {
@@ -109,7 +114,7 @@ async fn an_oversized_length_is_refused_before_anything_is_written() {
     }
     assert_eq!(client.len(), before, "nothing of the refused frame reached the client");
     let mut up = Upstream::new(pieces(&(-5i32).to_be_bytes(), &[]), 999);
-    assert!(matches!(up.whole(1).await, Err(ProtocolError::NegativeFrameSize { .. })));
+    assert!(matches!(up.whole(1, &big_budget()).await, Err(ProtocolError::NegativeFrameSize { .. })));
 }
 
 #[tokio::test]
@@ -122,7 +127,7 @@ async fn a_mismatched_correlation_id_is_refused_before_anything_is_written() {
         "{r:?}"
     );
     assert!(client.is_empty());
-    let r = Upstream::new(pieces(&bytes, &[]), 1 << 20).whole(42).await;
+    let r = Upstream::new(pieces(&bytes, &[]), 1 << 20).whole(42, &big_budget()).await;
     assert!(matches!(r, Err(ProtocolError::CorrelationMismatch { .. })), "{r:?}");
     // Too short to hold a correlation id at all.
     let r = Upstream::new(pieces(&with_prefix(&[1, 2]), &[]), 1 << 20)
@@ -155,7 +160,10 @@ async fn a_truncated_frame_ends_with_an_error_and_the_client_has_only_a_prefix_o
         assert!(second.starts_with(&client[first.len()..]), "cut {cut}: only a prefix of the second frame");
         assert!(client.len() - first.len() < second.len(), "cut {cut}: never the whole second frame");
         let mut up = Upstream::new(pieces(&second[..cut - first.len()], &[]), 1 << 20);
-        assert!(matches!(up.whole(2).await, Err(ProtocolError::TruncatedFrame { .. })), "cut {cut}");
+        assert!(
+            matches!(up.whole(2, &big_budget()).await, Err(ProtocolError::TruncatedFrame { .. })),
+            "cut {cut}"
+        );
     }
 }
 

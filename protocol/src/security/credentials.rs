@@ -100,12 +100,17 @@ impl Credentials {
         self.users.get(&(user.to_owned(), hash)).cloned()
     }
 
-    /// Whether `password` is `user`'s (PLAIN), checked against the user's SCRAM credentials.
+    /// Whether `password` is `user`'s (PLAIN), checked against the user's SCRAM credentials. An
+    /// unknown user costs the same derivation as a known one (against a decoy credential), so
+    /// the time an answer takes does not tell which users exist.
     pub fn check_plain(&self, user: &str, password: &str) -> bool {
-        [Hash::Sha512, Hash::Sha256]
-            .into_iter()
-            .find_map(|h| self.scram(user, h).map(|c| c.matches_password(h, password)))
-            .unwrap_or(false)
+        match [Hash::Sha512, Hash::Sha256].into_iter().find_map(|h| self.scram(user, h).map(|c| (h, c))) {
+            Some((h, c)) => c.matches_password(h, password),
+            None => {
+                let _ = ScramCredential::decoy(Hash::Sha512, user).matches_password(Hash::Sha512, password);
+                false
+            }
+        }
     }
 
     /// Number of (user, mechanism) entries.
@@ -155,6 +160,23 @@ mod tests {
         assert!(c.check_plain("alice", "wonderland") && c.check_plain("bob", "builder"));
         assert!(!c.check_plain("alice", "builder") && !c.check_plain("carol", "x"));
         assert!(c.scram("alice", Hash::Sha512).is_some() && c.scram("alice", Hash::Sha256).is_none());
+    }
+
+    #[test]
+    fn a_plain_login_of_an_unknown_user_costs_a_derivation_like_a_known_users() {
+        let c = Credentials::parse(&entry("alice", SaslMechanism::ScramSha512, "pw", super::super::scram::DEFAULT_ITERATIONS).unwrap()).unwrap();
+        let time = |user: &str| {
+            let started = std::time::Instant::now();
+            for _ in 0..3 {
+                assert!(!c.check_plain(user, "wrong"));
+            }
+            started.elapsed()
+        };
+        let (known, unknown) = (time("alice"), time("mallory"));
+        assert!(
+            unknown * 3 >= known,
+            "an unknown user's PLAIN check took {unknown:?} against {known:?} for a known one: the time tells users apart"
+        );
     }
 
     #[test]

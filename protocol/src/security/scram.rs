@@ -19,6 +19,9 @@ use kmp_config::SaslMechanism;
 /// is refused (it could make the proxy compute for minutes).
 pub const MIN_ITERATIONS: u32 = 4096;
 pub const MAX_ITERATIONS: u32 = 16384;
+/// Iterations `kafka-mirror-proxy scram-credential` writes unless told otherwise (and what a
+/// decoy credential for an unknown user costs).
+pub const DEFAULT_ITERATIONS: u32 = 8192;
 
 /// A SCRAM failure. Messages never contain passwords or keys.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -102,6 +105,35 @@ impl ScramCredential {
             iterations,
             stored_key: hash.digest(&client_key),
             server_key: hash.hmac(&salted, b"Server Key"),
+        }
+    }
+
+    /// A credential for a user who does not exist, so that the exchange goes on as for one who
+    /// does and fails only at the proof (RFC 5802 §5.1's advice against user enumeration): the
+    /// salt is derived from the name with a key chosen once per process (the same name gets the
+    /// same salt every time), the iteration count is [`DEFAULT_ITERATIONS`] (what
+    /// `scram-credential` writes by default), and the keys are random (no proof matches them).
+    pub fn decoy(hash: Hash, user: &str) -> Self {
+        static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+        let key = KEY.get_or_init(|| {
+            let mut k = [0u8; 32];
+            // Without randomness the decoy salts are still unique per name, only predictable.
+            let _ = getrandom::fill(&mut k);
+            k
+        });
+        let mut salt = hash.hmac(key, user.as_bytes());
+        salt.truncate(24);
+        let random = |n: usize| {
+            let mut b = vec![0u8; n];
+            let _ = getrandom::fill(&mut b);
+            b
+        };
+        let n = hash.digest(b"").len();
+        Self {
+            salt,
+            iterations: DEFAULT_ITERATIONS,
+            stored_key: random(n),
+            server_key: random(n),
         }
     }
 
@@ -301,7 +333,8 @@ impl ScramServer {
                 let client_nonce = attr(bare, 'r')
                     .filter(|r| !r.is_empty() && r.len() <= 256)
                     .ok_or_else(|| err("bad client nonce"))?;
-                let credential = lookup(&user).ok_or_else(|| err("Authentication failed: Invalid user credentials"))?;
+                // An unknown user gets a decoy and the same answer shape; the proof fails later.
+                let credential = lookup(&user).unwrap_or_else(|| ScramCredential::decoy(self.hash, &user));
                 let nonce = format!("{client_nonce}{}", self::nonce());
                 let server_first = format!("r={nonce},s={},i={}", B64.encode(&credential.salt), credential.iterations);
                 self.state = ServerState::SentFirst {
@@ -370,6 +403,46 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_user_gets_a_first_answer_shaped_like_a_known_ones_and_fails_only_at_the_proof() {
+        let hash = Hash::Sha256;
+        let cred = ScramCredential::derive(hash, "pw", b"0123456789abcdef01234567", DEFAULT_ITERATIONS);
+        let lookup = |u: &str| (u == "alice").then(|| cred.clone());
+        let first_of = |user: &str| {
+            let c = ScramClient::new(hash, user, "pw");
+            let ServerStep::Continue(first) = ScramServer::new(hash).step(&c.first(), &lookup).expect("step 1 answers every user") else {
+                panic!("step 1 continues")
+            };
+            String::from_utf8(first).unwrap()
+        };
+        let shape = |first: &str| {
+            let salt = attr(first, 's').map(|s| B64.decode(s).unwrap().len());
+            (salt, attr(first, 'i').map(str::to_owned))
+        };
+        let (known, unknown) = (first_of("alice"), first_of("mallory"));
+        assert_eq!(
+            shape(&known),
+            shape(&unknown),
+            "salt length and iterations tell no user apart: {known} / {unknown}"
+        );
+        assert_eq!(
+            attr(&first_of("mallory"), 's'),
+            attr(&unknown, 's'),
+            "an unknown user's salt is the same every time"
+        );
+        let mut c = ScramClient::new(hash, "mallory", "pw");
+        let mut s = ScramServer::new(hash);
+        let ServerStep::Continue(first) = s.step(&c.first(), &lookup).unwrap() else {
+            panic!()
+        };
+        let fin = c.respond(&first).unwrap();
+        assert_eq!(
+            s.step(&fin, &lookup).unwrap_err(),
+            err("Authentication failed: Invalid user credentials"),
+            "the unknown user fails as a wrong password does"
+        );
+    }
+
+    #[test]
     fn client_and_server_agree_for_both_hashes_and_wrong_passwords_fail() {
         for hash in [Hash::Sha256, Hash::Sha512] {
             let cred = ScramCredential::derive(hash, "s3cret", b"saltsalt", 4096);
@@ -429,7 +502,8 @@ mod tests {
         }
         let mut s = ScramServer::new(Hash::Sha512);
         let none = |_: &str| None;
-        for bad in [&b"\xff\xfe"[..], b"", b"n,,", b"n,,n=u", b"p=tls-unique,,n=u,r=x", b"n,,n=u,r=x"] {
+        // (A well-formed first message of an unknown user is not among them: it gets a decoy.)
+        for bad in [&b"\xff\xfe"[..], b"", b"n,,", b"n,,n=u", b"p=tls-unique,,n=u,r=x"] {
             assert!(s.step(bad, &none).is_err());
             s = ScramServer::new(Hash::Sha512);
         }

@@ -107,15 +107,57 @@ pub fn client_config(props: &ClientSecurityProps) -> Result<Arc<ClientConfig>, T
 /// The server configuration of a listener (`[listener.tls]` or `[admin.tls]`), read from its files
 /// now. `alpn`: protocols to offer (empty for Kafka).
 pub fn server_config(tls: &TlsServerConfig, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = certs_file(&tls.cert_file, "cert_file")?;
-    let key = key_file(&tls.key_file, "key_file")?;
+    let read = |path: &Path, what: &str| std::fs::read(path).map_err(|e| TlsError(format!("cannot read {what} {}: {e}", path.display())));
+    let pem = ServerPem {
+        cert: read(&tls.cert_file, "cert_file")?,
+        key: read(&tls.key_file, "key_file")?,
+        client_ca: tls.client_ca_file.as_deref().map(|ca| read(ca, "client_ca_file")).transpose()?,
+    };
+    server_config_from_pem(&pem, alpn)
+}
+
+/// The PEM texts of a listener's certificate chain, private key and (mutual TLS) client CA, read
+/// by the caller (the proxy reads them off its runtime, size-capped).
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerPem {
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for ServerPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key material.
+        write!(
+            f,
+            "ServerPem {{ cert: {} bytes, key: {} bytes, client_ca: {:?} }}",
+            self.cert.len(),
+            self.key.len(),
+            self.client_ca.as_ref().map(Vec::len)
+        )
+    }
+}
+
+/// The server configuration built from PEM texts already read (see [`server_config`]).
+pub fn server_config_from_pem(pem: &ServerPem, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {
+    let certs = |text: &[u8], what: &str| {
+        let certs = CertificateDer::pem_slice_iter(text)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError(format!("{what}: bad PEM: {e}")))?;
+        if certs.is_empty() {
+            return Err(TlsError(format!("{what} holds no CERTIFICATE block")));
+        }
+        Ok(certs)
+    };
+    let chain = certs(&pem.cert, "cert_file")?;
+    let key = key_from_slice(&pem.key, "key_file")?;
     let builder = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(VERSIONS)
         .map_err(|e| TlsError(e.to_string()))?;
-    let builder = match &tls.client_ca_file {
+    let builder = match &pem.client_ca {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let roots = roots(certs_file(ca, "client_ca_file")?, "client_ca_file")?;
+            let roots = roots(certs(ca, "client_ca_file")?, "client_ca_file")?;
             let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider())
                 .build()
                 .map_err(|e| TlsError(e.to_string()))?;

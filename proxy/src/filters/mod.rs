@@ -30,6 +30,7 @@ pub(crate) mod engine_identity;
 pub(crate) mod fillers;
 pub(crate) mod guard;
 pub(crate) mod layout_guard;
+pub(crate) mod login_backoff;
 pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;

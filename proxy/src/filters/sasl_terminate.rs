@@ -32,15 +32,19 @@ const SASL_AUTHENTICATION_FAILED: i16 = 58;
 /// The credentials file, reloadable.
 pub(crate) struct CredentialStore {
     path: PathBuf,
+    /// `limits.max_security_file_bytes`.
+    max_bytes: u64,
     current: RwLock<Arc<Credentials>>,
 }
 
 impl CredentialStore {
-    /// Loads `path` now (an unreadable or invalid file stops the proxy at startup).
-    pub(crate) fn load(path: PathBuf) -> Result<Arc<Self>, String> {
-        let c = Credentials::load(&path)?;
+    /// Loads `path` now, refusing a file longer than `max_bytes` (an unreadable or invalid file
+    /// stops the proxy at startup).
+    pub(crate) fn load(path: PathBuf, max_bytes: u64) -> Result<Arc<Self>, String> {
+        let c = read_credentials(&path, max_bytes)?;
         Ok(Arc::new(Self {
             path,
+            max_bytes,
             current: RwLock::new(Arc::new(c)),
         }))
     }
@@ -58,10 +62,17 @@ impl Reloadable for CredentialStore {
         vec![self.path.clone()]
     }
     fn reload(&self) -> Result<(), String> {
-        let c = Credentials::load(&self.path)?;
+        let c = read_credentials(&self.path, self.max_bytes)?;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(c);
         Ok(())
     }
+}
+
+/// The credentials in `path`, read with the size cap ([`crate::tls::read_capped`]).
+fn read_credentials(path: &std::path::Path, max_bytes: u64) -> Result<Credentials, String> {
+    let bytes = crate::tls::read_capped(path, "credentials file", max_bytes)?;
+    let text = String::from_utf8(bytes).map_err(|_| format!("credentials file {} is not UTF-8", path.display()))?;
+    Credentials::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// Where one connection's authentication stands.
@@ -80,6 +91,7 @@ pub(crate) enum Progress {
 pub(crate) struct SaslTerminator {
     mechanisms: Vec<SaslMechanism>,
     credentials: Option<Arc<CredentialStore>>,
+    backoff: super::login_backoff::LoginBackoff,
 }
 
 impl SaslTerminator {
@@ -87,6 +99,7 @@ impl SaslTerminator {
         Self {
             mechanisms: mechanisms.iter().filter_map(|m| SaslMechanism::parse(m)).collect(),
             credentials,
+            backoff: Default::default(),
         }
     }
 
@@ -170,6 +183,11 @@ impl SaslTerminator {
     async fn authenticate(&self, frame: Bytes, version: i16, correlation_id: i32, conn: &Conn) -> Result<Bytes, ProxyError> {
         let (_, req) = decode_request::<SaslAuthenticateRequest>(&frame, ApiKey::SaslAuthenticate, version)?;
         let x = (correlation_id, version);
+        // An address that failed to log in recently waits before its attempt is checked.
+        let wait = self.backoff.delay(conn.peer.ip());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
         let credentials = self.credentials.as_ref().map(|c| c.get()).unwrap_or_default();
         let step = match self.scram_step(conn, &req.auth_bytes, &credentials) {
             Ok(step) => step,
@@ -190,6 +208,7 @@ impl SaslTerminator {
         match outcome {
             Ok((None, msg)) => self.answer(x, 0, "", msg),
             Ok((Some(user), msg)) => {
+                self.backoff.succeeded(conn.peer.ip());
                 *lock(conn) = Progress::Authenticated;
                 let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
                 s.principal = Some(user.clone());
@@ -199,6 +218,7 @@ impl SaslTerminator {
                 self.answer(x, 0, "", msg)
             }
             Err(why) => {
+                self.backoff.failed(conn.peer.ip());
                 *lock(conn) = Progress::Failed;
                 conn.shared.metrics.refused("sasl_authentication_failed", 1);
                 tracing::info!(peer = %conn.peer, "client SASL authentication failed");

@@ -14,7 +14,7 @@ use hyper::{Response, StatusCode};
 use super::{error, origin};
 
 /// Who may use the admin endpoint. Loopback callers (IPv4-mapped ones on a `[::]` listener
-/// included) may do everything. Others need `Authorization: Bearer <admin.token>`: without it a
+/// included) may do everything, unless `loopback` is off. Others need `Authorization: Bearer <admin.token>`: without it a
 /// read (`GET /v1/…`, `/metrics`) answers 401 when a token is configured and 403 when none is
 /// (there is no way in), unless `read_open`; a mutation answers 403 either way.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +23,8 @@ pub(crate) struct AdminAuth<'a> {
     pub(crate) token: Option<&'a str>,
     /// `security.admin_read_open`.
     pub(crate) read_open: bool,
+    /// `security.admin_loopback`: whether loopback callers need no token.
+    pub(crate) loopback: bool,
 }
 
 /// Why a caller was turned away.
@@ -43,7 +45,7 @@ impl AdminAuth<'_> {
     /// exempted, if it was not.
     fn caller(&self, headers: &HeaderMap, peer: SocketAddr, mutation: bool) -> Result<(), (Denied, Option<NotLocal>)> {
         let mut not_local = None;
-        if kmp_config::is_loopback(peer.ip()) {
+        if self.loopback && kmp_config::is_loopback(peer.ip()) {
             match origin::foreign(headers, mutation) {
                 None => return Ok(()),
                 Some(why) => not_local = Some(NotLocal(why)),

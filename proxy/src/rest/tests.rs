@@ -25,8 +25,13 @@ async fn call(method: &str, uri: &str, body: &str, peer: &str, bearer: Option<&s
 const WITH_TOKEN: AdminAuth<'static> = AdminAuth {
     token: Some("let-me-in"),
     read_open: false,
+    loopback: true,
 };
-const NO_TOKEN: AdminAuth<'static> = AdminAuth { token: None, read_open: false };
+const NO_TOKEN: AdminAuth<'static> = AdminAuth {
+    token: None,
+    read_open: false,
+    loopback: true,
+};
 
 /// The body deadline `handle` gets in these tests.
 const BODY_TIMEOUT: Duration = Duration::from_secs(1);
@@ -55,6 +60,19 @@ async fn a_body_that_never_ends_is_answered_408_after_the_body_timeout() {
         let resp = answered.unwrap_or_else(|_| panic!("{method} {uri}: the handler still waits for the body after 5 s"));
         assert_eq!(resp.status(), StatusCode::REQUEST_TIMEOUT, "{method} {uri}");
         assert!(started.elapsed() >= BODY_TIMEOUT, "{method} {uri}: {:?}", started.elapsed());
+    }
+}
+
+#[tokio::test]
+async fn with_admin_loopback_off_loopback_callers_need_the_token_like_remote_ones() {
+    let untrusted = AdminAuth { loopback: false, ..WITH_TOKEN };
+    for peer in LOOPBACKS {
+        let (status, _, _) = call("GET", "/v1/mirrors", "", peer, None, untrusted).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{peer}: a read without the token");
+        let (status, _, _) = call("POST", "/v1/mirrors/nope/pause", r#"{"topics":[]}"#, peer, None, untrusted).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{peer}: a mutation without the token");
+        let (status, _, _) = call("GET", "/v1/mirrors", "", peer, Some("let-me-in"), untrusted).await;
+        assert_eq!(status, StatusCode::OK, "{peer}: a read with the token");
     }
 }
 
@@ -90,6 +108,7 @@ async fn admin_read_open_opens_reads_only() {
     let open = AdminAuth {
         token: Some("let-me-in"),
         read_open: true,
+        loopback: true,
     };
     let (status, _, _) = call("GET", "/v1/mirrors", "", REMOTE, None, open).await;
     assert_eq!(status, StatusCode::OK);
