@@ -4,15 +4,19 @@
 //! reassignments, log-directory moves and unclean elections are `layout_guard`'s — are refused for
 //! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
 //! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
-//! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). Produce has its own
-//! module (`readonly`). Which topics are mirror topics is the engine's (`Catalog`).
+//! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). DescribeProducers is
+//! refused for them too: a mirror topic's producer state holds the engine's own producer id and
+//! epoch, the identity its conditional writes rely on (issue #35, L-f); the source cluster shows
+//! the mirrored producers. Produce has its own module (`readonly`). Which topics are mirror
+//! topics is the engine's (`Catalog`).
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
-    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, RequestHeader, TopicName,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, RequestHeader,
+    TopicName,
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -40,7 +44,14 @@ const TOPIC_RESOURCE: i8 = 2;
 /// Whether `key`/`version` can touch a mirror topic in a way the proxy refuses.
 pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
     match ApiKey::try_from(key) {
-        Ok(ApiKey::DeleteTopics | ApiKey::CreatePartitions | ApiKey::DeleteRecords | ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => true,
+        Ok(
+            ApiKey::DeleteTopics
+            | ApiKey::CreatePartitions
+            | ApiKey::DeleteRecords
+            | ApiKey::AlterConfigs
+            | ApiKey::IncrementalAlterConfigs
+            | ApiKey::DescribeProducers,
+        ) => true,
         Ok(ApiKey::AddPartitionsToTxn) => version <= 3,
         Ok(k) => super::layout_guard::guards(k),
         _ => false,
@@ -174,6 +185,32 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
                             pr.partition_index = p;
                             pr.low_watermark = -1;
                             pr.error_code = REFUSED_CODE;
+                            r.partitions.push(pr);
+                        }
+                        resp.topics.push(r);
+                    }
+                },
+            )
+        }
+        Ok(ApiKey::DescribeProducers) => {
+            let (_, req) = decode_request::<DescribeProducersRequest>(frame, ApiKey::DescribeProducers, version)?;
+            let partitions = partitions_by_topic(req.topics.iter().map(|t| (t.name.0.as_str(), t.partition_indexes.iter().copied())));
+            split::<DescribeProducersRequest, DescribeProducersResponse>(
+                frame,
+                ApiKey::DescribeProducers,
+                version,
+                |req| take(&mut req.topics, |t| ro(t.name.0.as_str())),
+                |req| req.topics.len(),
+                move |resp, refused| {
+                    let mut shown = Shown::default();
+                    for (t, msg) in refused {
+                        let mut r = kmp_protocol::kafka_protocol::messages::describe_producers_response::TopicResponse::default();
+                        r.name = name(t);
+                        for &p in partitions_of(&partitions, t) {
+                            let mut pr = kmp_protocol::kafka_protocol::messages::describe_producers_response::PartitionResponse::default();
+                            pr.partition_index = p;
+                            pr.error_code = REFUSED_CODE;
+                            pr.error_message = shown.text(msg);
                             r.partitions.push(pr);
                         }
                         resp.topics.push(r);
