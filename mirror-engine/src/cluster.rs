@@ -54,6 +54,13 @@ pub const ENGINE_CLIENT_ID: &str = "kafka-mirror-proxy-engine";
 /// How long a topic layout read from the cluster is reused.
 const LAYOUT_TTL: Duration = Duration::from_millis(500);
 
+/// Longest wait for a source broker's response after the request was queued (Kafka clients'
+/// `request.timeout.ms` default). A late response closes the connection: a source that dribbles
+/// its answers (or never finishes one) would otherwise hold every request queued behind it on
+/// that connection — every partition fetched there — for as long as it likes. The Fetch long
+/// poll (`fetch_session`, 500 ms) is far below it; a 32 MiB answer must come at about 9 Mbit/s.
+pub const SOURCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Failed authentications to one cluster: after one, connections fail fast with the same error
 /// until a back-off (1 s doubling to 60 s) has passed; then one connection tries (the others keep
 /// failing fast until it is done), so a cluster refusing the credentials sees one attempt per
@@ -288,7 +295,16 @@ impl ClusterClient {
 
     /// The shared connection to broker `addr` for `lane` (opened if there is none).
     pub async fn link(&self, addr: &str, lane: Lane) -> Result<SharedConnection, MirrorError> {
-        let connect = || async { Ok(SharedConnection::new(self.connect_to(addr, ENGINE_CLIENT_ID).await?)) };
+        let connect = || async {
+            let conn = self.connect_to(addr, ENGINE_CLIENT_ID).await?;
+            // Destination requests carry their own broker-side timeouts and are answered by the
+            // cluster the proxy fronts; a source is a peer that may stall (see the constant).
+            Ok(if self.side == "source" {
+                SharedConnection::with_request_timeout(conn, SOURCE_REQUEST_TIMEOUT)
+            } else {
+                SharedConnection::new(conn)
+            })
+        };
         self.links.get((addr.to_owned(), lane), |c| !c.is_closed(), connect).await
     }
 

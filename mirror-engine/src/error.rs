@@ -45,6 +45,12 @@ pub enum MirrorError {
     /// skipped or written twice); nothing of it was written.
     #[error("engine invariant violated, nothing written: {0}")]
     Invariant(String),
+    /// A source answer contradicts itself or the Fetch it answers (a batch before the offset
+    /// asked, batches out of order, data beyond the end offsets the source reports): the source
+    /// (or something between it and the engine) is not telling the truth; nothing of the answer
+    /// was written.
+    #[error("the source's answer cannot be true, nothing of it written: {0}")]
+    SourceContradiction(String),
     /// This instance's lease to write ended (another instance is, or may be, the active
     /// engine): nothing more is written; the partition stops without failing.
     #[error("writes fenced: this instance is no longer the active mirror engine")]
@@ -178,6 +184,7 @@ impl MirrorError {
             | Self::FillTooLarge { .. }
             | Self::Unsupported(_)
             | Self::Diverged(_)
+            | Self::SourceContradiction(_)
             | Self::Invariant(_) => false,
         }
     }

@@ -87,7 +87,14 @@ pub struct Wanted {
     pub offset: i64,
     pub leader_epoch: i32,
     pub max_bytes: i32,
+    /// Set to the time (ms) of every Fetch response of the session that carried this want,
+    /// whether or not the partition was in it (an incremental response leaves out partitions
+    /// without news): the source answered for it then (`progress_watch`).
+    pub heard: Option<Heard>,
 }
+
+/// When (wall-clock ms) the source last answered a Fetch carrying a partition; -1 never.
+pub(crate) type Heard = Arc<std::sync::atomic::AtomicI64>;
 
 /// Data (or an error) for one partition, with its share of the budget.
 pub(crate) type Answer = Result<(Fetched, Reservation), MirrorError>;
@@ -453,6 +460,17 @@ impl BrokerSession {
                 code: resp.error_code,
             };
             return self.fail_waiting(e).await;
+        }
+        let heard_at = crate::status::now_ms();
+        for (k, at) in &sent {
+            if let Some(h) = self
+                .interests
+                .get(k)
+                .filter(|i| position_of(&i.want) == *at)
+                .and_then(|i| i.want.heard.as_ref())
+            {
+                h.store(heard_at, std::sync::atomic::Ordering::Relaxed);
+            }
         }
         // The session now holds what was sent.
         if self.id == 0 || resp.session_id != self.id {

@@ -33,6 +33,7 @@ fn ask(s: &mut BrokerSession, partition: i32, offset: i64) -> oneshot::Receiver<
             offset,
             leader_epoch: 3,
             max_bytes: 1000,
+            heard: None,
         },
         staggered: false,
         reply: tx,
@@ -177,6 +178,7 @@ fn wanted_at_zero() -> Wanted {
         offset: 0,
         leader_epoch: 3,
         max_bytes: 1000,
+        heard: None,
     }
 }
 
@@ -307,6 +309,7 @@ async fn only_a_session_carrying_staggered_fetches_waits_for_its_phase() {
             offset: 9,
             leader_epoch: 3,
             max_bytes: 1000,
+            heard: None,
         },
         staggered: true,
         reply: tx,

@@ -14,6 +14,7 @@
 //! `share` / `worker` (several instances), `throttle` (a broker's quota throttle honoured).
 //! Client-facing proxying does not belong here.
 
+mod answer_check;
 mod auto;
 mod boot_gate;
 mod budget;
@@ -44,6 +45,7 @@ mod partition;
 mod plan;
 mod produce_mux;
 mod producer_id;
+mod progress_watch;
 mod select;
 mod share;
 mod sink;

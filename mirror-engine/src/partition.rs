@@ -11,11 +11,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::answer_check;
 use crate::budget::Reservation;
 use crate::cluster::{ClusterClient, leader_log_end, offsets};
 use crate::control::Desired;
 use crate::error::MirrorError;
-use crate::fetch_session::{FetchSessions, Wanted};
+use crate::fetch_session::{FetchSessions, Heard, Wanted};
 use crate::fetch_size::next_fetch_size;
 use crate::fetch_stream::FetchStream;
 use crate::landed::{self, ReadBack};
@@ -102,6 +103,16 @@ impl PartitionTask {
         // The producer of the current attempt: kept here so that what it had in flight is known
         // whether the attempt failed or was cancelled (a pause or stop).
         let mut sink: Option<PartitionSink> = None;
+        // Reads the source's real ends when no answer brings them, and reports a partition that
+        // makes no progress while the source grows (`progress_watch`); ends with this task.
+        let heard: Heard = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+        let watch = tokio::spawn(crate::progress_watch::run(
+            self.key.clone(),
+            self.source.clone(),
+            self.status.clone(),
+            heard.clone(),
+        ));
+        let _watch = AbortOnDrop(watch);
         loop {
             let want = *desired.borrow_and_update();
             if want != Desired::Mirroring {
@@ -109,7 +120,7 @@ impl PartitionTask {
             }
             let (started, written_before) = (tokio::time::Instant::now(), self.written());
             let result = tokio::select! {
-                r = self.copy(&mut sink, &mut uncertain) => Some(r),
+                r = self.copy(&mut sink, &mut uncertain, &heard) => Some(r),
                 _ = stop.changed() => return,
                 _ = desired.changed() => None,
             };
@@ -241,7 +252,7 @@ impl PartitionTask {
 
     /// One attempt: settle the destination, check what the previous attempt left, then copy
     /// through a new producer (left in `slot` for the caller to abandon when this ends).
-    async fn copy(&self, slot: &mut Option<PartitionSink>, uncertain: &mut Vec<Written>) -> Result<(), MirrorError> {
+    async fn copy(&self, slot: &mut Option<PartitionSink>, uncertain: &mut Vec<Written>, heard: &Heard) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
@@ -260,11 +271,12 @@ impl PartitionTask {
             partition,
             self.max_in_flight,
         ));
-        self.stream(sink, dest_log_start, next).await
+        self.stream(sink, dest_log_start, next, heard).await
     }
 
-    /// Copies from `next` on through `sink` until an error.
-    async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64) -> Result<(), MirrorError> {
+    /// Copies from `next` on through `sink` until an error (`heard`: when the source last
+    /// answered a Fetch for the partition, see `fetch_session::Wanted::heard`).
+    async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64, heard: &Heard) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
         let layout = self.source.layout(topic).await?;
@@ -297,6 +309,9 @@ impl PartitionTask {
         // The highest source high watermark and last stable offset answers reported.
         let mut source_ends = (-1i64, -1i64);
         let mut fetches = FetchStream::new(self.fetchers.clone(), &leader, &topic_id, partition, self.fetch_hedge_min_rtt);
+        // Whether `next` is the end of a batch the source gave (`answer_check`): not known at the
+        // start of an attempt (the destination may end inside a batch) nor after a fill.
+        let mut aligned = false;
         loop {
             let want_now = Wanted {
                 topic: topic.to_owned(),
@@ -305,6 +320,7 @@ impl PartitionTask {
                 offset: next,
                 leader_epoch,
                 max_bytes: want,
+                heard: Some(heard.clone()),
             };
             // The next Fetch (from the planned end of the previous one) runs while the previous
             // one's batches are written and acknowledged, so a distant source or a large backlog
@@ -338,6 +354,7 @@ impl PartitionTask {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = self.fill(sink, next, start - next, 0).await?;
                         forget_before_jump(&mut fetches, &mut aborts);
+                        aligned = false;
                         continue;
                     }
                     return Err(MirrorError::Unsupported(format!(
@@ -347,11 +364,22 @@ impl PartitionTask {
                 other => other?,
             };
             let (fetched, room): (_, Reservation) = fetched;
+            // Before anything of the answer is planned or written: a source that relabels its
+            // batches or claims offsets it does not have fails the partition here.
+            let checked = answer_check::check(next, aligned, &fetched)?;
             if next < fetched.log_start_offset && fetched.batches.is_empty() {
+                if fetched.log_start_offset - next > answer_check::CONFIRM_GAP {
+                    self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
+                }
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
                 forget_before_jump(&mut fetches, &mut aborts);
+                aligned = false;
                 continue;
             }
+            if let Some(end) = checked.confirm_end {
+                self.confirm_source(&leader, Claim::End(end)).await?;
+            }
+            let last_end = answer_check::last_end(&fetched);
             aborts.extend(fetched.aborted.iter().copied());
             let planned = plan_coalesced(next, fetched.batches, &mut aborts, self.coalesce_max_bytes)?;
             if planned.reencoded > 0 || planned.coalesced > 0 {
@@ -377,11 +405,31 @@ impl PartitionTask {
             // within an attempt.
             source_ends = (source_ends.0.max(fetched.high_watermark), source_ends.1.max(fetched.last_stable_offset));
             self.status.update(&self.key, |s| {
-                s.source_high_watermark = source_ends.0;
-                s.source_last_stable_offset = source_ends.1;
+                // The progress watch may have read newer ends meanwhile (`progress_watch`).
+                s.source_high_watermark = s.source_high_watermark.max(source_ends.0);
+                s.source_last_stable_offset = s.source_last_stable_offset.max(source_ends.1);
+                s.source_ends_read_ms = now_ms();
             });
             next = planned.next;
+            aligned = answer_check::aligned_after(last_end, next, aligned);
             pending = Some((planned, fetched.log_start_offset, room));
+        }
+    }
+
+    /// Confirms with the source leader's ListOffsets (on the control connection) what an answer
+    /// claims before the fillers it implies are written (`answer_check`).
+    async fn confirm_source(&self, leader: &str, claim: Claim) -> Result<(), MirrorError> {
+        let (_, topic, partition) = &self.key;
+        let src = self.source.link(leader, Lane::Control).await?;
+        let (start, end) = offsets("source", &src, topic, *partition).await?;
+        match claim {
+            Claim::End(e) if end < e => Err(MirrorError::SourceContradiction(format!(
+                "a Fetch answer holds data up to offset {e}, but ListOffsets says the source ends at {end}"
+            ))),
+            Claim::LogStart(s) if start < s => Err(MirrorError::SourceContradiction(format!(
+                "a Fetch answer says the log starts at {s}, but ListOffsets says {start}"
+            ))),
+            _ => Ok(()),
         }
     }
 
@@ -507,6 +555,24 @@ impl PartitionTask {
             self.status.update(&self.key, |s| s.state = PartitionState::Mirroring);
         }
         Ok(next)
+    }
+}
+
+/// What a Fetch answer claimed that ListOffsets must confirm.
+#[derive(Debug, Clone, Copy)]
+enum Claim {
+    /// The source holds data up to this offset.
+    End(i64),
+    /// The source's log starts here (the offsets before it become fillers).
+    LogStart(i64),
+}
+
+/// Aborts a spawned task when dropped (the task's owner ended, however it ended).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

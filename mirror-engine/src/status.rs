@@ -90,6 +90,12 @@ pub struct PartitionStatus {
     pub sticky: bool,
     /// Source records and bytes written over the last [`RATE_WINDOW_MS`] (the copy rate).
     pub rate: RateWindow,
+    /// Wall-clock time (ms) the source's ends above were last read (a Fetch answer or a
+    /// ListOffsets probe, see `progress_watch`); -1 never.
+    pub source_ends_read_ms: i64,
+    /// Since when (ms) the partition has made no progress while the source holds records it
+    /// has not copied (`progress_watch`); -1 while it progresses or is caught up.
+    pub stalled_since_ms: i64,
 }
 
 impl Default for PartitionStatus {
@@ -110,6 +116,8 @@ impl Default for PartitionStatus {
             last_error: None,
             sticky: false,
             rate: RateWindow::default(),
+            source_ends_read_ms: -1,
+            stalled_since_ms: -1,
         }
     }
 }
@@ -118,6 +126,15 @@ impl PartitionStatus {
     /// Records the source is ahead of the destination (by the last stable offset).
     pub fn lag_records(&self) -> i64 {
         (self.source_last_stable_offset - self.destination_next_offset).max(0)
+    }
+
+    /// Seconds (at `now_ms`) the partition has made no progress while behind the source; 0 while
+    /// it progresses or is caught up.
+    pub fn stalled_seconds(&self, now_ms: i64) -> f64 {
+        if self.stalled_since_ms < 0 {
+            return 0.0;
+        }
+        (now_ms - self.stalled_since_ms).max(0) as f64 / 1000.0
     }
 
     /// Seconds the destination is behind in time: 0 when caught up, otherwise the age (at `now_ms`)

@@ -6,10 +6,16 @@
 //! A caller that gives up (its future is dropped) never corrupts the stream: frames are written
 //! whole by the writer task, and an unclaimed response is read and dropped. Any I/O or framing
 //! error closes the connection for every caller; reconnecting belongs to the owner of the pool.
+//!
+//! A connection may have a request timeout ([`SharedConnection::with_request_timeout`]): a
+//! response not complete that long after its request was queued closes the connection (a broker
+//! answers a connection's requests in order, so every later response would wait behind a peer
+//! that dribbles or never finishes it), and every caller waiting on it fails with `TimedOut`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use kafka_protocol::protocol::{Request, StrBytes};
@@ -77,6 +83,53 @@ struct Inner {
     next_correlation_id: AtomicI32,
     closed: Arc<AtomicBool>,
     writes: mpsc::Sender<(Frame, Reply)>,
+    /// Closes the connection from the callers' side (a request timed out).
+    abort: Arc<Abort>,
+    /// Longest wait for a response after its request was queued (`None`: unbounded).
+    request_timeout: Option<Duration>,
+}
+
+/// Closing a connection whose response did not arrive in time: its reader and writer end, and
+/// every caller still waiting fails.
+struct Abort {
+    closed: Arc<AtomicBool>,
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl Abort {
+    fn fire(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.tx.send(true);
+    }
+}
+
+fn timed_out(after: Duration) -> ProtocolError {
+    ProtocolError::Io {
+        source: std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no complete response within {} ms; connection closed", after.as_millis()),
+        ),
+        side: Side::Broker,
+    }
+}
+
+/// Waits for `rx` within `timeout` (if any); on expiry the connection is closed through `abort`.
+async fn await_reply(
+    rx: oneshot::Receiver<Result<(Bytes, Arrival), ProtocolError>>,
+    timeout: Option<Duration>,
+    abort: &Abort,
+) -> Result<(Bytes, Arrival), ProtocolError> {
+    let reply = match timeout {
+        Some(after) => match tokio::time::timeout(after, rx).await {
+            Ok(r) => r,
+            Err(_) => {
+                abort.fire();
+                return Err(timed_out(after));
+            }
+        },
+        None => rx.await,
+    };
+    reply.map_err(|_| closed_error("connection closed"))?
 }
 
 impl std::fmt::Debug for SharedConnection {
@@ -99,12 +152,27 @@ impl SharedConnection {
     /// Takes over an established (authenticated) connection; spawns its writer and reader tasks,
     /// which end when the connection fails or every handle is dropped.
     pub fn new(conn: Connection) -> Self {
+        Self::open(conn, None)
+    }
+
+    /// [`SharedConnection::new`] with every response awaited at most `timeout` after its request
+    /// was queued; a late one closes the connection (see the module doc).
+    pub fn with_request_timeout(conn: Connection, timeout: Duration) -> Self {
+        Self::open(conn, Some(timeout))
+    }
+
+    fn open(conn: Connection, request_timeout: Option<Duration>) -> Self {
         let (mut reader, mut writer, next_id, client_id, addr) = conn.into_parts();
         let (writes, mut queue) = mpsc::channel::<(Frame, Reply)>(WRITE_QUEUE);
         let closed = Arc::new(AtomicBool::new(false));
         // Replies in wire order: the writer pushes before writing, the reader pops per response.
         let pending: Arc<Mutex<VecDeque<Reply>>> = Arc::new(Mutex::new(VecDeque::new()));
         let (dead_tx, mut dead_rx) = oneshot::channel::<()>();
+        let (abort_tx, mut abort_rx) = tokio::sync::watch::channel(false);
+        let abort = Arc::new(Abort {
+            closed: closed.clone(),
+            tx: abort_tx,
+        });
         {
             let pending = pending.clone();
             let closed = closed.clone();
@@ -140,7 +208,11 @@ impl SharedConnection {
             let closed = closed.clone();
             tokio::spawn(async move {
                 let error = loop {
-                    match reader.next_timed().await {
+                    let next = tokio::select! {
+                        r = reader.next_timed() => r,
+                        _ = abort_rx.wait_for(|aborted| *aborted) => break closed_error("a response did not arrive in time"),
+                    };
+                    match next {
                         Ok(Some(frame)) => {
                             let reply = pending.lock().ok().and_then(|mut p| p.pop_front());
                             match reply {
@@ -172,6 +244,8 @@ impl SharedConnection {
                 next_correlation_id: AtomicI32::new(next_id),
                 closed,
                 writes,
+                abort,
+                request_timeout,
             }),
         }
     }
@@ -231,6 +305,8 @@ impl SharedConnection {
         Ok(Pending {
             rx,
             sent,
+            timeout: self.inner.request_timeout,
+            abort: self.inner.abort.clone(),
             _r: std::marker::PhantomData,
         })
     }
@@ -247,7 +323,7 @@ impl SharedConnection {
         }
         let (tx, rx) = oneshot::channel();
         self.inner.writes.send((vec![frame], tx)).await.map_err(|_| closed_error("connection closed"))?;
-        rx.await.map_err(|_| closed_error("connection closed"))?
+        await_reply(rx, self.inner.request_timeout, &self.inner.abort).await
     }
 }
 
@@ -255,13 +331,15 @@ impl SharedConnection {
 pub struct Pending<R> {
     rx: oneshot::Receiver<Result<(Bytes, Arrival), ProtocolError>>,
     sent: Sent,
+    timeout: Option<Duration>,
+    abort: Arc<Abort>,
     _r: std::marker::PhantomData<fn() -> R>,
 }
 
 impl<R: Request> Pending<R> {
     /// Waits for the response.
     pub async fn response(self) -> Result<R::Response, ProtocolError> {
-        let (resp, _) = self.rx.await.map_err(|_| closed_error("connection closed"))??;
+        let (resp, _) = await_reply(self.rx, self.timeout, &self.abort).await?;
         decode_sent::<R>(&resp, self.sent)
     }
 }
@@ -363,6 +441,28 @@ mod tests {
         .await
         .expect("the connection reports closed");
         assert!(conn.call(&ApiVersionsRequest::default(), 0).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_response_later_than_the_request_timeout_closes_the_connection_and_fails_its_callers() {
+        let addr = fake_broker(Duration::from_secs(30), 1000).await;
+        let conn = SharedConnection::with_request_timeout(
+            Connection::connect(&addr, Duration::from_secs(5), "t").await.unwrap(),
+            Duration::from_millis(200),
+        );
+        let started = std::time::Instant::now();
+        let err = conn
+            .call(&ApiVersionsRequest::default(), 0)
+            .await
+            .expect_err("a broker 30 s late must time out");
+        assert!(started.elapsed() < Duration::from_secs(5), "the caller waited {:?}", started.elapsed());
+        assert!(err.to_string().contains("no complete response"), "the error says why: {err}");
+        assert!(
+            conn.is_closed(),
+            "a connection whose response is late is closed: later requests would queue behind it"
+        );
+        let later = conn.submit(&ApiVersionsRequest::default(), 0).await;
+        assert!(later.is_err(), "a closed connection takes no more requests");
     }
 
     /// A stream that takes at most `step` bytes per write, vectored or not.

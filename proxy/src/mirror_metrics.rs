@@ -69,7 +69,7 @@ pub(crate) fn render(engine: &Engine) -> String {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} counter\n{name}_total {value}");
     }
-    let gauges: [(&str, &str, Gauge); 12] = [
+    let gauges: [(&str, &str, Gauge); 13] = [
         ("kmp_mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
             s.lag_records()
         }),
@@ -111,6 +111,11 @@ pub(crate) fn render(engine: &Engine) -> String {
         ("kmp_mirror_filling", "1 while the partition writes a fill that takes several batches", |s| {
             i64::from(s.state == PartitionState::Filling)
         }),
+        (
+            "kmp_mirror_stalled",
+            "1 while the partition has made no progress for 30 s although the source holds records it has not copied (reason in describe's last error)",
+            |s| i64::from(s.stalled_since_ms >= 0),
+        ),
         (
             "kmp_mirror_failed",
             "1 when the partition is FAILED (see logs / describe for the reason)",
