@@ -15,8 +15,7 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
-    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, RequestHeader,
-    TopicName,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, RequestHeader, TopicName,
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
