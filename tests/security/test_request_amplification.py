@@ -97,6 +97,8 @@ def test_an_8_mib_config_request_neither_kills_nor_bloats_the_proxy(limited_prox
     took = time.time() - started
     assert_alive(proxy, f"after one {len(frame) >> 20} MiB {attack} frame")
     grown = proc_status(proxy.pid, "VmHWM") - before
+    print(f"{attack}: {len(frame)} bytes, peak resident growth {grown // 1024} MiB, answer "
+          f"{'closed' if body is None else f'{len(body)} bytes'}, {took:.2f} s")
     assert grown < GROWTH_BOUND_KB, (f"one {len(frame) >> 20} MiB {attack} frame grew the proxy's peak resident memory by "
                                      f"{grown // 1024} MiB (bound {GROWTH_BOUND_KB // 1024} MiB)")
     assert took < 30, f"the proxy took {took:.1f} s to answer or refuse one {attack} frame"

@@ -56,6 +56,7 @@ def test_consumers_that_never_read_their_fetch_answers_pin_neither_memory_nor_th
         finally:
             for s in stuck:
                 s.close()
+        print(f"{STUCK} unread Fetch answers: peak resident growth {peak // 1024} MiB")
         bound_kb = (RESPONSE_BUDGET + 96 * 1024 * 1024) // 1024
         assert peak < bound_kb, (f"{STUCK} unread {RECORDS * VALUE_BYTES >> 20} MiB Fetch answers grew the proxy's peak memory by "
                                  f"{peak // 1024} MiB (bound: the response budget {RESPONSE_BUDGET >> 20} MiB + 96 MiB)")
