@@ -7,7 +7,10 @@ too), and Fetch answers (v12+, flexible) can be changed on their way back:
   batches; the base offset is outside the batch CRC, so the batches stay valid);
 * ``shift_from``: only batches at or after that (real) base offset are relabelled.
 
-Only the relay's own threads run here; the test process talks to it over loopback."""
+Only the relay's own threads run here; the test process talks to it over loopback.
+
+``relayed_mirror`` runs a proxy mirroring a new source topic through a relay, and
+``partition_status`` reads that topic's partition from the proxy's mirror status."""
 
 from __future__ import annotations
 
@@ -15,8 +18,12 @@ import socket
 import struct
 import threading
 import time
+from contextlib import contextmanager
 
-from sec_support import TcpServer
+from sec_support import TcpServer, create_topic, mirror_decl, produce_values, rest, running_proxy, unique
+
+# The relay listens on loopback, which a mirror's source may not name unless allowed.
+RELAY_ENV = {"KMP_MIRROR_SOURCE_ALLOW": "127.0.0.1:*"}
 
 FETCH, METADATA = 1, 3
 
@@ -155,3 +162,33 @@ class FetchRelay(TcpServer):
             conn.sendall(frame[i:i + step])
             i += step
             time.sleep(0.1)
+
+
+@contextmanager
+def relayed_mirror(clusters, workdir, topic_prefix: str, mirror_prefix: str, values: list[bytes], shift: int = 0):
+    """A new source topic holding ``values`` and a running proxy mirroring it through a
+    ``FetchRelay`` (set to ``shift`` before the proxy starts); yields (proxy, relay, mirror name,
+    topic). The relay is closed on the way out."""
+    source, destination = clusters
+    topic = unique(topic_prefix)
+    create_topic(source.bootstrap, topic)
+    produce_values(source.bootstrap, topic, values)
+    relay = FetchRelay(source.bootstrap.split(",")[0])
+    relay.shift = shift
+    name = unique(mirror_prefix)
+    decl = {**mirror_decl(name, source, [topic]), "source_bootstrap_servers": [relay.addr]}
+    try:
+        with running_proxy(destination, workdir, mirrors=[decl], env=RELAY_ENV) as proxy:
+            yield proxy, relay, name, topic
+    finally:
+        relay.close()
+
+
+def partition_status(proxy, mirror: str, topic: str) -> dict:
+    """The status of partition 0 of ``topic`` in ``mirror`` ({} while it has none)."""
+    status, body = rest(proxy, "GET", f"/v1/mirrors/{mirror}")
+    assert status == 200, f"GET /v1/mirrors/{mirror} answered {status}: {body}"
+    for t in body.get("topics", []):
+        if t["topic"] == topic and t["partitions"]:
+            return t["partitions"][0]
+    return {}

@@ -12,20 +12,8 @@ from __future__ import annotations
 
 import time
 
-from fetch_relay import FetchRelay
-from sec_support import (create_topic, mirror_decl, produce_values, read_records, rest, running_proxy, unique,
-                         wait_caught_up, wait_until, watermarks)
-
-ENV = {"KMP_MIRROR_SOURCE_ALLOW": "127.0.0.1:*"}
-
-
-def partition_status(proxy, mirror: str, topic: str) -> dict:
-    status, body = rest(proxy, "GET", f"/v1/mirrors/{mirror}")
-    assert status == 200, f"GET /v1/mirrors/{mirror} answered {status}: {body}"
-    for t in body.get("topics", []):
-        if t["topic"] == topic and t["partitions"]:
-            return t["partitions"][0]
-    return {}
+from fetch_relay import partition_status, relayed_mirror
+from sec_support import produce_values, read_records, wait_caught_up, wait_until, watermarks
 
 
 def destination_end(destination, topic: str) -> int:
@@ -36,60 +24,43 @@ def destination_end(destination, topic: str) -> int:
 
 
 def test_an_answer_relabelled_5_million_offsets_ahead_fails_the_partition_before_any_filler(clusters, workdir):
-    source, destination = clusters
-    topic = unique("lying-ahead")
-    create_topic(source.bootstrap, topic)
-    produce_values(source.bootstrap, topic, [f"r{i}".encode() for i in range(30)])
-    relay = FetchRelay(source.bootstrap.split(",")[0])
-    relay.shift = 5_000_000
-    name = unique("lying")
-    decl = {**mirror_decl(name, source, [topic]), "source_bootstrap_servers": [relay.addr]}
-    try:
-        with running_proxy(destination, workdir, mirrors=[decl], env=ENV) as proxy:
-            deadline = time.time() + 90
-            while time.time() < deadline:
-                st = partition_status(proxy, name, topic)
-                if st.get("state") == "failed" or destination_end(destination, topic) > 30:
-                    break
-                time.sleep(0.5)
+    _, destination = clusters
+    values = [f"r{i}".encode() for i in range(30)]
+    with relayed_mirror(clusters, workdir, "lying-ahead", "lying", values, shift=5_000_000) as (proxy, relay, name, topic):
+        deadline = time.time() + 90
+        while time.time() < deadline:
             st = partition_status(proxy, name, topic)
-            end = destination_end(destination, topic)
-            assert relay.shifted_batches > 0, "the relay never relabelled a batch (the engine did not fetch through it)"
-            assert end == 0, (f"the destination holds {end} offsets after an answer relabelled 5,000,000 ahead of a source "
-                              f"that ends at 30: fillers were written for offsets the source never had ({st})")
-            assert st.get("state") == "failed", f"the partition must be FAILED by a lying answer, got {st}"
-            assert "cannot be true" in (st.get("last_error") or ""), f"the reason names the lie: {st}"
-    finally:
-        relay.close()
+            if st.get("state") == "failed" or destination_end(destination, topic) > 30:
+                break
+            time.sleep(0.5)
+        st = partition_status(proxy, name, topic)
+        end = destination_end(destination, topic)
+        assert relay.shifted_batches > 0, "the relay never relabelled a batch (the engine did not fetch through it)"
+        assert end == 0, (f"the destination holds {end} offsets after an answer relabelled 5,000,000 ahead of a source "
+                          f"that ends at 30: fillers were written for offsets the source never had ({st})")
+        assert st.get("state") == "failed", f"the partition must be FAILED by a lying answer, got {st}"
+        assert "cannot be true" in (st.get("last_error") or ""), f"the reason names the lie: {st}"
 
 
 def test_batches_relabelled_1000_offsets_back_fail_the_partition_and_are_not_written_at_other_offsets(clusters, workdir):
     source, destination = clusters
-    topic = unique("lying-back")
-    create_topic(source.bootstrap, topic)
-    produce_values(source.bootstrap, topic, [f"a{i}".encode() for i in range(1500)])
-    relay = FetchRelay(source.bootstrap.split(",")[0])
-    name = unique("lying")
-    decl = {**mirror_decl(name, source, [topic]), "source_bootstrap_servers": [relay.addr]}
-    try:
-        with running_proxy(destination, workdir, mirrors=[decl], env=ENV) as proxy:
-            wait_caught_up(source, destination, topic, 1)
-            # From now on every batch the source holds at 1500 and after comes back 1000 offsets
-            # lower; one batch of 1500 records (1500..3000) then claims 500..2000 and "holds" 1500.
-            relay.shift, relay.shift_from = -1000, 1500
-            produce_values(source.bootstrap, topic, [f"b{i}".encode() for i in range(1500)],
-                           **{"linger.ms": 2000, "batch.num.messages": 100000, "batch.size": 8_000_000})
-            wait_until(lambda: relay.shifted_batches > 0, 30, "a relabelled batch sent to the engine")
-            deadline = time.time() + 60
-            while time.time() < deadline and partition_status(proxy, name, topic).get("state") != "failed":
-                time.sleep(0.5)
-            st = partition_status(proxy, name, topic)
-            src = {o: v for _, o, _, v in read_records(source.bootstrap, topic, 1)}
-            wrong = [(o, v, src.get(o)) for _, o, _, v in read_records(destination.bootstrap, topic, 1) if src.get(o) != v]
-            assert not wrong, (f"{len(wrong)} destination offsets hold another offset's record (first: offset "
-                               f"{wrong[0][0]} holds {wrong[0][1]!r}, the source has {wrong[0][2]!r}); partition {st}")
-            assert st.get("state") == "failed", f"batches relabelled before the offset asked must fail the partition, got {st}"
-            assert "cannot be true" in (st.get("last_error") or ""), f"the reason names the lie: {st}"
-            assert destination_end(destination, topic) == 1500, "nothing of the lying answers was written"
-    finally:
-        relay.close()
+    values = [f"a{i}".encode() for i in range(1500)]
+    with relayed_mirror(clusters, workdir, "lying-back", "lying", values) as (proxy, relay, name, topic):
+        wait_caught_up(source, destination, topic, 1)
+        # From now on every batch the source holds at 1500 and after comes back 1000 offsets
+        # lower; one batch of 1500 records (1500..3000) then claims 500..2000 and "holds" 1500.
+        relay.shift, relay.shift_from = -1000, 1500
+        produce_values(source.bootstrap, topic, [f"b{i}".encode() for i in range(1500)],
+                       **{"linger.ms": 2000, "batch.num.messages": 100000, "batch.size": 8_000_000})
+        wait_until(lambda: relay.shifted_batches > 0, 30, "a relabelled batch sent to the engine")
+        deadline = time.time() + 60
+        while time.time() < deadline and partition_status(proxy, name, topic).get("state") != "failed":
+            time.sleep(0.5)
+        st = partition_status(proxy, name, topic)
+        src = {o: v for _, o, _, v in read_records(source.bootstrap, topic, 1)}
+        wrong = [(o, v, src.get(o)) for _, o, _, v in read_records(destination.bootstrap, topic, 1) if src.get(o) != v]
+        assert not wrong, (f"{len(wrong)} destination offsets hold another offset's record (first: offset "
+                           f"{wrong[0][0]} holds {wrong[0][1]!r}, the source has {wrong[0][2]!r}); partition {st}")
+        assert st.get("state") == "failed", f"batches relabelled before the offset asked must fail the partition, got {st}"
+        assert "cannot be true" in (st.get("last_error") or ""), f"the reason names the lie: {st}"
+        assert destination_end(destination, topic) == 1500, "nothing of the lying answers was written"

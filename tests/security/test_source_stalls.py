@@ -13,20 +13,10 @@ from __future__ import annotations
 
 import time
 
-from fetch_relay import FetchRelay
-from sec_support import create_topic, mirror_decl, produce_values, read_records, rest, running_proxy, unique, wait_caught_up
+from fetch_relay import partition_status, relayed_mirror
+from sec_support import produce_values, read_records, wait_caught_up
 
-ENV = {"KMP_MIRROR_SOURCE_ALLOW": "127.0.0.1:*"}
 BEHIND = 2000
-
-
-def partition_status(proxy, mirror: str, topic: str) -> dict:
-    status, body = rest(proxy, "GET", f"/v1/mirrors/{mirror}")
-    assert status == 200, f"GET /v1/mirrors/{mirror} answered {status}: {body}"
-    for t in body.get("topics", []):
-        if t["topic"] == topic and t["partitions"]:
-            return t["partitions"][0]
-    return {}
 
 
 def stalled_metric(proxy, mirror: str, topic: str) -> float | None:
@@ -36,55 +26,47 @@ def stalled_metric(proxy, mirror: str, topic: str) -> float | None:
 
 def test_a_source_dribbling_its_fetch_answers_is_reported_with_its_real_lag_and_recovers_without_a_restart(clusters, workdir):
     source, destination = clusters
-    topic = unique("dribbled")
-    create_topic(source.bootstrap, topic)
-    produce_values(source.bootstrap, topic, [f"r{i}".encode() for i in range(50)])
-    relay = FetchRelay(source.bootstrap.split(",")[0])
-    name = unique("dribble")
-    decl = {**mirror_decl(name, source, [topic]), "source_bootstrap_servers": [relay.addr]}
-    try:
-        with running_proxy(destination, workdir, mirrors=[decl], env=ENV) as proxy:
-            wait_caught_up(source, destination, topic, 1)
-            relay.dribble_bps = 20
-            produce_values(source.bootstrap, topic, [f"late-{i}".encode() * 20 for i in range(BEHIND)])
-            dribbling = time.time()
+    values = [f"r{i}".encode() for i in range(50)]
+    with relayed_mirror(clusters, workdir, "dribbled", "dribble", values) as (proxy, relay, name, topic):
+        wait_caught_up(source, destination, topic, 1)
+        relay.dribble_bps = 20
+        produce_values(source.bootstrap, topic, [f"late-{i}".encode() * 20 for i in range(BEHIND)])
+        dribbling = time.time()
 
-            # The source's real end is shown within a minute (the copy loop's last answer said 50).
-            seen = []
-            while time.time() < dribbling + 60:
-                st = partition_status(proxy, name, topic)
-                seen.append((round(time.time() - dribbling), st.get("state"), st.get("lag")))
-                if (st.get("lag") or 0) >= BEHIND:
-                    break
-                time.sleep(2)
-            assert (st.get("lag") or 0) >= BEHIND, (
-                f"60 s after {BEHIND} records reached a source dribbling its answers, the lag shown is "
-                f"{st.get('lag')} (state {st.get('state')}); seen (s, state, lag): {seen[-8:]}")
-
-            # ... and the partition is reported as not progressing, not "mirroring" with no word.
-            while time.time() < dribbling + 120:
-                st = partition_status(proxy, name, topic)
-                if stalled_metric(proxy, name, topic) == 1 and st.get("last_error"):
-                    break
-                time.sleep(2)
-            assert stalled_metric(proxy, name, topic) == 1, (
-                f"120 s without progress while {BEHIND} records wait: kmp_mirror_stalled is {stalled_metric(proxy, name, topic)}, "
-                f"status {st}")
-            assert st.get("last_error"), f"a stalled partition says why: {st}"
-
-            relay.dribble_bps = 0
-            recovered = time.time()
-            wait_caught_up(source, destination, topic, 1, timeout=120)
-            took = time.time() - recovered
-            src = [v for _, _, _, v in read_records(source.bootstrap, topic, 1)]
-            dst = [v for _, _, _, v in read_records(destination.bootstrap, topic, 1)]
-            assert dst == src, "the destination equals the source after recovering"
-            deadline = time.time() + 30
-            while time.time() < deadline and (stalled_metric(proxy, name, topic) != 0 or partition_status(proxy, name, topic).get("last_error")):
-                time.sleep(1)
+        # The source's real end is shown within a minute (the copy loop's last answer said 50).
+        seen = []
+        while time.time() < dribbling + 60:
             st = partition_status(proxy, name, topic)
-            assert stalled_metric(proxy, name, topic) == 0 and st.get("state") == "mirroring" and not st.get("last_error"), (
-                f"after catching up ({took:.0f} s after the source became normal) the partition is healthy again: {st}, "
-                f"kmp_mirror_stalled {stalled_metric(proxy, name, topic)}")
-    finally:
-        relay.close()
+            seen.append((round(time.time() - dribbling), st.get("state"), st.get("lag")))
+            if (st.get("lag") or 0) >= BEHIND:
+                break
+            time.sleep(2)
+        assert (st.get("lag") or 0) >= BEHIND, (
+            f"60 s after {BEHIND} records reached a source dribbling its answers, the lag shown is "
+            f"{st.get('lag')} (state {st.get('state')}); seen (s, state, lag): {seen[-8:]}")
+
+        # ... and the partition is reported as not progressing, not "mirroring" with no word.
+        while time.time() < dribbling + 120:
+            st = partition_status(proxy, name, topic)
+            if stalled_metric(proxy, name, topic) == 1 and st.get("last_error"):
+                break
+            time.sleep(2)
+        assert stalled_metric(proxy, name, topic) == 1, (
+            f"120 s without progress while {BEHIND} records wait: kmp_mirror_stalled is {stalled_metric(proxy, name, topic)}, "
+            f"status {st}")
+        assert st.get("last_error"), f"a stalled partition says why: {st}"
+
+        relay.dribble_bps = 0
+        recovered = time.time()
+        wait_caught_up(source, destination, topic, 1, timeout=120)
+        took = time.time() - recovered
+        src = [v for _, _, _, v in read_records(source.bootstrap, topic, 1)]
+        dst = [v for _, _, _, v in read_records(destination.bootstrap, topic, 1)]
+        assert dst == src, "the destination equals the source after recovering"
+        deadline = time.time() + 30
+        while time.time() < deadline and (stalled_metric(proxy, name, topic) != 0 or partition_status(proxy, name, topic).get("last_error")):
+            time.sleep(1)
+        st = partition_status(proxy, name, topic)
+        assert stalled_metric(proxy, name, topic) == 0 and st.get("state") == "mirroring" and not st.get("last_error"), (
+            f"after catching up ({took:.0f} s after the source became normal) the partition is healthy again: {st}, "
+            f"kmp_mirror_stalled {stalled_metric(proxy, name, topic)}")

@@ -247,8 +247,27 @@ where
     Req: Decodable + Encodable,
     Resp: Decodable + Encodable + Default,
 {
+    split_by(frame, key, version, take_mirror, remaining, add)
+}
+
+/// [`split`] of items named by another key than a topic name (a group, a coordinator key, a
+/// quota entity): `take_out` takes them out with their messages, `remaining` counts what is
+/// left, `add` puts the refusals in the answer.
+pub(crate) fn split_by<Req, Resp, K>(
+    frame: &Bytes,
+    key: ApiKey,
+    version: i16,
+    take_out: impl FnOnce(&mut Req) -> Vec<(K, StrBytes)>,
+    remaining: impl Fn(&Req) -> usize,
+    add: impl FnOnce(&mut Resp, &[(K, StrBytes)]) + Send + 'static,
+) -> Result<Decision, ProtocolError>
+where
+    Req: Decodable + Encodable,
+    Resp: Decodable + Encodable + Default,
+    K: Send + 'static,
+{
     let (header, mut req): (RequestHeader, Req) = decode_request(frame, key, version)?;
-    let refused = take_mirror(&mut req);
+    let refused = take_out(&mut req);
     if refused.is_empty() {
         return Ok(Decision::Forward);
     }

@@ -53,17 +53,36 @@ impl Shown {
     }
 }
 
+/// A refusal message as [`take_refused`]'s `hit` gives it: a text made for the item (equal texts
+/// then share one buffer) or a buffer already shared (a fixed message).
+pub(crate) trait Message {
+    /// The buffer the answer carries.
+    fn shared_in(self, texts: &mut Texts) -> StrBytes;
+}
+
+impl Message for String {
+    fn shared_in(self, texts: &mut Texts) -> StrBytes {
+        texts.share(self)
+    }
+}
+
+impl Message for StrBytes {
+    fn shared_in(self, _: &mut Texts) -> StrBytes {
+        self
+    }
+}
+
 /// Removes the items `hit` refuses from `items` and returns, once per distinct `key`, what it
 /// said of them, with identical messages sharing one buffer. `hit` returns the item's key and
 /// its refusal message.
-pub(crate) fn take_refused<T, K: Eq + Hash + Clone>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(K, String)>) -> Vec<(K, StrBytes)> {
+pub(crate) fn take_refused<T, K: Eq + Hash + Clone, M: Message>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(K, M)>) -> Vec<(K, StrBytes)> {
     let mut texts = Texts::default();
     let mut keys = HashSet::new();
     let mut out = Vec::new();
     items.retain(|i| match hit(i) {
         Some((key, text)) => {
             if keys.insert(key.clone()) {
-                out.push((key, texts.share(text)));
+                out.push((key, text.shared_in(&mut texts)));
             }
             false
         }

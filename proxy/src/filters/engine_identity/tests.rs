@@ -1,8 +1,19 @@
 //! The engine-identity guard's decisions on encoded frames: which requests are refused, which
 //! are reduced and merged, and which pass untouched.
 
-use super::*;
-use kmp_protocol::kafka_protocol::messages::{alter_client_quotas_request, list_groups_response, offset_fetch_request};
+use bytes::Bytes;
+use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::kafka_protocol::messages::{
+    AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
+    HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, SyncGroupRequest,
+    SyncGroupResponse, alter_client_quotas_request, describe_groups_response, list_groups_response, offset_fetch_request,
+};
+use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use super::groups::{group_api, unlisted};
+use super::{Decision, Protected, check, may_name_group};
 
 const ENGINE_GROUP: &str = "kmp-engine.__kmp_mirror_state";
 
