@@ -376,7 +376,7 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
                         return Ok(());
                     }
                     Err(CopyError::Broker(e)) => return Err(broker_error(shared, e)),
-                    Err(CopyError::Client(e)) => return Err(ProxyError::ClientIo(e)),
+                    Err(CopyError::Client(e)) => return Err(client_io(e, stall, m)),
                 };
                 m.spliced_bytes.inc_by(upstream.take_spliced());
                 in_flight.fetch_sub(1, Ordering::AcqRel);
@@ -433,13 +433,18 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
 /// Writes and flushes a whole response to the client; a client that takes nothing of it for
 /// `stall` (`limits.client_write_timeout_ms`) ends the session.
 async fn write_client<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8], stall: Duration, m: &crate::metrics::Metrics) -> Result<(), ProxyError> {
-    crate::write_stall::write_all(w, frame, stall).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::TimedOut {
-            m.connection_closed("client_write_timeout");
-            warn!(timeout = ?stall, "closing connection: the client read nothing of a response in time");
-        }
-        ProxyError::ClientIo(e)
-    })
+    crate::write_stall::write_all_flushed(w, frame, Some(stall))
+        .await
+        .map_err(|e| client_io(e, stall, m))
+}
+
+/// A failed write to the client; a write-stall timeout is counted and logged as the reason.
+fn client_io(e: std::io::Error, stall: Duration, m: &crate::metrics::Metrics) -> ProxyError {
+    if e.kind() == std::io::ErrorKind::TimedOut {
+        m.connection_closed("client_write_timeout");
+        warn!(timeout = ?stall, "closing connection: the client read nothing of a response in time");
+    }
+    ProxyError::ClientIo(e)
 }
 
 fn broker_error(shared: &Shared, e: ProtocolError) -> ProxyError {

@@ -28,7 +28,7 @@ use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::splice::{MIN_SPLICE_BYTES, Pipe, SpliceError, SpliceSocket};
-use crate::write_stall::within_stall;
+use crate::write_stall::{within_stall, write_all};
 
 /// Largest size of the reusable buffer: the most read from the broker (and written to the
 /// client) at once.
@@ -128,8 +128,8 @@ impl<R: AsyncRead + Unpin + SpliceSocket> Upstream<R> {
         }
     }
 
-    /// Bounds every write to the client: a piece of a response (a buffer of at most 1 MiB, or a
-    /// pipe's worth when splicing) that the client takes nothing of for `stall` fails the copy.
+    /// Bounds every write to the client: a write (or, when splicing, a wait for the client to take
+    /// more) that makes no progress for `stall` fails the copy.
     pub(crate) fn with_write_stall(mut self, stall: Duration) -> Self {
         self.write_stall = Some(stall);
         self
@@ -295,8 +295,7 @@ impl<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpin + SpliceSocket> 
 
     async fn write_out(&mut self) -> Result<(), CopyError> {
         if self.sent < self.up.head {
-            let stall = self.up.write_stall;
-            within_stall(stall, self.w.write_all(&self.up.buf[self.sent..self.up.head]))
+            write_all(self.w, &self.up.buf[self.sent..self.up.head], self.up.write_stall)
                 .await
                 .map_err(CopyError::Client)?;
             self.sent = self.up.head;

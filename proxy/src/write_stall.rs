@@ -21,18 +21,25 @@ pub(crate) async fn within_stall<T>(stall: Option<Duration>, io: impl Future<Out
     }
 }
 
-/// Writes all of `buf`, bounding each write by `stall`: a slow client that keeps reading is never
-/// cut off, one that reads nothing is.
-pub(crate) async fn write_all<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, buf: &[u8], stall: Duration) -> io::Result<()> {
+/// Writes all of `buf`, bounding each write by `stall` (`None`: unbounded): a slow client that
+/// keeps reading is never cut off, one that reads nothing is. Not flushed.
+pub(crate) async fn write_all<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, buf: &[u8], stall: Option<Duration>) -> io::Result<()> {
     use tokio::io::AsyncWriteExt;
     let mut pos = 0;
     while pos < buf.len() {
-        match within_stall(Some(stall), w.write(&buf[pos..])).await? {
+        match within_stall(stall, w.write(&buf[pos..])).await? {
             0 => return Err(io::ErrorKind::WriteZero.into()),
             n => pos += n,
         }
     }
-    within_stall(Some(stall), w.flush()).await
+    Ok(())
+}
+
+/// [`write_all`], then a flush bounded the same way.
+pub(crate) async fn write_all_flushed<W: tokio::io::AsyncWrite + Unpin>(w: &mut W, buf: &[u8], stall: Option<Duration>) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    write_all(w, buf, stall).await?;
+    within_stall(stall, w.flush()).await
 }
 
 #[cfg(test)]
@@ -43,7 +50,9 @@ mod tests {
     async fn a_client_that_reads_nothing_fails_the_write_after_the_stall_and_one_that_reads_does_not() {
         let (mut w, mut r) = tokio::io::duplex(1024);
         let big = vec![7u8; 64 * 1024];
-        let err = write_all(&mut w, &big, Duration::from_millis(200)).await.expect_err("nobody reads");
+        let err = write_all_flushed(&mut w, &big, Some(Duration::from_millis(200)))
+            .await
+            .expect_err("nobody reads");
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
 
         let (mut w, r2) = tokio::io::duplex(1024);
@@ -53,7 +62,9 @@ mod tests {
             let mut got = Vec::new();
             r.read_to_end(&mut got).await.map(|_| got.len())
         });
-        write_all(&mut w, &big, Duration::from_secs(5)).await.expect("a reading client gets everything");
+        write_all_flushed(&mut w, &big, Some(Duration::from_secs(5)))
+            .await
+            .expect("a reading client gets everything");
         drop(w);
         assert_eq!(reader.await.unwrap().unwrap(), big.len());
     }
