@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use kmp_protocol::codec::ApiKeyName;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
+use kmp_protocol::mirror_api;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -46,6 +47,8 @@ pub(crate) struct Metrics {
     latency: Family<ApiLabel, Histogram>,
     /// Indexed by API key; filled on first use so `/metrics` lists only APIs that were used.
     per_api: Vec<OnceLock<ApiMetrics>>,
+    /// The KIP-1279 RPCs the proxy answers itself, by their place in `mirror_api::ANSWERED`.
+    mirror_api: Vec<OnceLock<ApiMetrics>>,
     unknown_api: OnceLock<ApiMetrics>,
     pub(crate) bytes_from_clients: Counter,
     pub(crate) bytes_to_clients: Counter,
@@ -184,6 +187,7 @@ impl Metrics {
             requests,
             latency,
             per_api,
+            mirror_api: mirror_api::ANSWERED.iter().map(|_| OnceLock::new()).collect(),
             unknown_api: OnceLock::new(),
             bytes_from_clients,
             bytes_to_clients,
@@ -229,9 +233,13 @@ impl Metrics {
         let known = ApiKey::try_from(key)
             .ok()
             .and_then(|k| Some((k, self.per_api.get(usize::try_from(key).ok()?)?)));
-        match known {
-            Some((k, cell)) => cell.get_or_init(|| self.handles(k.name())),
-            None => self.unknown_api.get_or_init(|| self.handles("unknown")),
+        if let Some((k, cell)) = known {
+            return cell.get_or_init(|| self.handles(k.name()));
+        }
+        let answered = mirror_api::ANSWERED.iter().position(|&(k, _, _)| k == key);
+        match (answered.and_then(|i| self.mirror_api.get(i)), mirror_api::api_name(key)) {
+            (Some(cell), Some(name)) => cell.get_or_init(|| self.handles(name)),
+            _ => self.unknown_api.get_or_init(|| self.handles("unknown")),
         }
     }
 
@@ -263,10 +271,15 @@ mod tests {
         let m = Metrics::new();
         m.api(ApiKey::Produce as i16).requests.inc();
         m.api(-5).requests.inc();
+        m.api(mirror_api::DESCRIBE_CLUSTER_MIRRORS).requests.inc();
         m.bytes_from_clients.inc_by(10);
         let text = m.encode();
         assert!(text.contains("kmp_requests_total{api=\"Produce\"} 1"), "{text}");
         assert!(text.contains("kmp_requests_total{api=\"unknown\"} 1"), "{text}");
+        assert!(
+            text.contains("kmp_requests_total{api=\"DescribeClusterMirrors\"} 1"),
+            "the proxy's own mirror RPCs are counted by name: {text}"
+        );
         assert!(text.contains("kmp_bytes_total{direction=\"from_clients\"} 10"), "{text}");
         assert!(text.contains("kmp_request_duration_seconds_bucket"), "{text}");
     }

@@ -51,6 +51,21 @@ pub const ANSWERED: &[(i16, i16, i16)] = &[
     (DELETE_CLUSTER_MIRROR, 0, 0),
 ];
 
+/// The KIP-1279 name of mirror RPC `key` (as in its JSON schema), or `None` for other keys.
+pub fn api_name(key: i16) -> Option<&'static str> {
+    Some(match key {
+        CREATE_CLUSTER_MIRROR => "CreateClusterMirror",
+        START_MIRROR_TOPICS => "StartMirrorTopics",
+        STOP_MIRROR_TOPICS => "StopMirrorTopics",
+        LIST_CLUSTER_MIRRORS => "ListClusterMirrors",
+        DESCRIBE_CLUSTER_MIRRORS => "DescribeClusterMirrors",
+        PAUSE_MIRROR_TOPICS => "PauseMirrorTopics",
+        RESUME_MIRROR_TOPICS => "ResumeMirrorTopics",
+        DELETE_CLUSTER_MIRROR => "DeleteClusterMirror",
+        _ => return None,
+    })
+}
+
 /// Whether the proxy answers `key` itself.
 pub fn is_answered(key: i16) -> bool {
     ANSWERED.iter().any(|&(k, _, _)| k == key)
