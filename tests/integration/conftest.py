@@ -2,6 +2,8 @@
 kafka_classpath) moved to tests/conftest.py so that tests/security shares the same brokers; the
 helpers live in tests/kmp_common.py and are re-exported here, so test modules (and the benchmarks,
 which put this directory on sys.path) keep writing ``from conftest import ProxyProcess, unique``.
+Helpers several test modules share live in tests/harness (mirror.py, instances.py, records.py,
+client_scenarios.py), never in a test module: no test module imports another.
 """
 
 from __future__ import annotations

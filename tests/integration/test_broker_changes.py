@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import unique
+from mirror import leader_of
 
 RECORDS = 20000
 
@@ -18,11 +19,6 @@ def create(bootstrap: str, topic: str, **kw) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the futures
     for f in admin.create_topics([NewTopic(topic, **kw)]).values():
         f.result(30)
-
-
-def leader_of(bootstrap: str, topic: str, partition: int) -> int:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
-    return md.topics[topic].partitions[partition].leader
 
 
 def test_clients_recover_with_no_loss_when_the_partition_leader_is_killed(proxy, destination):

@@ -33,7 +33,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import REPO, free_port, free_port_block, unique
 from kmp_common import wait_until
-from test_mirror_engine import create, produce_plain, read_all, wait_caught_up
+from mirror import create, produce_plain, read_all, wait_caught_up
 
 # A cold build compiles the release binary (minutes on 2 cores); the module's first test pays it.
 pytestmark = pytest.mark.timeout(3000)

@@ -13,7 +13,7 @@ from selenium.webdriver.common.by import By
 
 from conftest import ProxyProcess, unique
 from dashboard_browser import chromium, console_errors, http, non_loopback_ipv4, screenshot, wait_dom
-from test_mirror_engine import create, high_watermarks, produce_plain, wait_caught_up
+from mirror import create, high_watermarks, produce_plain, wait_caught_up
 
 TOKEN = "dash-Xq81-admin-token"
 PARTITIONS = 3

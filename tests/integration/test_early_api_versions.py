@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 
 from kafka_wire import closed_by_peer, metadata_v1_no_topics, read_response  # noqa: E402
 from kmp_common import ProxyProcess, unique  # noqa: E402
-from test_mirror_engine import create  # noqa: E402
+from mirror import create
 from sec_support import TcpServer, assert_alive, running_proxy, write_config  # noqa: E402
 
 EARLY = "kmp_api_versions_answered_early_total"

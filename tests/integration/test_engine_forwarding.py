@@ -12,10 +12,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from conftest import unique
 from kmp_common import wait_until
-from test_engine_takeover import ELECTION_BOUND_S, auto_instances, lists_topic, partition_states, wait_one_active
-from test_mirror_cli import cli_json
-from test_mirror_engine import create, high_watermarks, produce_plain, wait_caught_up
-from test_mirror_failover import produce_one
+from instances import ELECTION_BOUND_S, auto_instances, lists_topic, partition_states, wait_one_active
+from mirror import cli_json, create, high_watermarks, produce_one, produce_plain, wait_caught_up
 
 PARTITIONS = 2
 

@@ -33,22 +33,11 @@ from confluent_kafka import Consumer, TopicPartition
 
 from conftest import unique
 from kmp_common import wait_until
-from test_engine_takeover import (
-    ELECTION_BOUND_S,
-    INSTANCES,
-    SESSION_TIMEOUT_MS,
-    TAKEOVER_BOUND_S,
-    SourceLoad,
-    assert_same_log,
-    auto_instances,
-    cli_describe_engine,
-    compressed_data,
-    partition_states,
-    start_mirror,
-    wait_one_active,
+from instances import (
+    ELECTION_BOUND_S, INSTANCES, SESSION_TIMEOUT_MS, SourceLoad, TAKEOVER_BOUND_S, assert_same_log, auto_instances,
+    cli_describe_engine, compressed_data, partition_states, start_mirror, wait_one_active,
 )
-from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, read_all, wait_caught_up
-from test_mirror_failover import call, produce_one
+from mirror import FILLER_KEY, call, create, high_watermarks, produce_one, produce_plain, read_all, wait_caught_up
 
 PARTITIONS = 6
 CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))

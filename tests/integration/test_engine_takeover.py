@@ -17,216 +17,29 @@ C: a failover (stop) through the active while clients produce to other topics th
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
-import re
 import signal
 import statistics
-import subprocess
 import threading
 import time
-from contextlib import contextmanager
 
 from confluent_kafka import KafkaError, Producer
 
-from conftest import PROXY_BIN, ProxyProcess, unique
+from conftest import unique
 from kmp_common import wait_until
-from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
-from test_mirror_failover import call, produce_one
+from instances import (
+    ELECTION_BOUND_S, INSTANCES, NOT_CONTROLLER, SESSION_TIMEOUT_MS, SourceLoad, TAKEOVER_BOUND_S,
+    WOKEN_STANDBY_BOUND_S, assert_same_log, auto_instances, cli_describe_engine, compressed_data, lists_topic,
+    partition_states, roles, start_mirror, wait_one_active,
+)
+from mirror import (
+    FILLER_KEY, call, create, high_watermarks, produce_one, produce_plain, produce_transactions, read_all,
+    wait_caught_up,
+)
 
-# The smallest session the brokers accept by default (group.min.session.timeout.ms = 6000; the
-# shared session clusters keep the broker defaults).
-SESSION_TIMEOUT_MS = 6000
-HEARTBEAT_INTERVAL_MS = 500
-INSTANCES = 3
-# Election and takeover bounds: the coordinator drops a dead member after the session timeout, the
-# rebalance that follows waits up to one more session for the survivors' JoinGroups.
-ELECTION_BOUND_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10
-TAKEOVER_BOUND_S = 3 * SESSION_TIMEOUT_MS / 1000 + 10
-# A woken old active must see its lease expired at once; a few heartbeats of slack for the poll.
-WOKEN_STANDBY_BOUND_S = SESSION_TIMEOUT_MS / 1000 + 5
 CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))
-NOT_CONTROLLER = 41
-# With engine.share_work the line ends in "; share <index> of <members>" (or "; no share").
-ENGINE_LINE = re.compile(r"engine: (active|standby) \(instance ([^\s,]+), generation (-?\d+)(?:; active: ([^\s;)]+))?(?:; (?:share \d+ of \d+|no share))?\)")
-
-
-class Instance:
-    """One role-auto proxy with a fixed instance id. A restart keeps the instance id but takes fresh
-    ports: a port the dead process held may meanwhile be some client connection's ephemeral port
-    (the proxy then rightly hides that broker and stays unready)."""
-
-    def __init__(self, destination, workdir, args, instance_id: str):
-        self.instance_id = instance_id
-        self._spawn = lambda: ProxyProcess(destination.bootstrap, workdir, args, env={"KMP_INSTANCE_ID": instance_id})
-        self.proxy = self._spawn()
-        self.logs = [self.proxy.log_path]
-        self.stopped = False  # SIGSTOPped: not polled (every HTTP call would time out)
-        self.state_topic: str | None = None  # set by auto_instances
-
-    def start(self) -> "Instance":
-        self.proxy.start()
-        return self
-
-    def restart(self) -> "Instance":
-        assert not self.proxy.alive(), f"{self.instance_id} is restarted only once it has exited"
-        self.proxy = self._spawn()
-        self.logs.append(self.proxy.log_path)
-        return self.start()
-
-    @property
-    def bootstrap(self) -> str:
-        return self.proxy.bootstrap
-
-    def reachable(self) -> bool:
-        return self.proxy.alive() and not self.stopped
-
-    def engine(self) -> tuple[str, str, int, float, float, float, str | None] | None:
-        """(role from /readyz, instance id from /readyz, generation from /readyz, kmp_engine_active,
-        kmp_engine_generation, kmp_engine_takeovers_total, the active instance a standby's /readyz
-        names), or None when the instance does not answer.
-        The role is "no engine line: <body>" while /readyz has no `engine: active|standby (instance
-        <id>, generation <n>)` line, and a metric that is not on /metrics reads as NaN (so that a
-        wait names what it saw last)."""
-        if not self.reachable():
-            return None
-        status, body = self.proxy.http("/readyz")
-        if status == 0:
-            return None
-        line = ENGINE_LINE.search(body)
-        status, text = self.proxy.http("/metrics")
-        if status != 200:
-            return None
-        values = {}
-        for name in ("kmp_engine_active", "kmp_engine_generation", "kmp_engine_takeovers_total"):
-            found = [float(l.split()[-1]) for l in text.splitlines() if l.startswith((name + " ", name + "{"))]
-            values[name] = found[0] if found else float("nan")
-        role, iid, generation, named = (line.group(1), line.group(2), int(line.group(3)), line.group(4)) if line \
-            else (f"no engine line: {body!r}", "?", -1, None)
-        return (role, iid, generation, values["kmp_engine_active"], values["kmp_engine_generation"], values["kmp_engine_takeovers_total"],
-                named)
-
-
-def auto_config(workdir, state_topic: str, session_timeout_ms: int = SESSION_TIMEOUT_MS,
-                heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS, share_work: bool = False) -> list[str]:
-    """One config file shared by every instance: role auto, a unique state topic, a short session
-    (and with ``share_work``, the copying shared by the instances)."""
-    path = workdir / f"{unique('auto-cfg')}.toml"
-    path.write_text(f'[engine]\nrole = "auto"\nstate_topic = "{state_topic}"\nstate_flush_interval_ms = 500\n'
-                    f'session_timeout_ms = {session_timeout_ms}\nheartbeat_interval_ms = {heartbeat_interval_ms}\n'
-                    f'share_work = {"true" if share_work else "false"}\n')
-    return ["--config", str(path)]
-
-
-@contextmanager
-def auto_instances(destination, workdir, n: int = INSTANCES, **config):
-    """``n`` role-auto proxies sharing one config (``config``: auto_config's timing settings); each
-    must exit 0 on SIGTERM at the end."""
-    state_topic = unique("kmp-state-ha")
-    args = auto_config(workdir, state_topic, **config)
-    prefix = unique("kmp-ha")
-    instances = [Instance(destination, workdir, args, f"{prefix}-{i}") for i in range(n)]
-    for inst in instances:
-        inst.state_topic = state_topic
-    try:
-        for inst in instances:
-            inst.start()
-        yield instances
-    except BaseException:
-        shut_down(instances)  # the failure at hand is the one to report
-        raise
-    codes = shut_down(instances)
-    logs = "\n".join(f"--- {i.instance_id}: {', '.join(map(str, i.logs))}" for i in instances)
-    assert all(c == 0 for c in codes.values()), f"every instance exits 0 on SIGTERM: {codes}\n{logs}"
-
-
-def shut_down(instances) -> dict[str, int]:
-    """SIGCONT what is frozen, SIGTERM every instance; their exit codes by instance id."""
-    codes = {}
-    for inst in instances:
-        if inst.stopped and inst.proxy.alive():
-            os.kill(inst.proxy.pid, signal.SIGCONT)
-            inst.stopped = False
-        codes[inst.instance_id] = inst.proxy.stop()
-    return codes
-
-
-def roles(instances) -> dict[str, tuple]:
-    """Engine view of every reachable instance, by instance id."""
-    return {i.instance_id: view for i in instances if (view := i.engine()) is not None}
-
-
-def one_active(views: dict, min_generation: int = -1):
-    """(instance, view) of the single instance that is active (/readyz and kmp_engine_active agree)
-    while every other one in ``views`` is a standby, at a generation above ``min_generation``."""
-    if any(v is None for _, v in views.values()):
-        return None
-    active = [(i, v) for i, v in views.values() if v[0] == "active" and v[3] == 1]
-    standby = [(i, v) for i, v in views.values() if v[0] == "standby" and v[3] == 0]
-    if len(active) != 1 or len(active) + len(standby) != len(views) or active[0][1][2] <= min_generation:
-        return None
-    return active[0]
-
-
-def wait_one_active(instances, what: str, timeout: float, min_generation: int = -1):
-    """Polls the reachable ones of ``instances`` (every 50 ms) until exactly one is active and the
-    others standby; fails naming ``what`` and every instance's last engine view."""
-    deadline = time.time() + timeout
-    while True:
-        views = {i.instance_id: (i, i.engine()) for i in instances if i.reachable()}
-        found = one_active(views, min_generation)
-        if found:
-            return found
-        assert time.time() < deadline, (f"{what}: not within {timeout}s; last seen (role, instance, generation, kmp_engine_active, "
-                                         f"kmp_engine_generation, kmp_engine_takeovers_total, active named): "
-                                         f"{ {k: v for k, (_, v) in views.items()} }; logs: {[str(p) for i in instances for p in i.logs]}")
-        time.sleep(0.05)
-
-
-def start_mirror(inst: Instance, source, mirror: str, topic: str) -> None:
-    """Creates `mirror` and starts `topic` through `inst` (active, or a standby handing over)."""
-    status, r = call(inst.proxy, "POST", "/v1/mirrors", {"name": mirror, "configs": {"bootstrap.servers": source.bootstrap}})
-    assert status == 201, f"mirror {mirror} created through {inst.instance_id}: {status} {r}"
-    status, r = call(inst.proxy, "POST", f"/v1/mirrors/{mirror}/start", {"topics": [topic]})
-    assert status == 200 and r["results"][0]["error_code"] == 0, f"{topic} started through {inst.instance_id}: {status} {r}"
-
-
-def partition_states(inst: Instance, mirror: str, topic: str) -> list[tuple[int, str]]:
-    status, body = call(inst.proxy, "GET", f"/v1/mirrors/{mirror}")
-    assert status == 200, f"describe {mirror} through {inst.instance_id}: {status} {body}"
-    topics = [t for t in body["topics"] if t["topic"] == topic]
-    return sorted((p["partition"], p["state"]) for t in topics for p in t["partitions"])
-
-
-def lists_topic(inst: Instance, mirror: str, topic: str) -> bool:
-    status, body = call(inst.proxy, "GET", "/v1/mirrors")
-    return status == 200 and any(m["name"] == mirror and topic in m["topics"] for m in body["mirrors"])
-
-
-def compressed_data(source, topic: str) -> None:
-    for i, codec in enumerate(["gzip", "snappy", "lz4", "zstd"]):
-        produce_plain(source.bootstrap, topic, 80, start=i * 80, **{"compression.type": codec})
-    produce_transactions(source.bootstrap, topic)  # committed and aborted: markers and aborted data become fillers
-
-
-def assert_same_log(source, destination, topic: str, partitions: int, context: str) -> None:
-    """The destination holds the source's committed records at identical offsets (keys, values,
-    headers, timestamps) and fillers only where the source has a marker or aborted data."""
-    committed = {(r[0], r[1]): r for r in read_all(source.bootstrap, topic, partitions, "read_committed")}
-    dst = {(r[0], r[1]): r for r in read_all(destination.bootstrap, topic, partitions, "read_uncommitted")}
-    for p, o in sorted(set(committed) | set(dst)):
-        want, got = committed.get((p, o)), dst.get((p, o))
-        if got is not None and got[2] == FILLER_KEY:
-            # No committed record there: the source holds a transaction marker or aborted data.
-            assert want is None, f"{topic} partition {p} offset {o}: a filler where the source has committed record {want} ({context})"
-            continue
-        assert got == want, f"{topic} partition {p} offset {o}: destination {got} != source {want} ({context})"
-    src_ends, dst_ends = high_watermarks(source.bootstrap, topic, partitions), high_watermarks(destination.bootstrap, topic, partitions)
-    for p in range(partitions):
-        assert dst_ends[p] == src_ends[p], f"{topic} partition {p}: destination ends at offset {dst_ends[p]}, source at {src_ends[p]} ({context})"
-    assert committed, f"{topic}: the source has data ({context})"
 
 
 def test_exactly_one_instance_is_active_and_every_instance_enforces_the_mirror(clusters, workdir):
@@ -293,77 +106,6 @@ def test_exactly_one_instance_is_active_and_every_instance_enforces_the_mirror(c
             assert isinstance(generation, int) and generation >= view[2], f"describe through {inst.instance_id} gives the generation: {generation} (elected at {view[2]})"
         assert high_watermarks(destination.bootstrap, topic, partitions) == high_watermarks(source.bootstrap, topic, partitions), \
             "nothing written through any instance reached the mirror topic"
-
-
-def cli_describe_engine(inst, mirror: str) -> dict:
-    """The `engine` entry of `mirrors --describe --output json` through instance `inst`."""
-    out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", inst.bootstrap, "--describe", "--mirror", mirror, "--output", "json"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, f"describe through {inst.instance_id} failed ({out.returncode}): {out.stderr}"
-    engine = json.loads(out.stdout).get("engine")
-    assert engine is not None, f"describe through {inst.instance_id} carries no engine identity: {out.stdout[:500]}"
-    return engine
-
-
-class SourceLoad:
-    """Continuous source load: compressed records from idempotent producers and transactions, a
-    third of them aborted, until stopped; every delivery must succeed."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, seed: int):
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.rng = random.Random(seed)
-        self.done = threading.Event()
-        self.errors: list = []
-        self.records = 0
-        self.transactions = {"committed": 0, "aborted": 0}
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _delivered(self, err, _msg):
-        if err is not None:
-            self.errors.append(err)
-
-    def _run(self):
-        producers = [Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 20, "compression.type": c})
-                     for c in ("lz4", "zstd", "gzip", "snappy")]
-        tx = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": unique("ha-load-tx"), "compression.type": "zstd"})
-        tx.init_transactions(30)
-        i = 0
-        try:
-            while not self.done.is_set():
-                p = producers[i % len(producers)]
-                for _ in range(10):
-                    p.produce(self.topic, key=f"k{i % 17}".encode(), value=f"load-{i}-".encode() * (1 + i % 4),
-                              partition=self.rng.randrange(self.partitions), headers=[("n", str(i).encode())], on_delivery=self._delivered)
-                    i += 1
-                    self.records += 1
-                p.poll(0)
-                if i % 200 == 0:
-                    tx.begin_transaction()
-                    for j in range(6):
-                        tx.produce(self.topic, key=b"tx", value=f"tx-{i}-{j}".encode(), partition=j % self.partitions)
-                    if self.rng.random() < 1 / 3:
-                        tx.abort_transaction(30)
-                        self.transactions["aborted"] += 1
-                    else:
-                        tx.commit_transaction(30)
-                        self.transactions["committed"] += 1
-                time.sleep(0.05)
-        except Exception as e:  # noqa: BLE001  (reported by stop())
-            self.errors.append(e)
-        finally:
-            for p in producers:
-                if p.flush(60) != 0:
-                    self.errors.append("records left undelivered at the end")
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.done.set()
-        self.thread.join(120)
-        assert not self.thread.is_alive(), "the load thread finished"
-        assert not self.errors, f"the source load never failed: {self.errors[:5]}"
 
 
 def pct(values: list[float], q: float) -> float:

@@ -16,10 +16,10 @@ from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
 from kmp_common import wait_until
-from test_broker_changes import leader_of
-from test_mirror_cli import cli, cli_json
-from test_mirror_engine import FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
-from test_mirror_failover import call, produce_one
+from mirror import (
+    FILLER_KEY, call, cli, cli_json, create, high_watermarks, leader_of, produce_one, produce_plain,
+    produce_transactions, read_all, wait_caught_up,
+)
 
 PARTITIONS = 2
 JAVA = REPO / "tests" / "clients" / "java" / "MirrorCheck.java"

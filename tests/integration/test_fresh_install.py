@@ -13,8 +13,7 @@ import sys
 from pathlib import Path
 
 from conftest import PROXY_BIN, ProxyProcess, unique
-from test_mirror_engine import create, high_watermarks, produce_plain, wait_caught_up
-from test_mirror_failover import produce_one
+from mirror import create, high_watermarks, produce_one, produce_plain, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"

@@ -13,8 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, running_cluster, unique
-from test_mirror_engine import high_watermarks, read_all, strip_fillers, wait_caught_up
-from test_mirror_state import wait_for_records_metric
+from mirror import high_watermarks, read_all, strip_fillers, wait_caught_up, wait_for_records_metric
 
 PARTITIONS = 32
 PER_PARTITION = 4 * 1024 * 1024

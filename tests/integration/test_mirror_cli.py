@@ -3,42 +3,20 @@ proxy in front of real clusters: the RPCs are advertised in ApiVersions, list/de
 mirror, pause/resume/stop (by name and by regex) drive the topic through its life cycle with a
 failover at the end, and the KIP error codes come back for invalid requests."""
 
-import json
 import socket
 import struct
-import subprocess
 
 from confluent_kafka import KafkaError
 
 import kafka_wire
-from conftest import PROXY_BIN, ProxyProcess, unique
+from conftest import ProxyProcess, unique
 from kmp_common import wait_until
-from test_mirror_engine import create, high_watermarks, produce_plain, wait_caught_up
-from test_mirror_failover import produce_one
-from test_mirror_faults import mirror_config
+from mirror import (
+    cli, cli_json, create, high_watermarks, mirror_config, mirror_through_cli, produce_one, produce_plain,
+    wait_caught_up,
+)
 
 PARTITIONS = 2
-
-
-def cli(proxy, *args: str) -> tuple[int, str, str]:
-    out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", proxy.bootstrap, *args], capture_output=True, text=True, timeout=120)
-    return out.returncode, out.stdout, out.stderr
-
-
-def cli_json(proxy, *args: str) -> tuple[int, dict]:
-    code, out, err = cli(proxy, *args, "--output", "json")
-    assert out.strip(), f"no output (exit {code}): {err}"
-    return code, json.loads(out)
-
-
-def mirror_through_cli(proxy, source, destination, mirror: str, props, topic: str) -> None:
-    """Creates `mirror` (source settings in `props`) and starts `topic` with the CLI, then waits
-    until the destination caught up."""
-    code, r = cli_json(proxy, "--create", "--mirror", mirror, "--mirror-config", str(props))
-    assert code == 0, f"mirror created: {r}"
-    code, r = cli_json(proxy, "--start", "--mirror", mirror, "--topics", topic)
-    assert code == 0, f"topic started: {r}"
-    wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 1})
 
 
 def api_versions_keys(proxy) -> dict[int, tuple[int, int]]:

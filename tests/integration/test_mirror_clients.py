@@ -11,7 +11,6 @@
 import socket
 import struct
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,8 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire
 from conftest import ProxyProcess, unique
-from test_mirror_engine import create, high_watermarks, produce_plain, produce_transactions, read_all, wait_caught_up
-from test_mirror_faults import mirror_config
+from mirror import create, high_watermarks, mirror_config, produce_plain, produce_transactions, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA = REPO / "tests" / "clients" / "java" / "MirrorCheck.java"

@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire
 from conftest import ProxyProcess, unique
-from test_mirror_engine import wait_caught_up
-from test_mirror_straddle import assert_same_records, batch_headers, fetch_v4_records, read_from, strip_fillers, watermarks
+from mirror import wait_caught_up
+from records import assert_same_records, batch_headers, fetch_v4_records, read_from, strip_fillers, watermarks
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TXN_PARTITION = len(CODECS)

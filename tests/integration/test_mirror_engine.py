@@ -4,92 +4,13 @@ plain, keyed and null records with headers, all four codecs, and committed and a
 transactions (markers and aborted data become fillers) — and mirroring continues while the
 source keeps producing."""
 
-import time
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
-
-FILLER_KEY = b"__kmp_filler"
-CATCH_UP_TIMEOUT_S = 90
-
-
-def create(bootstrap: str, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-
-def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("hw")})
-    out = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)]
-    c.close()
-    return out
-
-
-def read_all(bootstrap: str, topic: str, partitions: int, isolation: str) -> list[tuple]:
-    """(partition, offset, key, value, headers, timestamp) of every record from each partition's
-    log start to its end, fillers included. Reading starts at the log start, not at offset 0: once
-    the log start moved, 0 is out of range and the consumer would silently reset to the end and
-    read nothing. An offset reset or any error other than end-of-partition fails the read."""
-    ends = high_watermarks(bootstrap, topic, partitions)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "isolation.level": isolation,
-                  "enable.partition.eof": True, "enable.auto.commit": False, "auto.offset.reset": "error"})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out, done, deadline = [], {p for p in range(partitions) if ends[p] == 0}, time.time() + 60
-    while len(done) < partitions and time.time() < deadline:
-        for m in c.consume(1000, 0.5):
-            if m.error():
-                assert m.error().code() == KafkaError._PARTITION_EOF, f"{topic}-{m.partition()} via {bootstrap} ({isolation}): {m.error()}"
-                done.add(m.partition())
-                continue
-            out.append((m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1]))
-    c.close()
-    assert len(done) == partitions, f"{topic}: partitions {sorted(set(range(partitions)) - done)} not read to their end {ends} within 60 s ({isolation})"
-    return sorted(out)
-
-
-def high_watermarks_or_none(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
-    try:
-        return high_watermarks(bootstrap, topic, partitions)
-    except KafkaException:  # the destination topic is not created yet
-        return None
-
-
-def wait_caught_up(source: str, destination: str, topics: dict[str, int]) -> None:
-    deadline = time.time() + CATCH_UP_TIMEOUT_S
-    while True:
-        pending = {t: (high_watermarks(source, t, n), high_watermarks_or_none(destination, t, n)) for t, n in topics.items()}
-        pending = {t: v for t, v in pending.items() if v[0] != v[1]}
-        if not pending:
-            return
-        assert time.time() < deadline, f"destination caught up with the source within {CATCH_UP_TIMEOUT_S}s: {pending}"
-        time.sleep(0.5)
-
-
-def produce_plain(bootstrap: str, topic: str, n: int, start: int = 0, **conf) -> None:
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
-    for i in range(start, start + n):
-        key = None if i % 7 == 0 else f"key-{i % 13}".encode()
-        value = None if i % 11 == 0 else f"value-{i}".encode() * (1 + i % 5)
-        p.produce(topic, key=key, value=value, headers=[("h", f"{i}".encode()), ("empty", b"")] if i % 3 else None)
-    assert p.flush(30) == 0
-
-
-def produce_transactions(bootstrap: str, topic: str) -> None:
-    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("mirror-tx")})
-    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    tx.init_transactions(30)
-    for round_no in range(6):
-        tx.begin_transaction()
-        for i in range(8):
-            tx.produce(topic, key=f"t{round_no}-{i}".encode(), value=f"txn-{round_no}-{i}".encode(), partition=i % 2)
-            if i == 3:
-                plain.produce(topic, value=f"between-{round_no}".encode(), partition=round_no % 2)
-                plain.flush(30)
-        tx.flush(30)
-        (tx.abort_transaction if round_no % 3 == 1 else tx.commit_transaction)(30)
+from mirror import (
+    FILLER_KEY, create, high_watermarks, produce_plain, produce_transactions, read_all, strip_fillers, wait_caught_up,
+)
 
 
 @pytest.fixture(scope="module")
@@ -112,10 +33,6 @@ def mirrored(clusters, workdir):
         yield source, destination, proxy, topics
     finally:
         assert proxy.stop() == 0
-
-
-def strip_fillers(records: list[tuple]) -> list[tuple]:
-    return [r for r in records if r[2] != FILLER_KEY]
 
 
 def test_mirrored_records_keep_their_offsets_keys_values_headers_and_timestamps(mirrored):

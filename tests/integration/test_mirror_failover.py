@@ -4,48 +4,18 @@ describe, pause (copying stops, still read-only), resume (catches up), graceful 
 offset), each state surviving a proxy restart, the KIP-1279 error codes of invalid transitions,
 and the loopback-or-token rule for mutating routes."""
 
-import json
 import socket
 import time
-import urllib.request
 
-import pytest
-from confluent_kafka import KafkaError, Producer
+from confluent_kafka import KafkaError
 
 from conftest import ProxyProcess, unique
-from test_mirror_engine import create, high_watermarks, produce_plain, produce_transactions, wait_caught_up
-from test_mirror_faults import assert_equal, mirror_config
+from mirror import (
+    assert_equal, call, create, describe, high_watermarks, mirror_config, produce_one, produce_plain,
+    produce_transactions, states, wait_caught_up,
+)
 
 PARTITIONS = 2
-
-
-def call(proxy, method: str, path: str, body: dict | None = None, host: str = "127.0.0.1", token: str | None = None) -> tuple[int, dict]:
-    req = urllib.request.Request(f"http://{host}:{proxy.admin_port}{path}", method=method,
-                                 data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})})
-    try:
-        with urllib.request.urlopen(req, timeout=90) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read() or b"{}")
-
-
-def describe(proxy, mirror: str, topic: str) -> dict:
-    status, body = call(proxy, "GET", f"/v1/mirrors/{mirror}")
-    assert status == 200, body
-    return next(t for t in body["topics"] if t["topic"] == topic)
-
-
-def states(proxy, mirror, topic) -> list[str]:
-    return [p["state"] for p in sorted(describe(proxy, mirror, topic)["partitions"], key=lambda p: p["partition"])]
-
-
-def produce_one(bootstrap: str, topic: str, partition: int) -> tuple[KafkaError | None, int]:
-    p = Producer({"bootstrap.servers": bootstrap})
-    out = {}
-    p.produce(topic, key=b"after", value=b"failover", partition=partition, on_delivery=lambda err, msg: out.update(err=err, offset=msg.offset()))
-    p.flush(60)
-    return out.get("err"), out.get("offset", -1)
 
 
 def local_ip() -> str | None:
@@ -231,7 +201,7 @@ def test_a_deleted_mirrors_topic_keeps_its_fillers_masked_after_a_restart(cluste
     """Fillers stay in a former mirror topic's log: the state topic remembers the topic, so a
     restarted proxy still masks them (by name and by topic id), while the topic is writable."""
     from kafka import KafkaConsumer, TopicPartition as KpTopicPartition
-    from test_mirror_engine import FILLER_KEY, read_all
+    from mirror import FILLER_KEY, read_all
 
     source, destination = clusters
     topic = unique("former")

@@ -5,7 +5,6 @@ killed and restarted mid-stream. After each, the destination equals the source a
 offsets."""
 
 import random
-from contextlib import contextmanager
 import signal
 import threading
 import time
@@ -14,26 +13,10 @@ from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
-from test_mirror_engine import (create, high_watermarks, high_watermarks_or_none, produce_plain, read_all, strip_fillers,
-                                wait_caught_up)
-
-
-def mirror_config(workdir, source, topics, name="faults"):
-    path = workdir / f"{name}-{unique('cfg')}.toml"
-    listed = ", ".join(f'"{t}"' for t in topics)
-    servers = ", ".join(f'"{s}"' for s in source.bootstrap.split(","))
-    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = [{servers}]\ntopics = [{listed}]\n')
-    return ["--config", str(path)]
-
-
-@contextmanager
-def mirroring_proxy(source, destination, workdir, topics):
-    """The proxy in front of ``destination`` mirroring ``topics``; must stop cleanly (exit 0)."""
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, topics)).start()
-    try:
-        yield proxy
-    finally:
-        assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
+from mirror import (
+    assert_equal, create, high_watermarks_or_none, mirror_config, mirroring_proxy, produce_plain, read_all,
+    wait_caught_up,
+)
 
 
 def wait_for_low_watermark(bootstrap: str, topic: str, expected: int, timeout: float = 30) -> int:
@@ -55,13 +38,6 @@ def delete_records(bootstrap: str, topic: str, before: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for f in admin.delete_records([TopicPartition(topic, 0, before)]).values():
         f.result(30)
-
-
-def assert_equal(source, destination, topic, partitions):
-    src = read_all(source.bootstrap, topic, partitions, "read_committed")
-    dst = strip_fillers(read_all(destination.bootstrap, topic, partitions, "read_uncommitted"))
-    assert dst == src, f"{topic}: destination equals the source record by record ({len(dst)} vs {len(src)} records)"
-    assert high_watermarks(destination.bootstrap, topic, partitions) == high_watermarks(source.bootstrap, topic, partitions)
 
 
 def test_source_log_start_above_zero_is_filled_and_then_followed(clusters, workdir):

@@ -15,9 +15,7 @@ from confluent_kafka import Producer
 
 from conftest import unique
 from kmp_common import established
-from test_broker_changes import leader_of
-from test_mirror_engine import create, high_watermarks, read_all, strip_fillers, wait_caught_up
-from test_mirror_faults import mirroring_proxy
+from mirror import create, high_watermarks, leader_of, mirroring_proxy, read_all, strip_fillers, wait_caught_up
 
 PARTITIONS = 300
 

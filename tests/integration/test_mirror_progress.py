@@ -12,11 +12,10 @@ import select
 import subprocess
 import time
 
-from confluent_kafka import Producer
 
 from conftest import PROXY_BIN, ProxyProcess, unique
 from kmp_common import wait_until
-from test_mirror_engine import create, high_watermarks
+from mirror import create, high_watermarks, produce_small_batches
 
 PARTITIONS = 2
 RECORDS = 60_000
@@ -28,21 +27,6 @@ def slow_mirror_config(workdir, source, topic: str, name: str) -> list[str]:
     path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = ["{topic}"]\n'
                     "fetch_max_bytes = 1024\nfetch_grow_max_bytes = 1024\n")
     return ["--config", str(path)]
-
-
-def produce_small_batches(bootstrap: str, topic: str, n: int) -> None:
-    """`n` 40-byte records in batches of about 1 KiB (so a 1 KiB Fetch returns one batch)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1024, "compression.type": "none"})
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, value=b"%040d" % i, partition=i % PARTITIONS)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 10_000 == 0:
-            p.poll(0)
-    assert p.flush(60) == 0, "every record produced"
 
 
 def cli(proxy, *args: str) -> tuple[int, str, str]:

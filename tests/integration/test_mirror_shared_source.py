@@ -10,9 +10,7 @@ import time
 
 from conftest import ProxyProcess, unique
 from kmp_common import established, wait_until
-from test_mirror_cli import cli_json, mirror_through_cli
-from test_mirror_engine import create, produce_plain, wait_caught_up
-from test_mirror_progress import produce_small_batches
+from mirror import cli_json, create, mirror_through_cli, produce_plain, produce_small_batches, wait_caught_up
 
 IDLE_PARTITIONS = 24
 RECORDS = 14_000  # ≈ 18 records per 1 KiB batch: ~390 Fetches per partition of 2

@@ -26,8 +26,7 @@ from conftest import unique
 from kafka_wire import _str, read_response, request
 from kmp_common import ProxyProcess, established, running_cluster
 from latency import LatencyRelay
-from test_mirror_engine import create, produce_plain, wait_caught_up
-from test_mirror_faults import assert_equal, mirroring_proxy
+from mirror import assert_equal, create, mirroring_proxy, produce_plain, wait_caught_up
 
 RTT_MS = 100
 BACKLOG_RECORDS = 40_000  # of 1 KiB: 40 MB

@@ -10,8 +10,10 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from conftest import ProxyProcess, unique
-from test_mirror_engine import create, high_watermarks, produce_plain, read_all, wait_caught_up
-from test_mirror_faults import assert_equal, mirror_config
+from mirror import (
+    assert_equal, create, high_watermarks, mirror_config, produce_plain, read_all, wait_caught_up, wait_for_metric_line,
+    wait_for_records_metric,
+)
 
 STATE_TOPIC = "__kmp_mirror_state"
 
@@ -30,36 +32,6 @@ def read_state(bootstrap: str) -> dict[str, dict | None]:
             out[m.key().decode()] = json.loads(m.value()) if m.value() is not None else None
     c.close()
     return {k: v for k, v in out.items() if v is not None}
-
-
-def wait_for_metric_line(proxy, prefix: str, topic: str, suffix: str, count: int, timeout: float = 60) -> list[str]:
-    deadline, lines = time.time() + timeout, []
-    while time.time() < deadline:
-        _, text = proxy.http("/metrics")
-        lines = [l for l in text.splitlines() if l.startswith(prefix) and f'topic="{topic}"' in l and l.endswith(suffix)]
-        if len(lines) >= count:
-            break
-        time.sleep(0.3)
-    return lines
-
-
-def wait_for_records_metric(proxy, mirror: str, topic: str, partitions: int, expected: int, timeout: float = 10) -> float:
-    """Sum of kmp_mirror_records over the topic's partitions once it reaches ``expected`` (the
-    destination's acknowledgement can be seen by a reader a moment before the engine counts it)."""
-    deadline = time.time() + timeout
-    while True:
-        try:
-            total = sum(proxy.metric("kmp_mirror_records", f'mirror="{mirror}",topic="{topic}",partition="{p}"') for p in range(partitions))
-        except AssertionError:
-            # A partition's series appears once the engine has started its task: absent is "not
-            # yet" until the deadline, and a failure (naming the missing series) after it.
-            if time.time() > deadline:
-                raise
-            time.sleep(0.2)
-            continue
-        if total == expected or time.time() > deadline:
-            return total
-        time.sleep(0.2)
 
 
 def test_a_destination_topic_holding_data_the_mirror_did_not_write_is_refused(clusters, workdir):

@@ -28,8 +28,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic)
 
 from conftest import PROXY_BIN, ProxyProcess, running_cluster, unique
-from test_mirror_engine import create, high_watermarks, read_all, wait_caught_up
-from test_mirror_failover import call
+from mirror import call, create, high_watermarks, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA = REPO / "tests" / "clients" / "java" / "GroupResume.java"

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import PROXY_BIN, REPO, ProxyProcess, running_cluster, unique
 from kafka_cluster import classpath
-from test_librdkafka_client import RECORDS, scenario
+from client_scenarios import RECORDS, scenario
 
 NEWER = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import PROXY_BIN, ProxyProcess, free_port_block, unique
-from test_mirror_engine import create, produce_plain, wait_caught_up
-from test_mirror_faults import mirror_config
+from mirror import create, mirror_config, produce_plain, wait_caught_up
 
 
 def spawn(proxy: ProxyProcess) -> ProxyProcess:

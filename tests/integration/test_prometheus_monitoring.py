@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from conftest import REPO, ProxyProcess, free_port, unique
 from kmp_common import wait_until
-from test_mirror_engine import create, produce_plain, wait_caught_up
+from mirror import create, produce_plain, wait_caught_up
 
 DOCKER = REPO / "docker"
 ALERTS = DOCKER / "prometheus" / "alerts.yml"

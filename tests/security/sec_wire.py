@@ -454,3 +454,21 @@ def sasl_authenticate_v1(correlation_id: int, user: str, password: str) -> bytes
 def parse_error_first(body: bytes) -> int:
     """Error code of responses whose body starts with it (SaslHandshake, SaslAuthenticate)."""
     return Reader(body).i16()
+
+
+# ---- Produce v13 by topic id (test_topic_id_guard.py, test_absent_mirror_topic.py) ----------
+
+def produce_v13(correlation_id: int, tid: bytes, batch: bytes) -> bytes:
+    partition = i32(0) + uvarint(len(batch) + 1) + batch + TAGS
+    body = uvarint(0) + i16(-1) + i32(10000)  # no transactional id, acks=all
+    body += carray([tid + carray([partition]) + TAGS]) + TAGS
+    return request(0, 13, correlation_id, body, flexible=True)
+
+
+def produce_v13_error(body: bytes) -> int:
+    r = Reader(body)
+    assert r.carray_len() == 1, "one topic answered"
+    r._take(16)  # topic id
+    assert r.carray_len() == 1, "one partition answered"
+    r.i32()
+    return r.i16()

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 import sec_wire as wire
 from kmp_common import unique
 from sec_support import mirror_decl, mirrored_topic, running_proxy, wait_caught_up, wait_until
-from test_topic_id_guard import produce_v13, produce_v13_error
+from sec_wire import produce_v13, produce_v13_error
 
 FILLER_KEY = b"__kmp_filler"
 FILLER_HEADERS = [("kmp-filler", b"1")]

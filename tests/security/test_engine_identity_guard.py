@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import struct
 import threading
 import time

@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 import sec_wire as wire
 from sec_support import mirror_decl, mirrored_topic, read_records, restart, running_proxy, wait_caught_up
+from sec_wire import produce_v13, produce_v13_error
 
 RECORDS = 20
 UNKNOWN_TOPIC_ID = 100
@@ -31,22 +32,6 @@ def describe(bootstrap: str, topic: str):
 def topic_id(bootstrap: str, topic: str) -> bytes:
     d = describe(bootstrap, topic)
     return struct.pack(">qq", d.topic_id.get_most_significant_bits(), d.topic_id.get_least_significant_bits())
-
-
-def produce_v13(correlation_id: int, tid: bytes, batch: bytes) -> bytes:
-    partition = wire.i32(0) + wire.uvarint(len(batch) + 1) + batch + wire.TAGS
-    body = wire.uvarint(0) + wire.i16(-1) + wire.i32(10000)  # no transactional id, acks=all
-    body += wire.carray([tid + wire.carray([partition]) + wire.TAGS]) + wire.TAGS
-    return wire.request(0, 13, correlation_id, body, flexible=True)
-
-
-def produce_v13_error(body: bytes) -> int:
-    r = wire.Reader(body)
-    assert r.carray_len() == 1, "one topic answered"
-    r._take(16)  # topic id
-    assert r.carray_len() == 1, "one partition answered"
-    r.i32()
-    return r.i16()
 
 
 def delete_topics_v6_by_id(correlation_id: int, tid: bytes) -> bytes:

@@ -6,7 +6,6 @@ client that reads nothing of an answer for `limits.client_write_timeout_ms` is d
 releases what it held; real consumers keep reading meanwhile."""
 
 import socket
-import struct
 import time
 
 import sec_wire as wire

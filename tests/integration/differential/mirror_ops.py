@@ -16,7 +16,7 @@ import signal
 
 from confluent_kafka import KafkaException
 
-from test_mirror_failover import call as rest_call
+from mirror import call as rest_call
 
 from .kafka_io import TP, Admin, partition_counts, wait_until, watermarks
 
