@@ -1,7 +1,9 @@
 //! In-process checks of the server entry point: `serve` takes a bound listener (port 0) and a
 //! shutdown future. The upstream here is a scripted single-broker stand-in that answers
 //! ApiVersions and Metadata, enough to check address rewriting, listener creation and shutdown
-//! without a JVM; everything else is covered against real Kafka in tests/integration.
+//! without a JVM; everything else is covered against real Kafka in tests/integration. The mirror
+//! engine is off (it would create its state topic through the stand-in), and the stand-in closes
+//! a connection that sends any other request rather than misreading it.
 
 use std::time::Duration;
 
@@ -20,7 +22,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 
 /// A broker stand-in: node 7 at its own address; answers ApiVersions (announcing a Metadata
-/// version newer than the proxy knows) and Metadata.
+/// version newer than the proxy knows) and Metadata by API key, and closes the connection on any
+/// other request.
 async fn scripted_broker() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
@@ -30,8 +33,10 @@ async fn scripted_broker() -> String {
                 let (r, mut w) = sock.into_split();
                 let mut frames = FrameReader::new(r, 1 << 20, Side::Client);
                 while let Ok(Some(frame)) = frames.next().await {
-                    let p = peek::request(&frame).expect("peek");
-                    let reply = answer(&frame, p.api_key, p.api_version, p.correlation_id, addr.port());
+                    let Ok(p) = peek::request(&frame) else { return };
+                    let Some(reply) = answer(&frame, p.api_key, p.api_version, p.correlation_id, addr.port()) else {
+                        return; // not ApiVersions or Metadata: this stand-in has no answer
+                    };
                     if w.write_all(&reply).await.is_err() {
                         return;
                     }
@@ -42,7 +47,7 @@ async fn scripted_broker() -> String {
     addr.to_string()
 }
 
-fn answer(frame: &Bytes, key: i16, version: i16, correlation_id: i32, port: u16) -> Bytes {
+fn answer(frame: &Bytes, key: i16, version: i16, correlation_id: i32, port: u16) -> Option<Bytes> {
     if key == ApiKey::ApiVersions as i16 {
         let _ = decode_request::<ApiVersionsRequest>(frame, ApiKey::ApiVersions, version).expect("decode");
         let mut resp = ApiVersionsResponse::default();
@@ -53,7 +58,10 @@ fn answer(frame: &Bytes, key: i16, version: i16, correlation_id: i32, port: u16)
             v.max_version = max;
             resp.api_keys.push(v);
         }
-        return encode_response(correlation_id, ApiKey::ApiVersions, version, &resp).expect("encode");
+        return Some(encode_response(correlation_id, ApiKey::ApiVersions, version, &resp).expect("encode"));
+    }
+    if key != ApiKey::Metadata as i16 {
+        return None;
     }
     let _ = decode_request::<MetadataRequest>(frame, ApiKey::Metadata, version).expect("decode");
     let mut resp = MetadataResponse::default();
@@ -62,7 +70,7 @@ fn answer(frame: &Bytes, key: i16, version: i16, correlation_id: i32, port: u16)
     b.host = StrBytes::from_static_str("127.0.0.1");
     b.port = i32::from(port);
     resp.brokers.push(b);
-    encode_response(correlation_id, ApiKey::Metadata, version, &resp).expect("encode")
+    Some(encode_response(correlation_id, ApiKey::Metadata, version, &resp).expect("encode"))
 }
 
 fn free_block() -> u16 {
@@ -82,6 +90,7 @@ async fn serve_rewrites_brokers_to_node_listeners_clamps_versions_and_stops_on_s
     config.listener.advertised_host = Some("proxy.test".into());
     let base = free_block();
     config.listener.node_port_base = Some(base);
+    config.engine.enabled = false; // the stand-in answers no CreateTopics for a state topic
     config.validate().expect("valid config");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(serve(config, Listeners { bootstrap, admin: None }, async move {
