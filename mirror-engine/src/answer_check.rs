@@ -15,8 +15,8 @@
 //! start (fillers to write) is also checked against the source's ListOffsets before anything is
 //! written ([`Checked::confirm_end`], done by `partition`).
 
+use crate::cluster::fetch::Fetched;
 use crate::error::MirrorError;
-use crate::source::Fetched;
 
 /// Offsets skipped (above the log start) beyond which the source's end is confirmed with
 /// ListOffsets before the fillers are written.

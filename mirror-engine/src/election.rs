@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::lease::Lease;
 use crate::share::Share;
@@ -283,7 +283,7 @@ impl Member {
     }
 
     async fn coordinator(&self) -> Result<String, MirrorError> {
-        let found = crate::sync::group_wire::coordinators(&self.destination, std::slice::from_ref(&self.settings.group_id)).await?;
+        let found = crate::cluster::groups::coordinators(&self.destination, std::slice::from_ref(&self.settings.group_id)).await?;
         match found.get(&self.settings.group_id) {
             Some(Ok(addr)) => Ok(addr.clone()),
             Some(Err(code)) => Err(MirrorError::Broker {

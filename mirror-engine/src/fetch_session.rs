@@ -24,12 +24,12 @@ use tracing::{Instrument, debug, info_span};
 use uuid::Uuid;
 
 use crate::budget::{Budget, Reservation};
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
+use crate::cluster::fetch::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
+use crate::cluster::io_stats;
+use crate::cluster::links::{Lane, Tasks};
 use crate::error::MirrorError;
 use crate::fetch_growth::GrowthShare;
-use crate::io_stats;
-use crate::links::{Lane, Tasks};
-use crate::source::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
 use crate::throttle::Throttle;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;

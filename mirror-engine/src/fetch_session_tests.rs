@@ -143,7 +143,7 @@ async fn fake_broker(hostile: bool) -> (String, mpsc::UnboundedReceiver<Seen>) {
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         for n in 0.. {
-            let Some(frame) = crate::test_frames::read_request(&mut s).await else {
+            let Some(frame) = crate::cluster::test_frames::read_request(&mut s).await else {
                 return;
             };
             let (header, req): (_, FetchRequest) = decode_request(&frame, ApiKey::Fetch, FETCH_VERSION).unwrap();

@@ -37,9 +37,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cluster::fetch::Fetched;
+use crate::cluster::io_stats;
 use crate::fetch_session::{Answer, FetchSessions, SESSIONS_PER_BROKER, Wanted, lane_of};
-use crate::io_stats;
-use crate::source::Fetched;
 
 /// Data-bearing answers the round trip is estimated from (the shortest time to answer).
 const ROUND_TRIP_SAMPLES: usize = 8;

@@ -21,12 +21,12 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use crate::catalog::Catalog;
-use crate::cluster::{ClusterClient, TopicLayout, offsets};
+use crate::cluster::client::{ClusterClient, TopicLayout, offsets};
+use crate::cluster::fetch::{FetchAt, fetch};
+use crate::cluster::links::Lane;
 use crate::control::Control;
 use crate::error::MirrorError;
 use crate::followed::FollowedState;
-use crate::links::Lane;
-use crate::source::{FetchAt, fetch};
 use crate::state::decode_entries;
 use crate::status::now_ms;
 

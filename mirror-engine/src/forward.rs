@@ -29,10 +29,10 @@ use dashmap::DashMap;
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
+use crate::cluster::fetch::{FetchAt, fetch};
+use crate::cluster::links::Lane;
 use crate::error::MirrorError;
-use crate::links::Lane;
-use crate::source::{FetchAt, fetch};
 use crate::state::{RequestsAtLoad, StateStore, append, decode_entries};
 
 /// Key prefix of a forwarded request.

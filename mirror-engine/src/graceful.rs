@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::{ClusterClient, READ_COMMITTED, list_offset};
+use crate::cluster::client::{ClusterClient, READ_COMMITTED, list_offset};
 use crate::error::MirrorError;
 use crate::status::{PartitionState, StatusBoard};
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use kmp_config::MirrorConfig;
 use tracing::{Instrument, debug, info, info_span, warn};
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::control::{Control, Desired, TopicResult, codes};
 use crate::mirror_settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
 use crate::select::TopicSelector;

@@ -13,14 +13,14 @@ use tracing::{debug, info, warn};
 
 use crate::answer_check;
 use crate::budget::Reservation;
-use crate::cluster::{ClusterClient, leader_log_end, offsets};
+use crate::cluster::client::{ClusterClient, leader_log_end, offsets};
+use crate::cluster::links::Lane;
 use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Heard, Wanted};
 use crate::fetch_size::next_fetch_size;
 use crate::fetch_stream::FetchStream;
 use crate::landed::{self, ReadBack};
-use crate::links::Lane;
 use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
 use crate::produce_mux::Producers;
 use crate::sink::{PartitionSink, Written};
@@ -89,7 +89,7 @@ fn forget_before_jump(fetches: &mut FetchStream, aborts: &mut AbortTracker) {
 
 /// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
 /// same name (another id) since the mirror took up the one with id `known`.
-fn replaced(layout: &crate::cluster::TopicLayout, known: [u8; 16]) -> bool {
+fn replaced(layout: &crate::cluster::client::TopicLayout, known: [u8; 16]) -> bool {
     layout.error_code == UNKNOWN_TOPIC_OR_PARTITION || (layout.error_code == 0 && known != [0; 16] && layout.topic_id != known)
 }
 

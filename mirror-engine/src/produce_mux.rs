@@ -15,24 +15,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
 use kmp_protocol::produce_frame::{self, PartitionRecords, RecordsBlob};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tracing::{Instrument, debug, info_span};
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
+use crate::cluster::io_stats;
+use crate::cluster::links::{Lane, Tasks};
+use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
 use crate::error::MirrorError;
-use crate::io_stats;
 use crate::lease::Lease;
-use crate::links::{Lane, Tasks};
 use crate::producer_id::EngineProducer;
 use crate::throttle::Throttle;
-
-/// The engine's Produce version (its lanes' requests are encoded by `produce_frame`).
-pub(crate) const PRODUCE_VERSION: i16 = produce_frame::VERSION;
-/// Broker-side timeout of the engine's acks=all Produce and DeleteRecords requests (ms).
-pub(crate) const PRODUCE_TIMEOUT_MS: i32 = 30_000;
 
 /// Produce lanes (and connections) per destination broker; a partition always uses the same one.
 /// Kafka allows one batch per partition per request and answers a connection's requests one at
@@ -294,35 +289,6 @@ fn request_segments(batch: &[Item], correlation_id: i32, client_id: &str) -> Res
         })
         .collect();
     produce_frame::segments(correlation_id, client_id, -1, PRODUCE_TIMEOUT_MS, &parts)
-}
-
-/// An acks=all Produce of one batch blob to one partition (the state store's writes).
-pub(crate) fn produce_request(topic: TopicName, partition: i32, records: Bytes) -> ProduceRequest {
-    request_of([(&topic, partition, &records)])
-}
-
-/// An acks=all Produce of one batch blob per `(topic, partition)`.
-fn request_of<'a>(batches: impl IntoIterator<Item = (&'a TopicName, i32, &'a Bytes)>) -> ProduceRequest {
-    let mut topics: Vec<TopicProduceData> = Vec::new();
-    for (topic, partition, records) in batches {
-        let mut pd = PartitionProduceData::default();
-        pd.index = partition;
-        pd.records = Some(records.clone());
-        match topics.iter_mut().find(|t| t.name == *topic) {
-            Some(t) => t.partition_data.push(pd),
-            None => {
-                let mut td = TopicProduceData::default();
-                td.name = topic.clone();
-                td.partition_data = vec![pd];
-                topics.push(td);
-            }
-        }
-    }
-    let mut req = ProduceRequest::default();
-    req.acks = -1;
-    req.timeout_ms = PRODUCE_TIMEOUT_MS;
-    req.topic_data = topics;
-    req
 }
 
 fn dispatch(batch: Vec<Item>, resp: Result<kmp_protocol::kafka_protocol::messages::ProduceResponse, MirrorError>) {

@@ -19,7 +19,7 @@
 use kmp_protocol::kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::state::StateStore;
 

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::cluster::{ClusterClient, READ_COMMITTED, READ_UNCOMMITTED, list_offset};
+use crate::cluster::client::{ClusterClient, READ_COMMITTED, READ_UNCOMMITTED, list_offset};
+use crate::cluster::links::Lane;
 use crate::error::MirrorError;
 use crate::fetch_session::Heard;
-use crate::links::Lane;
 use crate::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 
 /// How often the watch looks at the partition.

@@ -23,8 +23,9 @@ use kmp_protocol::produce_frame::RecordsBlob;
 use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::oneshot;
 
+use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
 use crate::error::MirrorError;
-use crate::produce_mux::{PRODUCE_TIMEOUT_MS, Producers, Reply};
+use crate::produce_mux::{Producers, Reply};
 use crate::producer_id::{EngineProducer, sequence_at};
 
 /// One produced batch, reported back once the destination acknowledged it.

@@ -15,8 +15,9 @@ use kmp_protocol::kafka_protocol::messages::{ApiKey, InitProducerIdRequest, Init
 use tokio::io::AsyncWriteExt;
 
 use super::*;
-use crate::cluster::ClusterClient;
-use crate::produce_mux::{PRODUCE_VERSION, ProduceSettings};
+use crate::cluster::client::ClusterClient;
+use crate::cluster::produce::PRODUCE_VERSION;
+use crate::produce_mux::ProduceSettings;
 
 /// `(offset, base sequence)` of each batch the fake leader appended.
 type Log = Arc<Mutex<Vec<(i64, i32)>>>;
@@ -34,7 +35,7 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
             let (log, state) = (appended.clone(), state.clone());
             tokio::spawn(async move {
                 loop {
-                    let Some(frame) = crate::test_frames::read_request(&mut s).await else {
+                    let Some(frame) = crate::cluster::test_frames::read_request(&mut s).await else {
                         return;
                     };
                     let key = i16::from_be_bytes([frame[4], frame[5]]);

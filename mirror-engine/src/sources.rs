@@ -15,7 +15,7 @@ use dashmap::DashMap;
 use kmp_config::MirrorConfig;
 
 use crate::budget::Budget;
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::fetch_session::{FetchSessions, SessionSettings};
 
 /// Source clients and fetch sessions by source setting.

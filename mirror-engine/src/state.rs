@@ -27,10 +27,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, watch};
 use tracing::warn;
 
-use crate::cluster::{ClusterClient, offsets};
+use crate::cluster::client::{ClusterClient, offsets};
+use crate::cluster::fetch::{FetchAt, fetch};
+use crate::cluster::produce::{PRODUCE_VERSION, produce_request};
 use crate::error::MirrorError;
-use crate::produce_mux::{PRODUCE_VERSION, produce_request};
-use crate::source::{FetchAt, fetch};
 use crate::status::{PartitionState, PartitionStatus, StatusBoard, now_ms};
 use crate::topics::{TopicSpec, create_topic};
 

@@ -11,7 +11,7 @@ use kmp_protocol::kafka_protocol::messages::describe_configs_request::DescribeCo
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use regex::Regex;
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 
 /// Topic settings every mirror topic gets, whatever the source has.

@@ -9,7 +9,7 @@ use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
 use kmp_protocol::kafka_protocol::messages::{CreateTopicsRequest, IncrementalAlterConfigsRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::topic_configs::{self, ConfigFilter, FORCED_CONFIGS};
 
@@ -247,9 +247,11 @@ pub async fn partitions_holding_data(destination: &ClusterClient, topic: &str, p
     let mut holding = Vec::new();
     for p in 0..partitions as i32 {
         let (conn, epoch) = destination.leader_link(topic, p).await?;
-        let (_, high_watermark) = crate::cluster::offsets("destination", &conn, topic, p).await?;
+        let (_, high_watermark) = crate::cluster::client::offsets("destination", &conn, topic, p).await?;
         let end = if epoch >= 0 {
-            crate::cluster::leader_log_end("destination", &conn, topic, p, epoch).await?.max(high_watermark)
+            crate::cluster::client::leader_log_end("destination", &conn, topic, p, epoch)
+                .await?
+                .max(high_watermark)
         } else {
             high_watermark
         };

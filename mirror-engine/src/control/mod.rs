@@ -408,10 +408,10 @@ impl Control {
     }
 
     /// The shared client of mirror `def`'s source (a client of its own before boot).
-    pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::ClusterClient {
+    pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::client::ClusterClient {
         match self.inner.sources.get() {
             Some(sources) => sources.client(def),
-            None => crate::cluster::ClusterClient::source_of(def, SOURCE_TIMEOUT),
+            None => crate::cluster::client::ClusterClient::source_of(def, SOURCE_TIMEOUT),
         }
     }
 

@@ -8,7 +8,7 @@ use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use tracing::info;
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::topic_configs::{self, ConfigChange, ConfigFilter, TOPIC_RESOURCE};
 

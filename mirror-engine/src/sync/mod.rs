@@ -6,7 +6,6 @@
 //! discovery loop and partition tasks, not here.
 
 mod configs;
-pub(crate) mod group_wire;
 mod groups;
 mod share_groups;
 mod status;

@@ -17,8 +17,8 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
 
+use crate::cluster::links::{Lane, Links, Slots};
 use crate::error::MirrorError;
-use crate::links::{Lane, Links, Slots};
 
 /// Partitions of one topic as a cluster reports them.
 #[derive(Debug, Clone)]

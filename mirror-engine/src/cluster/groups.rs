@@ -1,7 +1,8 @@
 //! The Kafka requests group offset sync sends, each against every broker or coordinator it
 //! needs: ListGroups on every broker, FindCoordinator (batched), OffsetFetch for many groups
 //! per coordinator, OffsetCommit as an admin (no member, no generation) and ListOffsets per
-//! partition leader. Deciding what to commit is `groups`'.
+//! partition leader. Deciding what to commit is `sync::groups`' (and `sync::share_groups`'); the
+//! election finds its group's coordinator here too.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -14,9 +15,9 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::shared_client::SharedConnection;
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
+use crate::cluster::links::Lane;
 use crate::error::MirrorError;
-use crate::links::Lane;
 
 /// A group as ListGroups reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +42,7 @@ pub type FailedGroups = Vec<(String, i16)>;
 
 /// The engine's shared control connection to broker `addr`: sync passes open no connections of
 /// their own, so the engine's connection count per broker stays fixed.
-pub(super) async fn connect(cluster: &ClusterClient, addr: &str) -> Result<SharedConnection, MirrorError> {
+pub(crate) async fn connect(cluster: &ClusterClient, addr: &str) -> Result<SharedConnection, MirrorError> {
     cluster.link(addr, Lane::Control).await
 }
 
