@@ -13,10 +13,10 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::catalog::Catalog;
 use crate::election::{self, ElectionSettings, Role, Sharing};
 use crate::lease::Lease;
 use crate::share::{Barrier, Share};
+use crate::state::catalog::Catalog;
 use crate::worker::Worker;
 use crate::{ClusterClient, Engine, EngineLinks, Forwarding, Part, follow_with, start_term};
 

@@ -461,7 +461,7 @@ impl BrokerSession {
             };
             return self.fail_waiting(e).await;
         }
-        let heard_at = crate::status::now_ms();
+        let heard_at = crate::state::status::now_ms();
         for (k, at) in &sent {
             if let Some(h) = self
                 .interests

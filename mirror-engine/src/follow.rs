@@ -20,15 +20,15 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use crate::catalog::Catalog;
 use crate::cluster::client::{ClusterClient, TopicLayout, offsets};
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
 use crate::control::Control;
 use crate::error::MirrorError;
 use crate::followed::FollowedState;
-use crate::state::decode_entries;
-use crate::status::now_ms;
+use crate::state::catalog::Catalog;
+use crate::state::status::now_ms;
+use crate::state::store::decode_entries;
 
 /// How long one Fetch waits at the end of the state topic for a new record.
 const LONG_POLL_MS: i32 = 500;
@@ -337,7 +337,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::*;
-    use crate::status::StatusBoard;
+    use crate::state::status::StatusBoard;
 
     fn entry(offset: i64, key: &str, value: Option<&str>) -> (i64, String, Option<Bytes>) {
         (offset, key.to_owned(), value.map(|v| Bytes::from(v.to_owned())))

@@ -14,9 +14,11 @@ use std::collections::HashMap;
 
 use tracing::{debug, warn};
 
-use crate::control::{Control, Desired};
+use crate::control::Control;
 use crate::followed_writes::CatalogWrites;
-use crate::state::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex, parse_value};
+use crate::state::records::Desired;
+use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex};
+use crate::state::store::parse_value;
 
 /// Partition numbers above this are not believed (a forged count would make views iterate it).
 const MAX_PARTITIONS: usize = 1 << 20;
@@ -185,8 +187,8 @@ impl FollowedState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Catalog;
-    use crate::status::{PartitionState, StatusBoard};
+    use crate::state::catalog::Catalog;
+    use crate::state::status::{PartitionState, StatusBoard};
 
     fn followed() -> (FollowedState, Catalog, Control) {
         let registry = Catalog::default();

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use tokio::sync::watch;
 
-use crate::catalog::Catalog;
+use crate::state::catalog::Catalog;
 
 /// The follower's writes into the catalog, applied at once or held while a term runs beside it.
 pub(crate) struct CatalogWrites {

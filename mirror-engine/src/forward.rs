@@ -33,12 +33,9 @@ use crate::cluster::client::ClusterClient;
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
 use crate::error::MirrorError;
-use crate::state::{RequestsAtLoad, StateStore, append, decode_entries};
+use crate::state::records::{REQUEST_PREFIX, RESPONSE_PREFIX};
+use crate::state::store::{RequestsAtLoad, StateStore, append, decode_entries};
 
-/// Key prefix of a forwarded request.
-pub(crate) const REQUEST_PREFIX: &str = "request/";
-/// Key prefix of the answer to a forwarded request.
-pub(crate) const RESPONSE_PREFIX: &str = "response/";
 /// Largest request frame forwarded or served (mirror requests are small).
 pub const MAX_FORWARDED_BYTES: usize = 1 << 20;
 /// How long a standby waits for the active instance's answer.
@@ -152,7 +149,7 @@ impl Forwarding {
         // found after its caller gave up is not carried out.
         let entry_frame_head = frame.get(..12).map(<[u8]>::to_vec).unwrap_or_default();
         let mut value = Vec::with_capacity(8 + frame.len());
-        value.extend_from_slice(&(crate::status::now_ms() + i64::try_from(limit.as_millis()).unwrap_or(i64::MAX)).to_be_bytes());
+        value.extend_from_slice(&(crate::state::status::now_ms() + i64::try_from(limit.as_millis()).unwrap_or(i64::MAX)).to_be_bytes());
         value.extend_from_slice(&frame);
         let entry = [(format!("{REQUEST_PREFIX}{id}"), Some(Bytes::from(value)))];
         while let Err(e) = append(destination, topic, &entry).await {
@@ -303,7 +300,7 @@ fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Byt
         warn!(key = %format!("{REQUEST_PREFIX}{id}"), bytes = value.len(), "malformed forwarded request ignored");
         return;
     };
-    if crate::status::now_ms() > deadline {
+    if crate::state::status::now_ms() > deadline {
         debug!(%id, "forwarded request found after its caller gave up; not carried out");
         return;
     }

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
-use crate::state::{PartitionRecord, StateStore};
-use crate::status::PartitionState;
-use crate::{ClusterClient, topics};
+use crate::state::records::PartitionRecord;
+use crate::state::status::PartitionState;
+use crate::state::store::StateStore;
+use crate::topics::create as topics;
 
 /// The error of a partition of a just-created (or adopted empty) destination topic whose offsets
 /// `start..end` hold records the mirror did not write.

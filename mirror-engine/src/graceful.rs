@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::cluster::client::{ClusterClient, READ_COMMITTED, list_offset};
 use crate::error::MirrorError;
-use crate::status::{PartitionState, StatusBoard};
+use crate::state::status::{PartitionState, StatusBoard};
 
 /// ListOffsets timestamp meaning "the end".
 const LATEST: i64 = -1;

@@ -16,9 +16,7 @@
 
 mod answer_check;
 mod auto;
-mod boot_gate;
 mod budget;
-mod catalog;
 mod cluster;
 mod coalesce;
 mod control;
@@ -44,16 +42,13 @@ mod plan;
 mod produce_mux;
 mod producer_id;
 mod progress_watch;
-mod select;
 mod share;
 mod sink;
 mod sources;
 mod state;
-mod status;
 mod sync;
 mod term;
 mod throttle;
-mod topic_configs;
 mod topics;
 mod worker;
 
@@ -66,10 +61,9 @@ use tracing::{Instrument, info_span};
 
 pub use auto::{ElectionView, EngineSlot, auto};
 pub use budget::Budget;
-pub use catalog::{Catalog, CatalogTopic};
 pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
-pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
+pub use control::{Control, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
 pub use error::MirrorError;
 pub use follow::FollowProgress;
@@ -78,11 +72,13 @@ pub use lease::Lease;
 pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub(crate) use share::Part;
 pub use share::{Share, owner_index};
-pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
-pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
-pub use sync::{SyncKind, SyncStatus};
+pub use state::catalog::{Catalog, CatalogTopic};
+pub use state::records::{Desired, MirrorRecord, PartitionRecord, TopicRecord};
+pub use state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
+pub use state::store::StateStore;
+pub use state::sync_status::{SyncKind, SyncStatus};
 pub(crate) use term::{Shared, TopicContext, spawn_persist};
-pub use topic_configs::{FORCED_CONFIGS, NEVER_COPIED};
+pub use topics::configs::{FORCED_CONFIGS, NEVER_COPIED};
 
 /// Engine version, reported by the proxy.
 pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -11,11 +11,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::control::{self, Desired};
+use crate::control;
 use crate::partition::{PartitionTask, SourceTopicId};
-use crate::state::{TopicRecord, id_from_hex, id_to_hex};
-use crate::status::{PartitionState, now_ms};
-use crate::topics::{self, Prepared};
+use crate::state::records::Desired;
+use crate::state::records::{TopicRecord, id_from_hex, id_to_hex};
+use crate::state::status::{PartitionState, now_ms};
+use crate::topics::create::{self as topics, Prepared};
 use crate::{MirrorError, TopicContext, fresh_topic};
 
 /// Prepares the destination topic, then spawns one task per partition.
@@ -99,7 +100,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         register_topic_id(ctx, topic, [0; 16]).await;
         return Ok(taken(o.partitions, id_from_hex(&o.source_topic_id)));
     }
-    let filter = crate::topic_configs::ConfigFilter::new(&m.topic_config_exclude)?;
+    let filter = crate::topics::configs::ConfigFilter::new(&m.topic_config_exclude)?;
     let mut backoff = Duration::from_millis(200);
     // While the topic cannot be prepared (source or destination unreachable, credentials refused)
     // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
@@ -189,7 +190,7 @@ async fn create_or_adopt(
     ctx: &TopicContext,
     topic: &str,
     owned: bool,
-    filter: &crate::topic_configs::ConfigFilter,
+    filter: &crate::topics::configs::ConfigFilter,
 ) -> Result<(Prepared, [u8; 16], [u8; 16]), MirrorError> {
     let m = &ctx.mirror;
     let shape = topics::source_shape(&ctx.source, topic, filter).await?;

@@ -7,8 +7,8 @@ use kmp_config::MirrorConfig;
 
 use crate::control::{Control, codes};
 use crate::error::MirrorError;
-use crate::select::TopicSelector;
-use crate::state::MirrorRecord;
+use crate::state::records::MirrorRecord;
+use crate::topics::select::TopicSelector;
 
 use codes::{INVALID_CONFIG, INVALID_REQUEST};
 
@@ -79,7 +79,7 @@ pub(crate) fn set_interval(def: &mut MirrorConfig, key: &str, value: Option<&str
 /// Every pattern list of `def` compiles.
 pub(crate) fn check_patterns(def: &MirrorConfig) -> Result<(), MirrorError> {
     TopicSelector::new(&def.topics, &def.include, &def.exclude)?;
-    crate::sync::check_filters(def)
+    crate::topics::configs::check_filters(def)
 }
 
 /// Whether an API caller may point a mirror at `servers` (CreateClusterMirror, REST create, an

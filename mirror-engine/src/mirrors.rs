@@ -12,10 +12,12 @@ use kmp_config::MirrorConfig;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::cluster::client::ClusterClient;
-use crate::control::{Control, Desired, TopicResult, codes};
+use crate::control::{Control, TopicResult, codes};
 use crate::mirror_settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
-use crate::select::TopicSelector;
-use crate::state::{MirrorRecord, StateStore};
+use crate::state::records::Desired;
+use crate::state::records::MirrorRecord;
+use crate::state::store::StateStore;
+use crate::topics::select::TopicSelector;
 use crate::{Shared, TopicContext, lifecycle};
 
 use codes::{
@@ -112,13 +114,13 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
             _ => continue,
         };
         if let Some(mut record) = store.topic_owner(&topic) {
-            match crate::state::id_from_hex(&record.source_topic_id) {
+            match crate::state::records::id_from_hex(&record.source_topic_id) {
                 // Another topic under the same name: its partitions fail; never grow for it.
                 Some(known) if known != layout.topic_id => continue,
                 Some(_) => {}
                 None => {
                     // A record from before ids were kept: remember the id now.
-                    record.source_topic_id = crate::state::id_to_hex(layout.topic_id);
+                    record.source_topic_id = crate::state::records::id_to_hex(layout.topic_id);
                     if let Err(e) = store.put_topic(&topic, &record).await {
                         warn!(%topic, error = %e, "cannot record the source topic id");
                     }
@@ -129,7 +131,7 @@ async fn follow_partition_counts(shared: &Shared, store: &StateStore, source: &C
         if want <= have {
             continue;
         }
-        match crate::topics::add_partitions(&shared.destination, &topic, have, want).await {
+        match crate::topics::create::add_partitions(&shared.destination, &topic, have, want).await {
             Ok(()) => {
                 info!(%topic, from = have, to = want, "source topic gained partitions; mirroring the new ones");
                 if let Some(mut record) = store.topic_owner(&topic) {
@@ -360,11 +362,11 @@ impl Control {
         };
         for t in &topics {
             let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
-            let topic_id = self.catalog().topic_id(t).map(crate::state::id_to_hex).unwrap_or_default();
-            let former = crate::state::FormerTopicRecord {
+            let topic_id = self.catalog().topic_id(t).map(crate::state::records::id_to_hex).unwrap_or_default();
+            let former = crate::state::records::FormerTopicRecord {
                 mirror: name.to_owned(),
                 topic_id,
-                at_ms: crate::status::now_ms(),
+                at_ms: crate::state::status::now_ms(),
             };
             if let Err(e) = store.detach_topic(t, partitions, &former).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
@@ -388,8 +390,8 @@ impl Control {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::Catalog;
-    use crate::status::StatusBoard;
+    use crate::state::catalog::Catalog;
+    use crate::state::status::StatusBoard;
 
     fn configs(bootstrap: &str) -> Vec<(String, Option<String>)> {
         vec![("bootstrap.servers".to_owned(), Some(bootstrap.to_owned()))]

@@ -15,7 +15,6 @@ use crate::answer_check;
 use crate::budget::Reservation;
 use crate::cluster::client::{ClusterClient, leader_log_end, offsets};
 use crate::cluster::links::Lane;
-use crate::control::Desired;
 use crate::error::MirrorError;
 use crate::fetch_session::{FetchSessions, Heard, Wanted};
 use crate::fetch_size::next_fetch_size;
@@ -24,7 +23,8 @@ use crate::landed::{self, ReadBack};
 use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
 use crate::produce_mux::Producers;
 use crate::sink::{PartitionSink, Written};
-use crate::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
+use crate::state::records::Desired;
+use crate::state::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
 /// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set
 /// from the state topic, or by the first task that reaches the source.

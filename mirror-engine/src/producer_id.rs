@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
-use crate::state::StateStore;
+use crate::state::records::ENGINE_PRODUCER_KEY;
+use crate::state::store::StateStore;
 
 /// Producer id and epoch of the engine's writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,9 +37,19 @@ pub fn sequence_at(offset: i64) -> i32 {
     (offset & i64::from(i32::MAX)) as i32
 }
 
+/// The producer identity every engine instance writes mirrored data with, as stored.
+pub(crate) fn engine_producer(store: &StateStore) -> Option<EngineProducer> {
+    store.record(ENGINE_PRODUCER_KEY)
+}
+
+/// Stores the engine's producer identity.
+async fn put_engine_producer(store: &StateStore, p: &EngineProducer) -> Result<(), MirrorError> {
+    store.put_record(ENGINE_PRODUCER_KEY, p).await
+}
+
 /// The stored identity, or a new one from the destination, stored before it is used.
 pub(crate) async fn load_or_allocate(store: &StateStore, destination: &ClusterClient) -> Result<EngineProducer, MirrorError> {
-    if let Some(p) = store.engine_producer() {
+    if let Some(p) = engine_producer(store) {
         return Ok(p);
     }
     let mut req = InitProducerIdRequest::default();
@@ -60,7 +71,7 @@ pub(crate) async fn load_or_allocate(store: &StateStore, destination: &ClusterCl
         producer_id: resp.producer_id.0,
         producer_epoch: resp.producer_epoch,
     };
-    store.put_engine_producer(&p).await?;
+    put_engine_producer(store, &p).await?;
     Ok(p)
 }
 

@@ -18,7 +18,7 @@ use crate::cluster::client::{ClusterClient, READ_COMMITTED, READ_UNCOMMITTED, li
 use crate::cluster::links::Lane;
 use crate::error::MirrorError;
 use crate::fetch_session::Heard;
-use crate::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
+use crate::state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 
 /// How often the watch looks at the partition.
 const TICK: Duration = Duration::from_secs(2);

@@ -13,7 +13,7 @@ use tracing::{Instrument, info, warn};
 
 use crate::fetch_session::FetchSessions;
 use crate::{Budget, Catalog, ClusterClient, Control, Lease, MirrorError, MirrorRecord, Part, StateStore, StatusBoard};
-use crate::{follow, forward, mirror_settings, mirrors, produce_mux, producer_id, sources, state, sync, worker};
+use crate::{follow, forward, mirror_settings, mirrors, produce_mux, producer_id, sources, sync, worker};
 
 /// Longest wait at boot for the state topic's destination id before requests are let through
 /// (then it is looked up in the background).
@@ -59,8 +59,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
             let store = StateStore::open(shared.destination.clone(), &state_topic, shared.lease.clone()).await?;
             let producer = if shared.part.works_only() {
                 // Only the active instance allocates the shared producer identity.
-                store
-                    .engine_producer()
+                producer_id::engine_producer(&store)
                     .ok_or_else(|| MirrorError::Unsupported("the active instance has not recorded the engine producer yet".into()))?
             } else {
                 producer_id::load_or_allocate(&store, &shared.destination).await?
@@ -121,7 +120,9 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     }
     // Former mirror topics are writable, but their fillers stay masked.
     for (topic, former) in store.former_topics() {
-        shared.topics.mark_filler_topic(&topic, state::id_from_hex(&former.topic_id).unwrap_or([0; 16]));
+        shared
+            .topics
+            .mark_filler_topic(&topic, crate::state::records::id_from_hex(&former.topic_id).unwrap_or([0; 16]));
     }
     // Every destination id not known yet is looked up until it is (requests naming unknown ids
     // are refused meanwhile, `registry`); a former topic the destination lacks is forgotten.
@@ -188,7 +189,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
 /// Writes the term's partition progress every `flush` until it stops; `done` is dropped once
 /// the final write is done.
 pub(crate) fn spawn_persist(shared: &Shared, store: &Arc<StateStore>, flush: Duration, done: watch::Sender<()>) {
-    let persist = state::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
+    let persist = crate::state::store::persist(store.clone(), shared.status.clone(), flush, shared.stop.clone());
     tokio::spawn(
         async move {
             persist.await;

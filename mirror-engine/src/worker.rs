@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::share::{Release, Share};
-use crate::state::StateStore;
+use crate::state::store::StateStore;
 use crate::{Catalog, Engine, EngineLinks, Part, Shared, start_term};
 
 /// Longest wait for a worker's partitions to stop and write their progress.

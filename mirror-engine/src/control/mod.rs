@@ -14,44 +14,19 @@ use tokio::sync::{Notify, watch};
 
 mod transitions;
 
-use crate::boot_gate::BootGate;
-use crate::catalog::Catalog;
 use crate::sources::Sources;
-use crate::state::StateStore;
-use crate::status::{PartitionStatus, StatusBoard};
-use crate::sync::{SyncBoard, SyncKind, SyncStatus};
+use crate::state::boot_gate::BootGate;
+use crate::state::catalog::Catalog;
+use crate::state::records::Desired;
+use crate::state::status::{PartitionStatus, StatusBoard};
+use crate::state::store::StateStore;
+use crate::state::sync_status::{SyncBoard, SyncKind, SyncStatus};
 
 /// Runs the last group offset sync of a mirror's topics when they are stopped.
 pub(crate) type FinalSync = Arc<dyn Fn(String, Vec<String>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
 pub use kmp_protocol::mirror_api::errors as codes;
-
-/// What the operator wants a mirror topic to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Desired {
-    Mirroring,
-    Paused,
-    Stopped,
-}
-
-impl Desired {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Mirroring => "mirroring",
-            Self::Paused => "paused",
-            Self::Stopped => "stopped",
-        }
-    }
-
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "paused" => Self::Paused,
-            "stopped" => Self::Stopped,
-            _ => Self::Mirroring,
-        }
-    }
-}
 
 /// The outcome of an operation for one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

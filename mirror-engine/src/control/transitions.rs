@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{BOOT_WAIT, Control, Desired, HALT_TIMEOUT, LOADING, TopicResult, codes};
-use crate::status::PartitionState;
+use super::{BOOT_WAIT, Control, HALT_TIMEOUT, LOADING, TopicResult, codes};
+use crate::state::records::Desired;
+use crate::state::status::PartitionState;
 
 impl Control {
     /// Pauses topics: copying stops, they stay read-only.

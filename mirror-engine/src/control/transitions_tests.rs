@@ -9,9 +9,9 @@ use tokio::sync::watch;
 
 use super::super::TopicRuntime;
 use super::*;
-use crate::catalog::Catalog;
-use crate::state::StateStore;
-use crate::status::StatusBoard;
+use crate::state::catalog::Catalog;
+use crate::state::status::StatusBoard;
+use crate::state::store::StateStore;
 
 fn term(catalog: &Catalog) -> Control {
     let control = Control::new(StatusBoard::default(), catalog.clone());

@@ -10,7 +10,7 @@ use tracing::info;
 
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
-use crate::topic_configs::{self, ConfigChange, ConfigFilter, TOPIC_RESOURCE};
+use crate::topics::configs::{self as topic_configs, ConfigChange, ConfigFilter, TOPIC_RESOURCE};
 
 /// The outcome of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

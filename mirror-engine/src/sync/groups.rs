@@ -10,13 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kmp_config::MirrorConfig;
-use regex::Regex;
 use tracing::{debug, info};
 
 use crate::cluster::client::ClusterClient;
-use crate::cluster::groups::{self as wire, GroupOffsets, ListedGroup};
+use crate::cluster::groups::{self as wire, GroupOffsets};
 use crate::error::MirrorError;
-use crate::select::compile;
+use crate::topics::select::GroupFilter;
 
 /// Destination group states in which the group has members (its own progress wins).
 const ACTIVE_STATES: &[&str] = &["Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"];
@@ -28,38 +27,6 @@ const BECAME_ACTIVE: &[i16] = &[
     27,  // REBALANCE_IN_PROGRESS
     110, // STALE_MEMBER_EPOCH
 ];
-
-/// Which source groups a mirror syncs.
-#[derive(Debug, Clone)]
-pub struct GroupFilter {
-    include: Vec<Regex>,
-    exclude: Vec<Regex>,
-}
-
-impl GroupFilter {
-    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self {
-            include: compile("group", include)?,
-            exclude: compile("group", exclude)?,
-        })
-    }
-
-    /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
-    /// offsets-only group of `assign()` users), included and not excluded.
-    pub fn syncs(&self, group: &ListedGroup) -> bool {
-        let consumer = match group.group_type.as_str() {
-            "consumer" => true,
-            "classic" | "" => group.protocol_type.is_empty() || group.protocol_type == "consumer",
-            _ => false, // share and streams groups
-        };
-        consumer && self.matches(&group.id)
-    }
-
-    /// Whether the group id is included and not excluded (whatever the group's type).
-    pub fn matches(&self, id: &str) -> bool {
-        self.include.iter().any(|r| r.is_match(id)) && !self.exclude.iter().any(|r| r.is_match(id))
-    }
-}
 
 /// Whether a destination group state means the group has members.
 pub fn is_active(state: &str) -> bool {
@@ -209,6 +176,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::groups::ListedGroup;
 
     fn offsets(entries: &[(&str, i32, i64)]) -> GroupOffsets {
         entries.iter().map(|(t, p, o)| (((*t).to_owned(), *p), (*o, Some("m".to_owned())))).collect()

@@ -15,10 +15,11 @@ use kmp_protocol::kafka_protocol::messages::{AlterShareGroupOffsetsRequest, Desc
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
-use super::groups::{GroupFilter, GroupReport, clamp, is_active, on_topics, topics_of};
+use super::groups::{GroupReport, clamp, is_active, on_topics, topics_of};
 use crate::cluster::client::ClusterClient;
 use crate::cluster::groups::{self as wire, Coordinators};
 use crate::error::MirrorError;
+use crate::topics::select::GroupFilter;
 
 /// A share group's start offsets by `(topic, partition)`.
 type StartOffsets = BTreeMap<(String, i32), i64>;

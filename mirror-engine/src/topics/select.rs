@@ -1,9 +1,11 @@
 //! Which source topics a mirror copies: exact names plus `include` patterns, minus `exclude`
-//! patterns, never internal topics. Patterns match whole names. Discovering topics on the
-//! source and starting them is `lib`'s; this module only decides.
+//! patterns, never internal topics; and which source groups its offset sync covers
+//! ([`GroupFilter`]). Patterns match whole names. Discovering topics on the source and starting
+//! them is `mirrors::discovery`'s; this module only decides.
 
 use regex::Regex;
 
+use crate::cluster::groups::ListedGroup;
 use crate::error::MirrorError;
 
 /// A compiled topic selection.
@@ -47,6 +49,38 @@ impl TopicSelector {
     /// Exact names that are not excluded.
     pub fn named(&self) -> impl Iterator<Item = &String> {
         self.names.iter().filter(|n| self.matches(n))
+    }
+}
+
+/// Which source groups a mirror syncs.
+#[derive(Debug, Clone)]
+pub struct GroupFilter {
+    include: Vec<Regex>,
+    exclude: Vec<Regex>,
+}
+
+impl GroupFilter {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
+        Ok(Self {
+            include: compile("group", include)?,
+            exclude: compile("group", exclude)?,
+        })
+    }
+
+    /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
+    /// offsets-only group of `assign()` users), included and not excluded.
+    pub fn syncs(&self, group: &ListedGroup) -> bool {
+        let consumer = match group.group_type.as_str() {
+            "consumer" => true,
+            "classic" | "" => group.protocol_type.is_empty() || group.protocol_type == "consumer",
+            _ => false, // share and streams groups
+        };
+        consumer && self.matches(&group.id)
+    }
+
+    /// Whether the group id is included and not excluded (whatever the group's type).
+    pub fn matches(&self, id: &str) -> bool {
+        self.include.iter().any(|r| r.is_match(id)) && !self.exclude.iter().any(|r| r.is_match(id))
     }
 }
 

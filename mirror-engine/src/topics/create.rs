@@ -11,7 +11,7 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
-use crate::topic_configs::{self, ConfigFilter, FORCED_CONFIGS};
+use crate::topics::configs::{self as topic_configs, ConfigFilter, FORCED_CONFIGS};
 
 pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
 

@@ -3,7 +3,7 @@
 use tokio::sync::Mutex;
 
 use super::{RequestsAtLoad, StateStore};
-use crate::ClusterClient;
+use crate::cluster::client::ClusterClient;
 
 impl StateStore {
     /// A store that loaded nothing and cannot write (its destination does not exist).

@@ -13,6 +13,7 @@ use regex::Regex;
 
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
+use crate::topics::select::GroupFilter;
 
 /// Topic settings every mirror topic gets, whatever the source has.
 pub const FORCED_CONFIGS: &[(&str, &str)] = &[
@@ -46,7 +47,7 @@ impl ConfigFilter {
     /// `exclude`: the mirror's `topic_config_exclude` (whole-name regexes).
     pub fn new(exclude: &[String]) -> Result<Self, MirrorError> {
         Ok(Self {
-            exclude: crate::select::compile("topic config", exclude)?,
+            exclude: crate::topics::select::compile("topic config", exclude)?,
         })
     }
 
@@ -146,6 +147,12 @@ pub fn plan(source: &TopicConfigs, destination: &TopicConfigs, filter: &ConfigFi
             .map(|(name, _)| ConfigChange::Delete(name.clone())),
     );
     changes
+}
+
+/// Whether the mirror's group and topic config patterns compile.
+pub(crate) fn check_filters(def: &kmp_config::MirrorConfig) -> Result<(), MirrorError> {
+    GroupFilter::new(&def.groups_include, &def.groups_exclude)?;
+    ConfigFilter::new(&def.topic_config_exclude).map(|_| ())
 }
 
 #[cfg(test)]
