@@ -13,9 +13,9 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::election::{self, ElectionSettings, Role, Sharing};
+use crate::ha::election::{self, ElectionSettings, Role, Sharing};
+use crate::ha::share::{Barrier, Share};
 use crate::lease::Lease;
-use crate::share::{Barrier, Share};
 use crate::state::catalog::Catalog;
 use crate::worker::Worker;
 use crate::{ClusterClient, Engine, EngineLinks, Forwarding, Part, follow_with, start_term};
@@ -99,7 +99,7 @@ impl EngineSlot {
             return Err(crate::ForwardError::Refused { code, message });
         }
         match &self.forwarding {
-            Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::forward::FORWARD_TIMEOUT).await,
+            Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::ha::forward::FORWARD_TIMEOUT).await,
             None => Err(crate::ForwardError::NoAnswer(Duration::ZERO)),
         }
     }

@@ -14,41 +14,23 @@
 //! `share` / `worker` (several instances), `throttle` (a broker's quota throttle honoured).
 //! Client-facing proxying does not belong here.
 
-mod answer_check;
 mod auto;
-mod budget;
 mod cluster;
-mod coalesce;
 mod control;
-mod election;
+mod copy;
 mod error;
-mod fetch_growth;
-mod fetch_session;
-mod fetch_size;
-mod fetch_stream;
 mod follow;
 mod followed;
 mod followed_writes;
-mod forward;
-mod fresh_topic;
 mod graceful;
-mod landed;
+mod ha;
 mod lease;
 mod lifecycle;
 mod mirror_settings;
 mod mirrors;
-mod partition;
-mod plan;
-mod produce_mux;
-mod producer_id;
-mod progress_watch;
-mod share;
-mod sink;
-mod sources;
 mod state;
 mod sync;
 mod term;
-mod throttle;
 mod topics;
 mod worker;
 
@@ -60,18 +42,18 @@ use tokio::sync::watch;
 use tracing::{Instrument, info_span};
 
 pub use auto::{ElectionView, EngineSlot, auto};
-pub use budget::Budget;
 pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
 pub use control::{Control, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
-pub use election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
+pub use copy::budget::Budget;
 pub use error::MirrorError;
 pub use follow::FollowProgress;
-pub use forward::{ForwardError, Forwarding, RequestHandler};
+pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
+pub use ha::forward::{ForwardError, Forwarding, RequestHandler};
+pub(crate) use ha::share::Part;
+pub use ha::share::{Share, owner_index};
 pub use lease::Lease;
 pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
-pub(crate) use share::Part;
-pub use share::{Share, owner_index};
 pub use state::catalog::{Catalog, CatalogTopic};
 pub use state::records::{Desired, MirrorRecord, PartitionRecord, TopicRecord};
 pub use state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
@@ -217,11 +199,11 @@ pub(crate) fn start_term(
         topics: handle.topics.clone(),
         control: handle.control.clone(),
         max_in_flight: usize::from(engine.max_in_flight_per_partition),
-        producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
+        producers: copy::produce::mux::Producers::new(destination.clone(), copy::produce::mux::ProduceSettings::default(), lease.clone()),
         lease,
         part,
         stop,
-        sources: Arc::new(sources::Sources::new(handle.budget.clone(), timeout)),
+        sources: Arc::new(copy::sources::Sources::new(handle.budget.clone(), timeout)),
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
     tokio::spawn(term::boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));

@@ -11,13 +11,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::TopicContext;
 use crate::control;
-use crate::partition::{PartitionTask, SourceTopicId};
+use crate::copy::fresh_topic;
+use crate::copy::partition::{PartitionTask, SourceTopicId};
+use crate::error::MirrorError;
 use crate::state::records::Desired;
 use crate::state::records::{TopicRecord, id_from_hex, id_to_hex};
 use crate::state::status::{PartitionState, now_ms};
 use crate::topics::create::{self as topics, Prepared};
-use crate::{MirrorError, TopicContext, fresh_topic};
 
 /// Prepares the destination topic, then spawns one task per partition.
 pub(crate) fn start_topic(ctx: TopicContext, topic: String) {

@@ -11,9 +11,12 @@ use kmp_config::MirrorConfig;
 use tokio::sync::watch;
 use tracing::{Instrument, info, warn};
 
-use crate::fetch_session::FetchSessions;
+use crate::copy::fetch::session::FetchSessions;
+use crate::copy::produce::{mux as produce_mux, producer_id};
+use crate::copy::sources;
+use crate::ha::forward;
 use crate::{Budget, Catalog, ClusterClient, Control, Lease, MirrorError, MirrorRecord, Part, StateStore, StatusBoard};
-use crate::{follow, forward, mirror_settings, mirrors, produce_mux, producer_id, sources, sync, worker};
+use crate::{follow, mirror_settings, mirrors, sync, worker};
 
 /// Longest wait at boot for the state topic's destination id before requests are let through
 /// (then it is looked up in the background).

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::share::{Release, Share};
+use crate::ha::share::{Release, Share};
 use crate::state::store::StateStore;
 use crate::{Catalog, Engine, EngineLinks, Part, Shared, start_term};
 

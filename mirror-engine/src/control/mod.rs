@@ -14,7 +14,7 @@ use tokio::sync::{Notify, watch};
 
 mod transitions;
 
-use crate::sources::Sources;
+use crate::copy::sources::Sources;
 use crate::state::boot_gate::BootGate;
 use crate::state::catalog::Catalog;
 use crate::state::records::Desired;
@@ -98,7 +98,7 @@ struct Inner {
     launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
     /// Management requests forwarded between instances (`auto` only).
-    forwarding: OnceLock<crate::forward::Forwarding>,
+    forwarding: OnceLock<crate::ha::forward::Forwarding>,
     /// The engine's source clients (set at boot; a follower has none).
     sources: OnceLock<Arc<Sources>>,
     /// The group offset pass run before stopped topics become writable (set at boot).
@@ -119,7 +119,7 @@ struct Inner {
     follower: OnceLock<String>,
     /// With shared work (`engine.share_work`, the active instance): what pause and stop wait
     /// behind, since the partitions are copied by every member (see `share`).
-    barrier: OnceLock<crate::share::Barrier>,
+    barrier: OnceLock<crate::ha::share::Barrier>,
     /// With shared work: the partitions as the members recorded them in the state topic (a
     /// follower's board), which describe and the graceful stop read.
     views: OnceLock<StatusBoard>,
@@ -180,7 +180,7 @@ impl Control {
     }
 
     /// Shares the copying with the other members: state changes wait behind `barrier` (once).
-    pub(crate) fn set_barrier(&self, barrier: crate::share::Barrier) {
+    pub(crate) fn set_barrier(&self, barrier: crate::ha::share::Barrier) {
         let _ = self.inner.barrier.set(barrier);
     }
 
@@ -369,12 +369,12 @@ impl Control {
         out
     }
 
-    pub(crate) fn set_forwarding(&self, forwarding: crate::forward::Forwarding) {
+    pub(crate) fn set_forwarding(&self, forwarding: crate::ha::forward::Forwarding) {
         let _ = self.inner.forwarding.set(forwarding);
     }
 
     /// The instance's forwarding of management requests (`auto` only).
-    pub(crate) fn forwarding(&self) -> Option<crate::forward::Forwarding> {
+    pub(crate) fn forwarding(&self) -> Option<crate::ha::forward::Forwarding> {
         self.inner.forwarding.get().cloned()
     }
 

@@ -241,7 +241,7 @@ impl Control {
     /// new generation (`StateStore::put_topic_recorded`); a pause or stop waits until that
     /// generation is in place — no member of an earlier one writes any more, and every member
     /// of the new one loaded the change (its owners record the partitions paused or stopped).
-    async fn shared_transition(&self, barrier: &crate::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
+    async fn shared_transition(&self, barrier: &crate::ha::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
         // Normally the record's hook asked already; a concurrent request for the same change
         // (whose record changed nothing) asks here, so a generation after `recorded` comes.
         barrier.reassign();
@@ -298,5 +298,4 @@ impl Control {
 }
 
 #[cfg(test)]
-#[path = "transitions_tests.rs"]
 mod tests;

@@ -87,5 +87,4 @@ pub(crate) fn aligned_after(last_end: Option<i64>, planned_next: i64, was: bool)
 }
 
 #[cfg(test)]
-#[path = "answer_check_tests.rs"]
 mod tests;

@@ -24,10 +24,10 @@ use crate::cluster::client::ClusterClient;
 use crate::cluster::io_stats;
 use crate::cluster::links::{Lane, Tasks};
 use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
+use crate::copy::produce::producer_id::EngineProducer;
+use crate::copy::throttle::Throttle;
 use crate::error::MirrorError;
 use crate::lease::Lease;
-use crate::producer_id::EngineProducer;
-use crate::throttle::Throttle;
 
 /// Produce lanes (and connections) per destination broker; a partition always uses the same one.
 /// Kafka allows one batch per partition per request and answers a connection's requests one at
@@ -121,7 +121,7 @@ impl Producers {
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: RecordsBlob) -> oneshot::Receiver<Reply> {
-        let lane = crate::fetch_session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
+        let lane = crate::copy::fetch::session::lane_of(topic.0.as_bytes(), partition, LANES_PER_BROKER);
         let (tx, rx) = oneshot::channel();
         if !self.inner.lease.holds() {
             let _ = tx.send(Err(MirrorError::Fenced));

@@ -24,10 +24,9 @@ use tracing::{debug, info, warn};
 
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
+use crate::ha::share::Share;
 use crate::lease::Lease;
-use crate::share::Share;
 
-#[path = "election_choice.rs"]
 mod choice;
 use choice::{Assignment, MemberMetadata, choose};
 
@@ -146,7 +145,7 @@ pub(crate) struct Sharing {
     /// The share of the current generation (`None` between generations).
     pub(crate) tx: watch::Sender<Option<Share>>,
     /// Makes this member rejoin with changed metadata (a state change the members must load).
-    pub(crate) rejoin: std::sync::Arc<crate::share::Reassign>,
+    pub(crate) rejoin: std::sync::Arc<crate::ha::share::Reassign>,
 }
 
 impl Sharing {
@@ -597,5 +596,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "election_tests.rs"]
 mod coordinator_tests;

@@ -9,8 +9,8 @@ use kmp_protocol::batch::BatchHeader;
 use kmp_protocol::shared_client::SharedConnection;
 
 use crate::cluster::fetch::{FetchAt, fetch};
+use crate::copy::produce::sink::Written;
 use crate::error::MirrorError;
-use crate::sink::Written;
 
 /// Bytes asked for per read-back Fetch (a larger single batch still comes whole).
 const READ_BYTES: i32 = 8 << 20;

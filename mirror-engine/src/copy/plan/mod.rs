@@ -8,38 +8,15 @@
 //! (`kmp_protocol::reencode`). Every plan is checked against the fetched data before anything
 //! is written (`check`): a filler never covers a record. Doing the I/O belongs to `partition`.
 
+pub(crate) mod action;
+pub(crate) mod coalesce;
+
 use bytes::Bytes;
 use kmp_protocol::batch::{BatchHeader, verify_crc};
 use kmp_protocol::reencode::{Piece, is_log_append_time, records, split_from};
 
+use crate::copy::plan::action::Action;
 use crate::error::MirrorError;
-
-/// One write to the destination, in order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
-    /// `count` filler records starting at destination offset `base`.
-    Fill { base: i64, count: i64, timestamp: i64 },
-    /// A source batch (contiguous, non-control, not aborted) written whole at its own base offset.
-    Write { base: i64, header: BatchHeader, batch: Bytes },
-    /// Contiguous records of a source batch re-encoded as their own batch starting at `base`.
-    Run {
-        base: i64,
-        records: i32,
-        max_timestamp: i64,
-        batch: Bytes,
-    },
-}
-
-impl Action {
-    /// The offsets the action occupies on the destination.
-    pub(crate) fn range(&self) -> (i64, i64) {
-        match self {
-            Self::Fill { base, count, .. } => (*base, base + count),
-            Self::Write { base, header, .. } => (*base, base + i64::from(header.last_offset_delta) + 1),
-            Self::Run { base, records, .. } => (*base, base + i64::from(*records)),
-        }
-    }
-}
 
 /// The writes for one fetch.
 #[derive(Debug, Default)]
@@ -166,7 +143,7 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mu
         }
         p.next = end;
     }
-    (p.actions, p.coalesced) = crate::coalesce::coalesce(std::mem::take(&mut p.actions), coalesce_max_bytes);
+    (p.actions, p.coalesced) = crate::copy::plan::coalesce::coalesce(std::mem::take(&mut p.actions), coalesce_max_bytes);
     check(start, &p, &visible)?;
     Ok(p)
 }
@@ -222,5 +199,4 @@ fn check(start: i64, plan: &Plan, visible: &[(BatchHeader, Bytes)]) -> Result<()
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 pub(crate) mod tests;

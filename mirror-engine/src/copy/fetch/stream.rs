@@ -39,7 +39,7 @@ use tokio::time::Instant;
 
 use crate::cluster::fetch::Fetched;
 use crate::cluster::io_stats;
-use crate::fetch_session::{Answer, FetchSessions, SESSIONS_PER_BROKER, Wanted, lane_of};
+use crate::copy::fetch::session::{Answer, FetchSessions, SESSIONS_PER_BROKER, Wanted, lane_of};
 
 /// Data-bearing answers the round trip is estimated from (the shortest time to answer).
 const ROUND_TRIP_SAMPLES: usize = 8;
@@ -203,5 +203,4 @@ fn cut_to(mut fetched: Fetched, next: i64) -> Fetched {
 }
 
 #[cfg(test)]
-#[path = "fetch_stream_tests.rs"]
 mod tests;

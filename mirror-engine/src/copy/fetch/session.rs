@@ -23,14 +23,14 @@ use tokio::time::Instant;
 use tracing::{Instrument, debug, info_span};
 use uuid::Uuid;
 
-use crate::budget::{Budget, Reservation};
 use crate::cluster::client::ClusterClient;
 use crate::cluster::fetch::{FETCH_VERSION, Fetched, READ_COMMITTED, parse};
 use crate::cluster::io_stats;
 use crate::cluster::links::{Lane, Tasks};
+use crate::copy::budget::{Budget, Reservation};
+use crate::copy::fetch::growth::GrowthShare;
+use crate::copy::throttle::Throttle;
 use crate::error::MirrorError;
-use crate::fetch_growth::GrowthShare;
-use crate::throttle::Throttle;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -608,5 +608,4 @@ impl BrokerSession {
 }
 
 #[cfg(test)]
-#[path = "fetch_session_tests.rs"]
 mod tests;

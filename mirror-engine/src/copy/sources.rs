@@ -14,9 +14,9 @@ use std::time::Duration;
 use dashmap::DashMap;
 use kmp_config::MirrorConfig;
 
-use crate::budget::Budget;
 use crate::cluster::client::ClusterClient;
-use crate::fetch_session::{FetchSessions, SessionSettings};
+use crate::copy::budget::Budget;
+use crate::copy::fetch::session::{FetchSessions, SessionSettings};
 
 /// Source clients and fetch sessions by source setting.
 pub(crate) struct Sources {

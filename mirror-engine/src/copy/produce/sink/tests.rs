@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 use super::*;
 use crate::cluster::client::ClusterClient;
 use crate::cluster::produce::PRODUCE_VERSION;
-use crate::produce_mux::ProduceSettings;
+use crate::copy::produce::mux::ProduceSettings;
 
 /// `(offset, base sequence)` of each batch the fake leader appended.
 type Log = Arc<Mutex<Vec<(i64, i32)>>>;

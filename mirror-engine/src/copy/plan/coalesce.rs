@@ -16,7 +16,7 @@ use kmp_protocol::batch::parse_header;
 use kmp_protocol::merge::merge;
 use tracing::debug;
 
-use crate::plan::Action;
+use crate::copy::plan::action::Action;
 
 /// Batches smaller than `max_bytes / SMALL_PART` are merged.
 const SMALL_PART: usize = 16;
@@ -113,5 +113,4 @@ fn flush(run: &mut Vec<Action>, out: &mut Vec<Action>, max_bytes: usize) -> u64 
 }
 
 #[cfg(test)]
-#[path = "coalesce_tests.rs"]
 mod tests;

@@ -3,8 +3,9 @@ use kmp_protocol::batch::{BatchHeader, split};
 use kmp_protocol::kafka_protocol::records::{Compression, RecordBatchDecoder};
 use proptest::prelude::*;
 
-use crate::plan::tests::{batch, batch_with, history, kinds, marker, txn_batch};
-use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
+use crate::copy::plan::action::Action;
+use crate::copy::plan::tests::{batch, batch_with, history, kinds, marker, txn_batch};
+use crate::copy::plan::{AbortTracker, Plan, plan_coalesced};
 
 const LIMIT: usize = 256 * 1024;
 

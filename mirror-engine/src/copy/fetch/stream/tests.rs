@@ -1,7 +1,7 @@
 //! What an answer to a Fetch asked at an older offset keeps once the partition moved on.
 
 use super::*;
-use crate::plan::tests::batch;
+use crate::copy::plan::tests::batch;
 
 fn fetched(batches: &[(i64, i64)], aborted: &[(i64, i64)]) -> Fetched {
     Fetched {

@@ -24,9 +24,9 @@ use kmp_protocol::shared_client::SharedConnection;
 use tokio::sync::oneshot;
 
 use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
+use crate::copy::produce::mux::{Producers, Reply};
+use crate::copy::produce::producer_id::{EngineProducer, sequence_at};
 use crate::error::MirrorError;
-use crate::produce_mux::{Producers, Reply};
-use crate::producer_id::{EngineProducer, sequence_at};
 
 /// One produced batch, reported back once the destination acknowledged it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,5 +225,4 @@ impl PartitionSink {
 }
 
 #[cfg(test)]
-#[path = "sink_tests.rs"]
 mod tests;

@@ -2,7 +2,7 @@
 //! true Kafka gives (a batch holding the offset asked, compaction gaps, retention) is accepted.
 
 use super::*;
-use crate::plan::tests::batch;
+use crate::copy::plan::tests::batch;
 
 fn answer(hw: i64, log_start: i64, batches: &[(i64, i64)]) -> Fetched {
     Fetched {

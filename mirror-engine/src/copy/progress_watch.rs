@@ -16,8 +16,8 @@ use tracing::{debug, warn};
 
 use crate::cluster::client::{ClusterClient, READ_COMMITTED, READ_UNCOMMITTED, list_offset};
 use crate::cluster::links::Lane;
+use crate::copy::fetch::session::Heard;
 use crate::error::MirrorError;
-use crate::fetch_session::Heard;
 use crate::state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 
 /// How often the watch looks at the partition.
@@ -139,5 +139,4 @@ pub(crate) async fn run(key: PartitionKey, source: ClusterClient, status: Status
 }
 
 #[cfg(test)]
-#[path = "progress_watch_tests.rs"]
 mod tests;

@@ -11,18 +11,19 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::answer_check;
-use crate::budget::Reservation;
 use crate::cluster::client::{ClusterClient, leader_log_end, offsets};
 use crate::cluster::links::Lane;
+use crate::copy::answer_check;
+use crate::copy::budget::Reservation;
+use crate::copy::fetch::session::{FetchSessions, Heard, Wanted};
+use crate::copy::fetch::size::next_fetch_size;
+use crate::copy::fetch::stream::FetchStream;
+use crate::copy::plan::action::Action;
+use crate::copy::plan::{AbortTracker, Plan, plan_coalesced};
+use crate::copy::produce::landed::{self, ReadBack};
+use crate::copy::produce::mux::Producers;
+use crate::copy::produce::sink::{PartitionSink, Written};
 use crate::error::MirrorError;
-use crate::fetch_session::{FetchSessions, Heard, Wanted};
-use crate::fetch_size::next_fetch_size;
-use crate::fetch_stream::FetchStream;
-use crate::landed::{self, ReadBack};
-use crate::plan::{AbortTracker, Action, Plan, plan_coalesced};
-use crate::produce_mux::Producers;
-use crate::sink::{PartitionSink, Written};
 use crate::state::records::Desired;
 use crate::state::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 
@@ -106,7 +107,7 @@ impl PartitionTask {
         // Reads the source's real ends when no answer brings them, and reports a partition that
         // makes no progress while the source grows (`progress_watch`); ends with this task.
         let heard: Heard = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let watch = tokio::spawn(crate::progress_watch::run(
+        let watch = tokio::spawn(crate::copy::progress_watch::run(
             self.key.clone(),
             self.source.clone(),
             self.status.clone(),
@@ -258,7 +259,7 @@ impl PartitionTask {
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
         let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
         if self.expect_empty && uncertain.is_empty() && next > 0 {
-            return Err(crate::fresh_topic::forged(topic, partition, 0, next));
+            return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next));
         }
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
