@@ -12,6 +12,9 @@ use dashmap::DashMap;
 use kmp_config::MirrorConfig;
 use tokio::sync::{Notify, watch};
 
+pub(crate) mod definitions;
+pub(crate) mod graceful;
+pub(crate) mod settings;
 mod transitions;
 
 use crate::copy::sources::Sources;
@@ -480,7 +483,7 @@ impl Control {
             .iter()
             .map(|m| MirrorListing {
                 name: m.key().clone(),
-                source_bootstrap: crate::mirror_settings::shown_servers(&m.value().source_bootstrap_servers),
+                source_bootstrap: shown_servers(&m.value().source_bootstrap_servers),
                 topics: self.claimed_topics(m.key()),
             })
             .collect();
@@ -525,4 +528,17 @@ impl Control {
         self.claimed_by(topic)?;
         self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
     }
+}
+
+/// `servers` as shown to users: the user-info part of an address with `@` (stored before such
+/// addresses were refused) is replaced by `***`.
+pub(crate) fn shown_servers(servers: &[String]) -> String {
+    servers
+        .iter()
+        .map(|s| match s.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => s.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }

@@ -76,7 +76,7 @@ impl Control {
     }
 
     /// Records in the state topic that clients may write to `topic` (its stop has finished).
-    async fn record_writable(&self, topic: &str) -> Result<(), crate::MirrorError> {
+    async fn record_writable(&self, topic: &str) -> Result<(), crate::error::MirrorError> {
         let Some(store) = self.inner.store.get() else { return Ok(()) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
         record.writable = Some(true);
@@ -141,7 +141,7 @@ impl Control {
             ));
         };
         let source = self.source_client(&def);
-        crate::graceful::wait_copied(self.progress_board(), &source, mirror, topic, partitions, limit)
+        crate::control::graceful::wait_copied(self.progress_board(), &source, mirror, topic, partitions, limit)
             .await
             .map_err(|why| {
                 TopicResult::err(
@@ -286,7 +286,7 @@ impl Control {
     }
 
     /// Records the topic's new desired state; when it was recorded (see `put_topic_recorded`).
-    async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::MirrorError> {
+    async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::error::MirrorError> {
         let now = tokio::time::Instant::now();
         let Some(store) = self.inner.store.get() else { return Ok(now) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(now) };

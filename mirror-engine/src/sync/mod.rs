@@ -16,7 +16,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use crate::state::sync_status::{PassOutcome, SyncKind};
 
-use crate::Shared;
+use crate::context::Shared;
 use crate::state::records::Desired;
 
 /// Longest a pass may take; a source that stopped answering must not hold a failover.

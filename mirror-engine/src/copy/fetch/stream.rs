@@ -189,7 +189,7 @@ impl FetchStream {
             (Some(a), None) => (0, (&mut a.answer).await),
             (None, Some(b)) => (1, (&mut b.answer).await),
             // Not reached: `next` sends the first Fetch before it waits.
-            (None, None) => (0, Err(crate::MirrorError::aborted("source", "no fetch in flight"))),
+            (None, None) => (0, Err(crate::error::MirrorError::aborted("source", "no fetch in flight"))),
         }
     }
 }

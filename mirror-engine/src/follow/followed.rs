@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use tracing::{debug, warn};
 
 use crate::control::Control;
-use crate::followed_writes::CatalogWrites;
+use crate::follow::writes::CatalogWrites;
 use crate::state::records::Desired;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex};
 use crate::state::store::parse_value;

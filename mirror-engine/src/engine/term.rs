@@ -1,8 +1,8 @@
-//! One engine term's shared parts and its boot: what every mirror of the term shares
-//! ([`Shared`], [`TopicContext`]), opening the state topic, loading what it records into the
-//! catalog and the control, launching the mirrors and writing progress back
-//! ([`spawn_persist`]). Starting and stopping terms belongs to `lib` (a lone engine) and `auto`
-//! (an elected one); what a mirror does once launched to `mirrors` and `lifecycle`.
+//! One engine term's boot: opening the state topic, loading what it records into the catalog
+//! and the control, launching the mirrors (or, for a term that only copies its share,
+//! [`boot_worker`]) and writing progress back ([`spawn_persist`]). What every mirror of the term
+//! shares is `context`'s. Starting and stopping terms belongs to `engine` (a lone engine) and
+//! `engine::auto` (an elected one); what a mirror does once launched to `mirrors`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,48 +11,20 @@ use kmp_config::MirrorConfig;
 use tokio::sync::watch;
 use tracing::{Instrument, info, warn};
 
-use crate::copy::fetch::session::FetchSessions;
-use crate::copy::produce::{mux as produce_mux, producer_id};
-use crate::copy::sources;
+use crate::context::Shared;
+use crate::control::settings as mirror_settings;
+use crate::copy::produce::producer_id;
+use crate::error::MirrorError;
+use crate::follow::follower as follow;
 use crate::ha::forward;
-use crate::{Budget, Catalog, ClusterClient, Control, Lease, MirrorError, MirrorRecord, Part, StateStore, StatusBoard};
-use crate::{follow, mirror_settings, mirrors, sync, worker};
+use crate::mirrors::discovery as mirrors;
+use crate::state::records::MirrorRecord;
+use crate::state::store::StateStore;
+use crate::sync;
 
 /// Longest wait at boot for the state topic's destination id before requests are let through
 /// (then it is looked up in the background).
 const STATE_TOPIC_ID_WAIT: Duration = Duration::from_secs(10);
-
-/// What every mirror shares.
-#[derive(Clone)]
-pub(crate) struct Shared {
-    pub(crate) destination: ClusterClient,
-    pub(crate) status: StatusBoard,
-    pub(crate) budget: Budget,
-    pub(crate) topics: Catalog,
-    pub(crate) control: Control,
-    pub(crate) max_in_flight: usize,
-    /// The destination's produce lanes, one per broker, shared by every mirror.
-    pub(crate) producers: produce_mux::Producers,
-    /// Writing (data, state, group offsets, configs) is allowed only while this holds.
-    pub(crate) lease: Lease,
-    /// Which part of the mirror work this term does.
-    pub(crate) part: Part,
-    pub(crate) stop: watch::Receiver<bool>,
-    /// One client and one set of fetch sessions per source setting, shared by every mirror.
-    pub(crate) sources: Arc<sources::Sources>,
-}
-
-impl Shared {
-    /// The source client of mirror `def` (one per bootstrap servers and source properties).
-    pub(crate) fn source_client(&self, def: &MirrorConfig) -> ClusterClient {
-        self.sources.client(def)
-    }
-
-    /// The source client of mirror `def` with its fetch sessions (see `sources`).
-    pub(crate) fn source_reach(&self, def: &MirrorConfig) -> (ClusterClient, FetchSessions) {
-        self.sources.reach(def)
-    }
-}
 
 /// `done` is dropped when the final state is written (or the engine stops before starting).
 pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
@@ -98,7 +70,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
     if shared.part.works_only() {
-        return worker::boot(shared, store, flush, mirrors, done);
+        return boot_worker(shared, store, flush, mirrors, done);
     }
     if let Some(b) = shared.part.barrier() {
         let b = b.clone();
@@ -128,7 +100,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
             .mark_filler_topic(&topic, crate::state::records::id_from_hex(&former.topic_id).unwrap_or([0; 16]));
     }
     // Every destination id not known yet is looked up until it is (requests naming unknown ids
-    // are refused meanwhile, `registry`); a former topic the destination lacks is forgotten.
+    // are refused meanwhile, see `state::catalog`); a former topic the destination lacks is forgotten.
     let ids = follow::learn_ids(
         shared.destination.clone(),
         shared.topics.clone(),
@@ -189,6 +161,26 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     info!("mirror engine booted");
 }
 
+/// Boots a term that only copies its share (`Part::Work`): every stored and declared mirror's
+/// stored topics, as the state topic recorded them when the generation began; it creates no
+/// topic, answers no management request and syncs nothing.
+fn boot_worker(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
+    shared.control.set_store(store.clone());
+    spawn_persist(&shared, &store, flush, done);
+    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
+    let mut all: Vec<MirrorConfig> = mirrors;
+    for def in stored {
+        if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
+            all.push(def);
+        }
+    }
+    for def in all {
+        mirrors::launch(&shared, &store, def);
+    }
+    shared.control.mark_booted();
+    info!("mirror worker booted");
+}
+
 /// Writes the term's partition progress every `flush` until it stops; `done` is dropped once
 /// the final write is done.
 pub(crate) fn spawn_persist(shared: &Shared, store: &Arc<StateStore>, flush: Duration, done: watch::Sender<()>) {
@@ -244,14 +236,4 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
             warn!(error = %e, "cannot remove a stale mirror definition");
         }
     }
-}
-
-/// What starting one topic of a mirror needs.
-#[derive(Clone)]
-pub(crate) struct TopicContext {
-    pub(crate) mirror: MirrorConfig,
-    pub(crate) source: ClusterClient,
-    pub(crate) fetchers: FetchSessions,
-    pub(crate) shared: Shared,
-    pub(crate) store: Arc<StateStore>,
 }

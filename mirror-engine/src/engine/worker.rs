@@ -14,9 +14,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::engine::{Engine, EngineLinks, start_term};
+use crate::ha::share::Part;
 use crate::ha::share::{Release, Share};
-use crate::state::store::StateStore;
-use crate::{Catalog, Engine, EngineLinks, Part, Shared, start_term};
+use crate::state::catalog::Catalog;
 
 /// Longest wait for a worker's partitions to stop and write their progress.
 const END_WAIT: Duration = Duration::from_secs(10);
@@ -97,26 +98,4 @@ impl Worker {
         let _ = self.quit.send(true);
         let _ = self.ended.await;
     }
-}
-
-/// Boots a term that only copies its share (`Part::Work`): every stored and declared mirror's
-/// stored topics, as the state topic recorded them when the generation began; it creates no
-/// topic, answers no management request and syncs nothing.
-pub(crate) fn boot(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
-    shared.control.set_store(store.clone());
-    crate::spawn_persist(&shared, &store, flush, done);
-    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
-    let mut all: Vec<MirrorConfig> = mirrors;
-    for def in stored {
-        if !all.iter().any(|m| m.name == def.name)
-            && crate::mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok()
-        {
-            all.push(def);
-        }
-    }
-    for def in all {
-        crate::mirrors::launch(&shared, &store, def);
-    }
-    shared.control.mark_booted();
-    info!("mirror worker booted");
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::TopicContext;
+use crate::context::TopicContext;
 use crate::control;
 use crate::copy::fresh_topic;
 use crate::copy::partition::{PartitionTask, SourceTopicId};

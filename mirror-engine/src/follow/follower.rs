@@ -25,7 +25,7 @@ use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
 use crate::control::Control;
 use crate::error::MirrorError;
-use crate::followed::FollowedState;
+use crate::follow::followed::FollowedState;
 use crate::state::catalog::Catalog;
 use crate::state::status::now_ms;
 use crate::state::store::decode_entries;

@@ -13,12 +13,17 @@ use kmp_config::{EngineConfig, MirrorConfig};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::cluster::client::ClusterClient;
+use crate::control::Control;
+use crate::engine::worker::Worker;
+use crate::engine::{Engine, EngineLinks, follow_with, start_term};
+use crate::follow::follower::FollowProgress;
 use crate::ha::election::{self, ElectionSettings, Role, Sharing};
+use crate::ha::forward::{ForwardError, Forwarding, RequestHandler};
+use crate::ha::share::Part;
 use crate::ha::share::{Barrier, Share};
 use crate::lease::Lease;
 use crate::state::catalog::Catalog;
-use crate::worker::Worker;
-use crate::{ClusterClient, Engine, EngineLinks, Forwarding, Part, follow_with, start_term};
 
 /// Longest wait for an ended term to write its final state before the follower takes over.
 const TERM_END_WAIT: Duration = Duration::from_secs(10);
@@ -43,7 +48,7 @@ pub struct ElectionView {
     pub problem: Option<String>,
     /// This instance's place among the current generation's members and how many there are
     /// (`None` between generations). With `engine.share_work` it copies the partitions of
-    /// that place (see [`crate::owner_index`]).
+    /// that place (see [`crate::ha::share::owner_index`]).
     pub share: Option<(usize, usize)>,
     /// Whether the instances share the copying (`engine.share_work`).
     pub share_work: bool,
@@ -79,7 +84,7 @@ impl EngineSlot {
 
     /// Sets how this instance answers management requests other instances forward while it is
     /// the active one (`auto` only; elsewhere nothing forwards).
-    pub fn answer_forwarded_with(&self, handler: crate::RequestHandler) {
+    pub fn answer_forwarded_with(&self, handler: RequestHandler) {
         if let Some((f, _, _)) = &self.forwarding {
             f.set_handler(handler);
         }
@@ -94,13 +99,13 @@ impl EngineSlot {
     /// Hands a management request frame to the active instance and returns its answer frame.
     /// A create the active instance would refuse whatever its state (unknown configs, inline
     /// secrets) is refused here, before anything is written to the state topic.
-    pub async fn forward(&self, frame: bytes::Bytes) -> Result<bytes::Bytes, crate::ForwardError> {
-        if let Some((code, message)) = crate::mirror_settings::refuse_before_handover(&frame) {
-            return Err(crate::ForwardError::Refused { code, message });
+    pub async fn forward(&self, frame: bytes::Bytes) -> Result<bytes::Bytes, ForwardError> {
+        if let Some((code, message)) = crate::control::settings::refuse_before_handover(&frame) {
+            return Err(ForwardError::Refused { code, message });
         }
         match &self.forwarding {
             Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::ha::forward::FORWARD_TIMEOUT).await,
-            None => Err(crate::ForwardError::NoAnswer(Duration::ZERO)),
+            None => Err(ForwardError::NoAnswer(Duration::ZERO)),
         }
     }
 
@@ -128,17 +133,17 @@ impl EngineSlot {
     }
 
     /// The registry of mirror topics the running engine (or follower) enforces.
-    pub fn topics(&self) -> crate::Catalog {
+    pub fn topics(&self) -> Catalog {
         self.read().topics.clone()
     }
 
     /// Management of the running engine (or the follower's views).
-    pub fn control(&self) -> crate::Control {
+    pub fn control(&self) -> Control {
         self.read().control.clone()
     }
 
     /// Where reading the state topic stands, on a follower (or an `auto` standby).
-    pub fn follow(&self) -> Option<watch::Receiver<crate::FollowProgress>> {
+    pub fn follow(&self) -> Option<watch::Receiver<FollowProgress>> {
         self.read().follow.clone()
     }
 

@@ -5,7 +5,7 @@
 
 use kmp_config::MirrorConfig;
 
-use crate::control::{Control, codes};
+use crate::control::{Control, codes, shown_servers};
 use crate::error::MirrorError;
 use crate::state::records::MirrorRecord;
 use crate::topics::select::TopicSelector;
@@ -102,19 +102,6 @@ pub(crate) fn check_sources(allow: &[String], servers: &[String]) -> Result<(), 
         )),
         None => Ok(()),
     }
-}
-
-/// `servers` as shown to users: the user-info part of an address with `@` (stored before such
-/// addresses were refused) is replaced by `***`.
-pub(crate) fn shown_servers(servers: &[String]) -> String {
-    servers
-        .iter()
-        .map(|s| match s.rsplit_once('@') {
-            Some((_, host)) => format!("***@{host}"),
-            None => s.clone(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
