@@ -1,6 +1,6 @@
 //! Reaching one cluster (source or destination) with the internal client: connecting to any
 //! bootstrap broker, looking up a topic's partitions and leaders, and opening a connection to a
-//! partition leader. What is sent on those connections belongs to `source` and `sink`.
+//! partition leader. What is sent on those connections belongs to `fetch`, `produce`, `groups` and the copy path.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -58,7 +58,7 @@ const LAYOUT_TTL: Duration = Duration::from_millis(500);
 /// `request.timeout.ms` default). A late response closes the connection: a source that dribbles
 /// its answers (or never finishes one) would otherwise hold every request queued behind it on
 /// that connection — every partition fetched there — for as long as it likes. The Fetch long
-/// poll (`fetch_session`, 500 ms) is far below it; a 32 MiB answer must come at about 9 Mbit/s.
+/// poll (`copy::fetch::session`, 500 ms) is far below it; a 32 MiB answer must come at about 9 Mbit/s.
 pub const SOURCE_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Failed authentications to one cluster: after one, connections fail fast with the same error

@@ -46,7 +46,7 @@ pub struct FetchAt<'a> {
 }
 
 /// Fetches `at.topic`-`at.partition` from `at.offset` on a connection to its leader, alone (the
-/// state store's load; mirrored partitions fetch through `fetch_session`).
+/// state store's load; mirrored partitions fetch through `copy::fetch::session`).
 pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, MirrorError> {
     let FetchAt {
         side,

@@ -4,7 +4,7 @@
 //! short ones, since a broker answers a connection's requests one at a time.
 //!
 //! `Slots`, the single-flight keyed cache behind the connections, also holds the client's topic
-//! layouts. What is sent on a lane belongs to its users (`fetch_session`, `produce_mux`,
+//! layouts. What is sent on a lane belongs to its users (`copy::fetch::session`, `copy::produce::mux`,
 //! `cluster`).
 
 use std::collections::HashMap;

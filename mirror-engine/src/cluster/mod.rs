@@ -1,7 +1,7 @@
 //! Reaching a cluster (source or destination) on the wire: the internal client and its shared
 //! connections (`client`, `links`), read_committed Fetch (`fetch`), whole Produce requests
 //! (`produce`), the group requests of offset sync and the election (`groups`), and the
-//! engine's I/O counters (`io_stats`). Nothing here knows about mirrors.
+//! engine's I/O counters (`cluster::io_stats`). Nothing here knows about mirrors.
 
 pub(crate) mod client;
 pub(crate) mod fetch;

@@ -2,8 +2,11 @@
 //! list/describe views, shared by every management front end (Kafka RPCs, REST). Per topic the
 //! operator sets a *desired* state; it is persisted in the state topic first, then the
 //! partition tasks follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error
-//! codes. The state changes themselves are `transitions`'; copying data belongs to `partition`;
-//! what the front ends look like to the proxy.
+//! codes. This folder owns the operations and their data: the state changes (`transitions`),
+//! the graceful stop's wait for copied data (`graceful`), the mirror definitions — create, start
+//! topics, delete (`definitions`) — and mirror settings shown and changed through the API
+//! (`settings`). Copying data belongs to `copy::partition`; what the front ends look like to the
+//! proxy.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -219,7 +222,7 @@ impl Control {
 
     /// The follower's view of one mirror topic (it has no copy tasks) in the list and describe
     /// views, with its desired state; the follower registers it in the catalog
-    /// (`followed_writes`).
+    /// (`follow::writes`).
     pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
         if let Some(mut rt) = self.inner.topics.get_mut(topic) {
             rt.mirror = mirror.to_owned();

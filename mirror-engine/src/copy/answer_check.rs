@@ -8,7 +8,7 @@
 //! log no longer has: compaction, retention). Batches keep their base and last offsets through
 //! compaction, so once the partition's position is the end of a batch it was given
 //! (`aligned`), no true batch starts before it; a hedged answer to an older offset is cut to the
-//! position before it gets here (`fetch_stream`). Nothing is returned beyond the high watermark
+//! position before it gets here (`copy::fetch::stream`). Nothing is returned beyond the high watermark
 //! of the same answer, and its log start is not beyond it either.
 //!
 //! A jump of more than [`CONFIRM_GAP`] offsets over data the answer does not explain by its log

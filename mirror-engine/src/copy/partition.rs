@@ -41,7 +41,7 @@ pub struct PartitionTask {
     /// Largest Fetch size the partition grows to while its Fetches come back full.
     pub fetch_grow_max_bytes: i32,
     /// The round trip from which a caught-up partition keeps a second Fetch in flight (`None`:
-    /// never; see `fetch_stream`).
+    /// never; see `copy::fetch::stream`).
     pub fetch_hedge_min_rtt: Option<Duration>,
     pub max_filler_batch_records: i32,
     /// Most bytes of a destination batch merged from small source batches (0: no merging).
@@ -276,7 +276,7 @@ impl PartitionTask {
     }
 
     /// Copies from `next` on through `sink` until an error (`heard`: when the source last
-    /// answered a Fetch for the partition, see `fetch_session::Wanted::heard`).
+    /// answered a Fetch for the partition, see `copy::fetch::session::Wanted::heard`).
     async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64, heard: &Heard) -> Result<(), MirrorError> {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);

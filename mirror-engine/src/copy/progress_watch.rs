@@ -105,7 +105,7 @@ async fn source_ends(source: &ClusterClient, topic: &str, partition: i32) -> Res
 }
 
 /// Watches partition `key` until the task holding this future drops it.
-/// `heard`: when the source last answered a Fetch for the partition (`fetch_session`).
+/// `heard`: when the source last answered a Fetch for the partition (`copy::fetch::session`).
 pub(crate) async fn run(key: PartitionKey, source: ClusterClient, status: StatusBoard, heard: Heard) {
     let mut watch = Watch::default();
     let (_, topic, partition) = &key;

@@ -7,7 +7,7 @@
 //!
 //! A setting no mirror uses any more (its last mirror was deleted) is dropped, which closes its
 //! connections once the last task holding them has ended. What is fetched belongs to
-//! `fetch_session`; how a client connects belongs to `cluster`.
+//! `copy::fetch::session`; how a client connects belongs to `cluster`.
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! destination log end) when it is elected, ending the term and following again when it is not.
 //! The proxy reads whichever engine runs through an [`EngineSlot`]. One registry of mirror
 //! topics outlives the terms, so a write to a mirror topic is refused throughout a handover.
-//! Deciding who is active belongs to `election`; what a term does to `lib`'s engine.
+//! Deciding who is active belongs to `ha::election`; what a term does to `engine::term`.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -289,7 +289,7 @@ struct Supervisor {
     view: watch::Sender<ElectionView>,
     follower_stop: Option<watch::Sender<bool>>,
     /// True while an engine term runs: the follower beside it (shared work) holds its catalog
-    /// writes back, since the term owns the catalog then (`followed_writes`).
+    /// writes back, since the term owns the catalog then (`follow::writes`).
     term_runs: watch::Sender<bool>,
     /// The follower while it runs (with shared work it runs beside the active term too: its
     /// board is what describe shows of the members' partitions).

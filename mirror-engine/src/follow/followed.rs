@@ -53,7 +53,7 @@ impl FollowedState {
     }
 
     /// A followed state whose catalog writes wait while `held_back` says an engine term of this
-    /// instance runs (see `followed_writes`).
+    /// instance runs (see `follow::writes`).
     pub(crate) fn held_back_by(control: Control, held_back: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
         Self {
             writes: CatalogWrites::new(control.catalog().clone(), held_back),

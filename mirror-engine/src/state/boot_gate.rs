@@ -1,7 +1,7 @@
 //! Whether the engine has loaded its stored state: every stored and declared mirror definition
 //! is known and every stored mirror topic is registered. Until then, an answer such as "this
 //! mirror does not exist" could be wrong, so management requests wait here (bounded) and
-//! readiness stays false. Loading the state belongs to `lib` (boot).
+//! readiness stays false. Loading the state belongs to `engine::term` (boot).
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! share-group offsets and topic configs — each on the mirror's own interval, over the mirror's topics that are
 //! mirroring (nothing is synced for paused or stopped topics), plus one group offset pass for
 //! topics being stopped (failover) before they become writable. Results go to the
-//! [`SyncBoard`]. Partition counts and deleted source topics are followed by the mirror's
+//! sync board (`state::sync_status`). Partition counts and deleted source topics are followed by the mirror's
 //! discovery loop and partition tasks, not here.
 
 mod configs;

@@ -2,7 +2,7 @@
 //! cluster's topic configs (DescribeConfigs), deciding what is copied (the mirror's
 //! `topic_config_exclude` plus the settings identical offsets need), and planning the changes
 //! that make the destination match (sans-io, tested here). When and for which topics this runs
-//! is `sync::configs`' business; creating topics is `topics`'.
+//! is `sync::configs`' business; creating topics is `create`'s.
 
 use std::collections::{BTreeMap, HashMap};
 

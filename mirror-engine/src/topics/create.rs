@@ -1,8 +1,8 @@
 //! Destination topics of a mirror: created with the source's partition count, the topic configs
-//! the source sets explicitly (those `topic_configs::ConfigFilter` copies) and the settings
+//! the source sets explicitly (those `topics::configs::ConfigFilter` copies) and the settings
 //! identical offsets need (`FORCED_CONFIGS`: `compression.type=producer` so batches are not
 //! recompressed, CreateTime with unbounded timestamp windows so old records are accepted).
-//! Keeping configs in sync later is `sync::configs`' job; per-partition copying is `partition`'s.
+//! Keeping configs in sync later is `sync::configs`' job; per-partition copying is `copy::partition`'s.
 
 use kmp_protocol::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};

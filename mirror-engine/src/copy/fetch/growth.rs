@@ -1,5 +1,5 @@
 //! Sharing the fetch-growth allowance among a source's partitions. A partition whose Fetches come
-//! back full doubles its next Fetch size (`fetch_size::next_fetch_size`) so that one distant
+//! back full doubles its next Fetch size (`copy::fetch::size::next_fetch_size`) so that one distant
 //! partition is read at bandwidth rather than one base size per round trip. When many partitions
 //! of one source grow at once, their Fetches travel in the same per-broker requests, so the
 //! round trip is already filled by all of them together: each growing to the full allowance only
@@ -12,7 +12,7 @@
 //! beyond their base size (never below the base). A distant source needs more bytes per round
 //! trip than one allowance to be read at bandwidth: the fetch sessions tell after each answer
 //! that moved data whether it was latency-bound (its transfer took less than a few round trips,
-//! `fetch_session::RoundTrip`), and the total is doubled after a latency-bound answer and halved
+//! `copy::fetch::session::RoundTrip`), and the total is doubled after a latency-bound answer and halved
 //! after another, between one allowance and one per grown partition (each partition then grows
 //! as far as it would alone). The total settles where answers take a few round trips to
 //! transfer. A single busy partition keeps the whole allowance in every case. What the sizes

@@ -102,7 +102,7 @@ pub(crate) type Answer = Result<(Fetched, Reservation), MirrorError>;
 struct Interest {
     want: Wanted,
     /// A Fetch kept beside another of the same partition on the broker's other session
-    /// (`fetch_stream`): this session's requests then keep half a round trip from the other's.
+    /// (`copy::fetch::stream`): this session's requests then keep half a round trip from the other's.
     staggered: bool,
     reply: oneshot::Sender<Answer>,
 }
@@ -177,7 +177,7 @@ impl FetchSessions {
     }
 
     /// The next data (or error) for `want` from broker `addr`, through the partition's own
-    /// session (the partitions' copy loops go through `fetch_stream`).
+    /// session (the partitions' copy loops go through `copy::fetch::stream`).
     #[cfg(test)]
     pub async fn fetch(&self, addr: &str, want: Wanted) -> Answer {
         let lane = lane_of(&want.topic_id, want.partition, SESSIONS_PER_BROKER);

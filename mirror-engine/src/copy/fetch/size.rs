@@ -1,8 +1,8 @@
 //! How much one partition asks for in its next Fetch, from what its last answer brought: the
 //! size grows while answers come back full (a distant or busy source), holds while they are
 //! steady and shrinks towards a small idle size while they are nearly empty. The partition task
-//! applies it and caps it with its share of the growth allowance (`fetch_growth`); what an
-//! answer held is told by `fetch_stream` (duplicates of a second Fetch included).
+//! applies it and caps it with its share of the growth allowance (`copy::fetch::growth`); what an
+//! answer held is told by `copy::fetch::stream` (duplicates of a second Fetch included).
 
 /// Bytes a partition asks for (and reserves) while its last Fetch came back less than a quarter full.
 pub(crate) const IDLE_FETCH_BYTES: i32 = 64 * 1024;

@@ -8,7 +8,7 @@
 //! once the round trip is at least `fetch_hedge_min_rtt_ms` and the partition has caught up, a
 //! second Fetch of the same partition runs on the broker's other fetch session, and each Fetch is
 //! asked again as soon as its answer is in. The broker's two sessions keep their requests half a
-//! round trip apart while they carry such Fetches (`fetch_session`'s `Phase`: a session sends one
+//! round trip apart while they carry such Fetches (`copy::fetch::session`'s `Phase`: a session sends one
 //! request at a time for all its partitions, so the phase is the sessions', not each partition's).
 //! (Caught up means the last answer reached the source's high watermark, or last stable offset, as
 //! the broker reported it with that answer; the source may well hold a few newer records by the
@@ -29,7 +29,7 @@
 //! An error answering a Fetch asked at an older offset (e.g. that offset left the source's
 //! retention) says nothing about the partition's position and is dropped; the Fetch is asked again
 //! at the current one. The planning of what was fetched belongs to `plan`, the sessions to
-//! `fetch_session`.
+//! `copy::fetch::session`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -110,7 +110,7 @@ impl FetchStream {
     }
 
     /// Sends Fetch `i` for `want`. While hedging, both Fetches are staggered: the sessions keep
-    /// their requests half a round trip apart (`fetch_session::Phase`), which keeps this
+    /// their requests half a round trip apart (`copy::fetch::session::Phase`), which keeps this
     /// partition's two Fetches apart too.
     fn send(&mut self, i: usize, want: &Wanted) {
         let start = Instant::now();

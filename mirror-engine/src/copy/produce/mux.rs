@@ -81,7 +81,7 @@ struct Inner {
     brokers: Tasks<Item>,
     /// Writing is allowed only while this holds.
     lease: Lease,
-    /// Who the engine writes as (`producer_id`); set once at boot, before any mirror starts.
+    /// Who the engine writes as (`copy::produce::producer_id`); set once at boot, before any mirror starts.
     identity: std::sync::OnceLock<EngineProducer>,
 }
 

@@ -1,7 +1,7 @@
 //! Writing to a destination partition with the engine's own idempotent producer: the engine-wide
-//! producer id with sequence numbers derived from destination offsets (`producer_id`: every write
+//! producer id with sequence numbers derived from destination offsets (`copy::produce::producer_id`: every write
 //! is conditional on the log end), batches handed to the destination broker's produce lane
-//! (`produce_mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
+//! (`copy::produce::mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
 //! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
 //! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
 //!
