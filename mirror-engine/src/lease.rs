@@ -5,7 +5,7 @@
 //! itself gives up on it. A process frozen past that point (SIGSTOP, a long GC-like stall, a
 //! network partition) finds its lease over when it wakes and writes nothing more, before any
 //! peer could have been elected. Who extends it is `election`'s; who checks it is the produce
-//! path (`produce_mux`) and the state writer (`state`).
+//! path (`copy::produce::mux`) and the state writer (`state`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,283 +1,53 @@
 //! The mirror engine: background streams that copy source-cluster partitions into the
 //! destination so every record keeps its source offset (KIP-1279 §5, our §11.3 design).
+//! Client-facing proxying does not belong here. Each folder owns one concern; each imports only
+//! from those listed above it:
 //!
-//! Entry point [`start`] takes mirror definitions as plain data, so definitions from the config
-//! file and (later) from the admin APIs drive the same engine. Module map: `cluster` (reaching a
-//! cluster), `topics` (destination topic creation and ownership), `state` (the state topic),
-//! `source` (read_committed fetch), `plan` (offset-preserving plan, sans-io), `sink` (pipelined
-//! idempotent producer), `budget` (engine-wide memory bound), `partition` (one partition's loop),
-//! `select` (which topics), `status` (progress), `topic_configs` (which topic configs are
-//! copied), `sync` (metadata sync: group offsets, topic configs), `follow` / `followed` (an
-//! instance that runs no mirrors following the state topic, [`follow`]), `catalog` (the
-//! instance's mirror topics: who owns each, may clients write to it), `control` (pause, resume,
-//! stop and the views), `term` (one engine term's shared parts and boot), `auto` / `election` /
-//! `share` / `worker` (several instances), `throttle` (a broker's quota throttle honoured).
-//! Client-facing proxying does not belong here.
+//! - `error`, `lease`: the engine's error type and the lease every write is fenced by;
+//! - `cluster/`: reaching a cluster on the wire (client, connections, Fetch, Produce, group requests);
+//! - `topics/`: which topics and groups a mirror selects, which topic configs are copied,
+//!   creating destination topics;
+//! - `state/`: the state topic (key schema, records, store), progress and sync status, the boot
+//!   gate and the catalog of mirror topics;
+//! - `copy/`: the copy path, fetch → plan → produce, one task per partition;
+//! - `ha/`: several instances — election, shared work, forwarded requests;
+//! - `control/`: pause, resume, stop, the mirror definitions and settings, the views;
+//! - `context`: what every mirror of a term shares;
+//! - `follow/`: following the state topic on an instance that runs no mirrors;
+//! - `sync/`: metadata sync (group offsets, share-group offsets, topic configs);
+//! - `mirrors/`: a mirror's topic discovery and a topic's lifecycle;
+//! - `engine/`: [`Engine`], [`start`], [`follow`], [`auto`] and the terms' boot.
 
-mod answer_check;
-mod auto;
-mod boot_gate;
-mod budget;
-mod catalog;
 mod cluster;
-mod coalesce;
+mod context;
 mod control;
-mod election;
+mod copy;
+mod engine;
 mod error;
-mod fetch_growth;
-mod fetch_session;
-mod fetch_size;
-mod fetch_stream;
 mod follow;
-mod followed;
-mod followed_writes;
-mod forward;
-mod fresh_topic;
-mod graceful;
-mod io_stats;
-mod landed;
+mod ha;
 mod lease;
-mod lifecycle;
-mod links;
-mod mirror_settings;
 mod mirrors;
-mod partition;
-mod plan;
-mod produce_mux;
-mod producer_id;
-mod progress_watch;
-mod select;
-mod share;
-mod sink;
-mod source;
-mod sources;
 mod state;
-mod status;
 mod sync;
-mod term;
-#[cfg(test)]
-mod test_frames;
-mod throttle;
-mod topic_configs;
 mod topics;
-mod worker;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use kmp_config::{EngineConfig, MirrorConfig};
-use tokio::sync::watch;
-use tracing::{Instrument, info_span};
-
-pub use auto::{ElectionView, EngineSlot, auto};
-pub use budget::Budget;
-pub use catalog::{Catalog, CatalogTopic};
-pub use cluster::{ClusterClient, ENGINE_CLIENT_ID};
-pub use control::{Control, Desired, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
-pub use election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
+pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
+pub use cluster::io_stats::{IoCounters, io_counters};
+pub use control::definitions::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
+pub use control::{Control, LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
+pub use copy::budget::Budget;
+pub use engine::auto::{ElectionView, EngineSlot, auto};
+pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow, start};
 pub use error::MirrorError;
-pub use follow::FollowProgress;
-pub use forward::{ForwardError, Forwarding, RequestHandler};
-pub use io_stats::{IoCounters, io_counters};
+pub use follow::follower::FollowProgress;
+pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
+pub use ha::forward::{ForwardError, Forwarding, RequestHandler};
+pub use ha::share::{Share, owner_index};
 pub use lease::Lease;
-pub use mirrors::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
-pub(crate) use share::Part;
-pub use share::{Share, owner_index};
-pub use state::{MirrorRecord, PartitionRecord, StateStore, TopicRecord};
-pub use status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
-pub use sync::{SyncKind, SyncStatus};
-pub(crate) use term::{Shared, TopicContext, spawn_persist};
-pub use topic_configs::{FORCED_CONFIGS, NEVER_COPIED};
-
-/// Engine version, reported by the proxy.
-pub const ENGINE_VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// A running engine: what the proxy reports from.
-#[derive(Debug, Clone)]
-pub struct Engine {
-    pub(crate) status: StatusBoard,
-    pub(crate) budget: Budget,
-    /// Destination topics owned by mirrors (read-only for clients).
-    pub(crate) topics: Catalog,
-    /// Pause / resume / stop and the list / describe views.
-    pub(crate) control: Control,
-    /// Closed once the engine wrote its final state after `stop` (or never started).
-    done: watch::Receiver<()>,
-    /// On a follower (`engine.role = "follower"`): where reading the state topic stands.
-    pub(crate) follow: Option<watch::Receiver<FollowProgress>>,
-}
-
-impl Engine {
-    /// The partitions this engine copies and where each stands (what `/metrics` renders).
-    pub fn status(&self) -> &StatusBoard {
-        &self.status
-    }
-
-    /// The engine-wide memory budget of fetched data not yet written.
-    pub fn budget(&self) -> &Budget {
-        &self.budget
-    }
-
-    /// Which destination topics are mirror topics and whether clients may write them.
-    pub fn topics(&self) -> &Catalog {
-        &self.topics
-    }
-
-    /// The management operations (create, start, pause, resume, stop, delete) and the list and
-    /// describe views.
-    pub fn control(&self) -> &Control {
-        &self.control
-    }
-
-    /// A disabled engine: no mirrors, nothing stored to load (so it counts as booted).
-    pub fn idle(engine: &EngineConfig) -> Self {
-        let e = Self::unbooted(engine);
-        e.control.mark_booted();
-        e
-    }
-
-    fn unbooted(engine: &EngineConfig) -> Self {
-        Self::unbooted_with(engine, Catalog::default())
-    }
-
-    /// An engine not booted yet that enforces through `topics` (shared across the terms of an
-    /// elected instance, so nothing becomes writable while one term hands over to the next).
-    fn unbooted_with(engine: &EngineConfig, topics: Catalog) -> Self {
-        let (_, done) = watch::channel(());
-        let status = StatusBoard::default();
-        let control = Control::new(status.clone(), topics.clone());
-        Self {
-            status,
-            budget: Budget::new(engine.max_buffer_bytes),
-            topics,
-            control,
-            done,
-            follow: None,
-        }
-    }
-
-    /// Resolves once the engine has written its final state after the stop signal.
-    pub async fn stopped(&self) {
-        let mut done = self.done.clone();
-        while done.changed().await.is_ok() {}
-    }
-}
-
-/// Starts the engine in the background: opens the state topic on the destination (connecting as
-/// `destination_security` says; retrying
-/// until it is reachable), records the mirror definitions, then starts every mirror's topics.
-/// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
-/// repointed through the API; `mirrors` (the config file's) are not checked against it.
-pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, Catalog::default(), Part::Whole(Lease::forever()), None, stop)
-}
-
-/// Where the engine (or a follower) reaches the destination, and which sources API-created
-/// mirrors may use.
-#[derive(Clone)]
-pub struct EngineLinks {
-    /// The destination cluster's bootstrap brokers (`upstream.bootstrap_servers`).
-    pub destination_bootstrap: Vec<String>,
-    /// How to connect to the destination (`[upstream]` security).
-    pub destination_security: Arc<kmp_protocol::security::ClientSecurity>,
-    /// Connect timeout toward either cluster.
-    pub timeout: Duration,
-    /// `security.mirror_source_allow`.
-    pub source_allow: Vec<String>,
-}
-
-/// Starts the engine as [`start`] does, enforcing through `topics`, doing `part` of the work and
-/// writing only while its lease holds (one term of an elected instance, or a lone engine's whole
-/// life); with `forwarding`, it also answers the management requests standbys forward
-/// (`forward`).
-pub(crate) fn start_term(
-    engine: &EngineConfig,
-    mirrors: Vec<MirrorConfig>,
-    links: EngineLinks,
-    topics: Catalog,
-    part: Part,
-    forwarding: Option<Forwarding>,
-    stop: watch::Receiver<bool>,
-) -> Engine {
-    let EngineLinks {
-        destination_bootstrap,
-        destination_security,
-        timeout,
-        source_allow,
-    } = links;
-    let (done_tx, done) = watch::channel(());
-    let handle = Engine {
-        done,
-        ..Engine::unbooted_with(engine, topics)
-    };
-    handle.control.set_source_allow(source_allow);
-    if let Some(f) = forwarding {
-        handle.control.set_forwarding(f);
-    }
-    let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
-    let lease = part.lease();
-    if let Some(b) = part.barrier() {
-        handle.control.set_barrier(b.clone());
-    }
-    let shared = Shared {
-        destination: destination.clone(),
-        status: handle.status.clone(),
-        budget: handle.budget.clone(),
-        topics: handle.topics.clone(),
-        control: handle.control.clone(),
-        max_in_flight: usize::from(engine.max_in_flight_per_partition),
-        producers: produce_mux::Producers::new(destination.clone(), produce_mux::ProduceSettings::default(), lease.clone()),
-        lease,
-        part,
-        stop,
-        sources: Arc::new(sources::Sources::new(handle.budget.clone(), timeout)),
-    };
-    let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
-    tokio::spawn(term::boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
-    handle
-}
-
-/// Starts a follower (`engine.role = "follower"`): no mirrors run and nothing is written; the
-/// state topic on the destination is read and followed in the background, and the returned
-/// handle's registry and views show what it says (see `follow`). Mutating management requests
-/// are refused ([`Control::follower_refusal`]). Its `status` stays empty, so `/metrics` never
-/// repeats the engine instance's per-partition numbers; describe reads the followed ones.
-pub fn follow(engine: &EngineConfig, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    let destination = ClusterClient::with_security("destination", links.destination_bootstrap, links.timeout, Ok(links.destination_security));
-    follow_with(engine, destination, Catalog::default(), None, None, stop)
-}
-
-/// Starts a follower as [`follow`] does, enforcing through `topics`; its writes into `topics`
-/// wait while `held_back` says an engine term of this instance runs (`followed_writes`).
-pub(crate) fn follow_with(
-    engine: &EngineConfig,
-    destination: ClusterClient,
-    topics: Catalog,
-    forwarding: Option<Forwarding>,
-    held_back: Option<watch::Receiver<bool>>,
-    stop: watch::Receiver<bool>,
-) -> Engine {
-    let mut handle = Engine::unbooted_with(engine, topics);
-    let (views, topics) = (StatusBoard::default(), handle.topics.clone());
-    handle.control = Control::new(views, topics.clone());
-    handle.control.set_follower(&engine.state_topic);
-    if let Some(f) = forwarding {
-        handle.control.set_forwarding(f);
-    }
-    let (progress, watched) = watch::channel(FollowProgress {
-        topic: engine.state_topic.clone(),
-        high_watermark: -1,
-        ..FollowProgress::default()
-    });
-    handle.follow = Some(watched);
-    let follower = follow::Follower {
-        destination,
-        topic: engine.state_topic.clone(),
-        catalog: topics,
-        control: handle.control.clone(),
-        progress,
-        held_back,
-    };
-    tokio::spawn(follower.run(stop).instrument(info_span!("state-follower")));
-    handle
-}
+pub use state::catalog::{Catalog, CatalogTopic};
+pub use state::records::{Desired, MirrorRecord, PartitionRecord, TopicRecord};
+pub use state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
+pub use state::store::StateStore;
+pub use state::sync_status::{SyncKind, SyncStatus};
+pub use topics::configs::{FORCED_CONFIGS, NEVER_COPIED};

@@ -2,8 +2,11 @@
 //! list/describe views, shared by every management front end (Kafka RPCs, REST). Per topic the
 //! operator sets a *desired* state; it is persisted in the state topic first, then the
 //! partition tasks follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error
-//! codes. The state changes themselves are `transitions`'; copying data belongs to `partition`;
-//! what the front ends look like to the proxy.
+//! codes. This folder owns the operations and their data: the state changes (`transitions`),
+//! the graceful stop's wait for copied data (`graceful`), the mirror definitions — create, start
+//! topics, delete (`definitions`) — and mirror settings shown and changed through the API
+//! (`settings`). Copying data belongs to `copy::partition`; what the front ends look like to the
+//! proxy.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -12,46 +15,24 @@ use dashmap::DashMap;
 use kmp_config::MirrorConfig;
 use tokio::sync::{Notify, watch};
 
+pub(crate) mod definitions;
+pub(crate) mod graceful;
+pub(crate) mod settings;
 mod transitions;
 
-use crate::boot_gate::BootGate;
-use crate::catalog::Catalog;
-use crate::sources::Sources;
-use crate::state::StateStore;
-use crate::status::{PartitionStatus, StatusBoard};
-use crate::sync::{SyncBoard, SyncKind, SyncStatus};
+use crate::copy::sources::Sources;
+use crate::state::boot_gate::BootGate;
+use crate::state::catalog::Catalog;
+use crate::state::records::Desired;
+use crate::state::status::{PartitionStatus, StatusBoard};
+use crate::state::store::StateStore;
+use crate::state::sync_status::{SyncBoard, SyncKind, SyncStatus};
 
 /// Runs the last group offset sync of a mirror's topics when they are stopped.
 pub(crate) type FinalSync = Arc<dyn Fn(String, Vec<String>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
 pub use kmp_protocol::mirror_api::errors as codes;
-
-/// What the operator wants a mirror topic to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Desired {
-    Mirroring,
-    Paused,
-    Stopped,
-}
-
-impl Desired {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Mirroring => "mirroring",
-            Self::Paused => "paused",
-            Self::Stopped => "stopped",
-        }
-    }
-
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "paused" => Self::Paused,
-            "stopped" => Self::Stopped,
-            _ => Self::Mirroring,
-        }
-    }
-}
 
 /// The outcome of an operation for one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +104,7 @@ struct Inner {
     launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
     store: OnceLock<Arc<StateStore>>,
     /// Management requests forwarded between instances (`auto` only).
-    forwarding: OnceLock<crate::forward::Forwarding>,
+    forwarding: OnceLock<crate::ha::forward::Forwarding>,
     /// The engine's source clients (set at boot; a follower has none).
     sources: OnceLock<Arc<Sources>>,
     /// The group offset pass run before stopped topics become writable (set at boot).
@@ -144,7 +125,7 @@ struct Inner {
     follower: OnceLock<String>,
     /// With shared work (`engine.share_work`, the active instance): what pause and stop wait
     /// behind, since the partitions are copied by every member (see `share`).
-    barrier: OnceLock<crate::share::Barrier>,
+    barrier: OnceLock<crate::ha::share::Barrier>,
     /// With shared work: the partitions as the members recorded them in the state topic (a
     /// follower's board), which describe and the graceful stop read.
     views: OnceLock<StatusBoard>,
@@ -205,7 +186,7 @@ impl Control {
     }
 
     /// Shares the copying with the other members: state changes wait behind `barrier` (once).
-    pub(crate) fn set_barrier(&self, barrier: crate::share::Barrier) {
+    pub(crate) fn set_barrier(&self, barrier: crate::ha::share::Barrier) {
         let _ = self.inner.barrier.set(barrier);
     }
 
@@ -241,7 +222,7 @@ impl Control {
 
     /// The follower's view of one mirror topic (it has no copy tasks) in the list and describe
     /// views, with its desired state; the follower registers it in the catalog
-    /// (`followed_writes`).
+    /// (`follow::writes`).
     pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
         if let Some(mut rt) = self.inner.topics.get_mut(topic) {
             rt.mirror = mirror.to_owned();
@@ -394,12 +375,12 @@ impl Control {
         out
     }
 
-    pub(crate) fn set_forwarding(&self, forwarding: crate::forward::Forwarding) {
+    pub(crate) fn set_forwarding(&self, forwarding: crate::ha::forward::Forwarding) {
         let _ = self.inner.forwarding.set(forwarding);
     }
 
     /// The instance's forwarding of management requests (`auto` only).
-    pub(crate) fn forwarding(&self) -> Option<crate::forward::Forwarding> {
+    pub(crate) fn forwarding(&self) -> Option<crate::ha::forward::Forwarding> {
         self.inner.forwarding.get().cloned()
     }
 
@@ -408,10 +389,10 @@ impl Control {
     }
 
     /// The shared client of mirror `def`'s source (a client of its own before boot).
-    pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::ClusterClient {
+    pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::client::ClusterClient {
         match self.inner.sources.get() {
             Some(sources) => sources.client(def),
-            None => crate::cluster::ClusterClient::source_of(def, SOURCE_TIMEOUT),
+            None => crate::cluster::client::ClusterClient::source_of(def, SOURCE_TIMEOUT),
         }
     }
 
@@ -505,7 +486,7 @@ impl Control {
             .iter()
             .map(|m| MirrorListing {
                 name: m.key().clone(),
-                source_bootstrap: crate::mirror_settings::shown_servers(&m.value().source_bootstrap_servers),
+                source_bootstrap: shown_servers(&m.value().source_bootstrap_servers),
                 topics: self.claimed_topics(m.key()),
             })
             .collect();
@@ -550,4 +531,17 @@ impl Control {
         self.claimed_by(topic)?;
         self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
     }
+}
+
+/// `servers` as shown to users: the user-info part of an address with `@` (stored before such
+/// addresses were refused) is replaced by `***`.
+pub(crate) fn shown_servers(servers: &[String]) -> String {
+    servers
+        .iter()
+        .map(|s| match s.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
+            None => s.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }

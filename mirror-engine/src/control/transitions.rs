@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{BOOT_WAIT, Control, Desired, HALT_TIMEOUT, LOADING, TopicResult, codes};
-use crate::status::PartitionState;
+use super::{BOOT_WAIT, Control, HALT_TIMEOUT, LOADING, TopicResult, codes};
+use crate::state::records::Desired;
+use crate::state::status::PartitionState;
 
 impl Control {
     /// Pauses topics: copying stops, they stay read-only.
@@ -75,7 +76,7 @@ impl Control {
     }
 
     /// Records in the state topic that clients may write to `topic` (its stop has finished).
-    async fn record_writable(&self, topic: &str) -> Result<(), crate::MirrorError> {
+    async fn record_writable(&self, topic: &str) -> Result<(), crate::error::MirrorError> {
         let Some(store) = self.inner.store.get() else { return Ok(()) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
         record.writable = Some(true);
@@ -140,7 +141,7 @@ impl Control {
             ));
         };
         let source = self.source_client(&def);
-        crate::graceful::wait_copied(self.progress_board(), &source, mirror, topic, partitions, limit)
+        crate::control::graceful::wait_copied(self.progress_board(), &source, mirror, topic, partitions, limit)
             .await
             .map_err(|why| {
                 TopicResult::err(
@@ -240,7 +241,7 @@ impl Control {
     /// new generation (`StateStore::put_topic_recorded`); a pause or stop waits until that
     /// generation is in place — no member of an earlier one writes any more, and every member
     /// of the new one loaded the change (its owners record the partitions paused or stopped).
-    async fn shared_transition(&self, barrier: &crate::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
+    async fn shared_transition(&self, barrier: &crate::ha::share::Barrier, topic: &str, to: Desired, recorded: tokio::time::Instant) -> TopicResult {
         // Normally the record's hook asked already; a concurrent request for the same change
         // (whose record changed nothing) asks here, so a generation after `recorded` comes.
         barrier.reassign();
@@ -285,7 +286,7 @@ impl Control {
     }
 
     /// Records the topic's new desired state; when it was recorded (see `put_topic_recorded`).
-    async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::MirrorError> {
+    async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::error::MirrorError> {
         let now = tokio::time::Instant::now();
         let Some(store) = self.inner.store.get() else { return Ok(now) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(now) };
@@ -297,5 +298,4 @@ impl Control {
 }
 
 #[cfg(test)]
-#[path = "transitions_tests.rs"]
 mod tests;

@@ -1,16 +1,16 @@
 //! Topic config sync, one pass for one mirror (KIP-1279 §6): the source topics' configs are
 //! read, compared with the destination topics' and the differences applied with
 //! IncrementalAlterConfigs (SET changed values, DELETE values the source no longer sets). Which
-//! configs are copied is `topic_configs`' decision; when passes run is `sync`'s.
+//! configs are copied is `topics::configs`' decision; when passes run is `sync`'s.
 
 use kmp_protocol::kafka_protocol::messages::IncrementalAlterConfigsRequest;
 use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use tracing::info;
 
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
-use crate::topic_configs::{self, ConfigChange, ConfigFilter, TOPIC_RESOURCE};
+use crate::topics::configs::{self as topic_configs, ConfigChange, ConfigFilter, TOPIC_RESOURCE};
 
 /// The outcome of one pass.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -5,18 +5,17 @@
 //! `[log start, high watermark]` so a group never skips data the destination has not copied
 //! yet. Groups with members on the destination are left alone (and the broker would refuse an
 //! admin commit for them anyway). When passes run is `sync`'s business; the requests are
-//! `group_wire`'s.
+//! `cluster::groups`'s.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kmp_config::MirrorConfig;
-use regex::Regex;
 use tracing::{debug, info};
 
-use super::group_wire::{self, GroupOffsets, ListedGroup};
-use crate::cluster::ClusterClient;
+use crate::cluster::client::ClusterClient;
+use crate::cluster::groups::{self as wire, GroupOffsets};
 use crate::error::MirrorError;
-use crate::select::compile;
+use crate::topics::select::GroupFilter;
 
 /// Destination group states in which the group has members (its own progress wins).
 const ACTIVE_STATES: &[&str] = &["Stable", "PreparingRebalance", "CompletingRebalance", "Assigning", "Reconciling"];
@@ -28,38 +27,6 @@ const BECAME_ACTIVE: &[i16] = &[
     27,  // REBALANCE_IN_PROGRESS
     110, // STALE_MEMBER_EPOCH
 ];
-
-/// Which source groups a mirror syncs.
-#[derive(Debug, Clone)]
-pub struct GroupFilter {
-    include: Vec<Regex>,
-    exclude: Vec<Regex>,
-}
-
-impl GroupFilter {
-    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, MirrorError> {
-        Ok(Self {
-            include: compile("group", include)?,
-            exclude: compile("group", exclude)?,
-        })
-    }
-
-    /// Whether the offsets of `group` are synced: a consumer group (classic or KIP-848, or an
-    /// offsets-only group of `assign()` users), included and not excluded.
-    pub fn syncs(&self, group: &ListedGroup) -> bool {
-        let consumer = match group.group_type.as_str() {
-            "consumer" => true,
-            "classic" | "" => group.protocol_type.is_empty() || group.protocol_type == "consumer",
-            _ => false, // share and streams groups
-        };
-        consumer && self.matches(&group.id)
-    }
-
-    /// Whether the group id is included and not excluded (whatever the group's type).
-    pub fn matches(&self, id: &str) -> bool {
-        self.include.iter().any(|r| r.is_match(id)) && !self.exclude.iter().any(|r| r.is_match(id))
-    }
-}
 
 /// Whether a destination group state means the group has members.
 pub fn is_active(state: &str) -> bool {
@@ -139,18 +106,13 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if topics.is_empty() || def.groups_include.is_empty() {
         return Ok(report);
     }
-    let candidates: BTreeSet<String> = group_wire::list_groups(source)
-        .await?
-        .into_iter()
-        .filter(|g| filter.syncs(g))
-        .map(|g| g.id)
-        .collect();
+    let candidates: BTreeSet<String> = wire::list_groups(source).await?.into_iter().filter(|g| filter.syncs(g)).map(|g| g.id).collect();
     if candidates.is_empty() {
         return Ok(report);
     }
     let candidates: Vec<String> = candidates.into_iter().collect();
-    let coords = group_wire::coordinators(source, &candidates).await?;
-    let (source_offsets, failed) = group_wire::committed_offsets(source, &coords).await?;
+    let coords = wire::coordinators(source, &candidates).await?;
+    let (source_offsets, failed) = wire::committed_offsets(source, &coords).await?;
     report
         .errors
         .extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
@@ -159,15 +121,15 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if relevant.is_empty() {
         return Ok(report);
     }
-    let states: HashMap<String, String> = group_wire::list_groups(destination).await?.into_iter().map(|g| (g.id, g.state)).collect();
+    let states: HashMap<String, String> = wire::list_groups(destination).await?.into_iter().map(|g| (g.id, g.state)).collect();
     let (active, idle): (Vec<_>, Vec<_>) = relevant.into_iter().partition(|(g, _)| states.get(g).is_some_and(|s| is_active(s)));
     report.skipped_active = active.into_iter().map(|(g, _)| g).collect();
     if idle.is_empty() {
         return Ok(report);
     }
     let names: Vec<String> = idle.iter().map(|(g, _)| g.clone()).collect();
-    let coords = group_wire::coordinators(destination, &names).await?;
-    let (current, failed) = group_wire::committed_offsets(destination, &coords).await?;
+    let coords = wire::coordinators(destination, &names).await?;
+    let (current, failed) = wire::committed_offsets(destination, &coords).await?;
     // A group unknown on the destination has no offsets yet (an error only if not "not found").
     report.errors.extend(
         failed
@@ -176,7 +138,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
             .map(|(g, code)| format!("group {g}: destination OffsetFetch error {code}")),
     );
     let touched = topics_of(&idle);
-    let watermarks = group_wire::watermarks(destination, &touched).await?;
+    let watermarks = wire::watermarks(destination, &touched).await?;
     let empty = GroupOffsets::new();
     for (group, offsets) in idle {
         if failed.iter().any(|(g, code)| *g == group && *code != 69) {
@@ -188,7 +150,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
             continue;
         }
         let Some(Ok(coordinator)) = coords.get(&group) else { continue };
-        let codes = match group_wire::commit(destination, coordinator, &group, &plan).await {
+        let codes = match wire::commit(destination, coordinator, &group, &plan).await {
             Ok(codes) => codes,
             Err(e) => {
                 report.errors.push(format!("group {group}: {e}"));
@@ -214,6 +176,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::groups::ListedGroup;
 
     fn offsets(entries: &[(&str, i32, i64)]) -> GroupOffsets {
         entries.iter().map(|(t, p, o)| (((*t).to_owned(), *p), (*o, Some("m".to_owned())))).collect()

@@ -2,24 +2,22 @@
 //! share-group offsets and topic configs — each on the mirror's own interval, over the mirror's topics that are
 //! mirroring (nothing is synced for paused or stopped topics), plus one group offset pass for
 //! topics being stopped (failover) before they become writable. Results go to the
-//! [`SyncBoard`]. Partition counts and deleted source topics are followed by the mirror's
+//! sync board (`state::sync_status`). Partition counts and deleted source topics are followed by the mirror's
 //! discovery loop and partition tasks, not here.
 
 mod configs;
-pub(crate) mod group_wire;
 mod groups;
 mod share_groups;
-mod status;
 
 use std::time::Duration;
 
 use kmp_config::MirrorConfig;
 use tracing::{Instrument, debug, info_span, warn};
 
-pub use status::{PassOutcome, SyncBoard, SyncKind, SyncStatus};
+use crate::state::sync_status::{PassOutcome, SyncKind};
 
-use crate::Shared;
-use crate::control::Desired;
+use crate::context::Shared;
+use crate::state::records::Desired;
 
 /// Longest a pass may take; a source that stopped answering must not hold a failover.
 const PASS_TIMEOUT: Duration = Duration::from_secs(20);
@@ -29,12 +27,6 @@ fn interval_ms(def: &MirrorConfig, kind: SyncKind) -> u64 {
         SyncKind::GroupOffsets | SyncKind::ShareGroupOffsets => def.group_offset_sync_interval_ms,
         SyncKind::TopicConfigs => def.topic_config_sync_interval_ms,
     }
-}
-
-/// Whether the mirror's group and topic config patterns compile.
-pub(crate) fn check_filters(def: &MirrorConfig) -> Result<(), crate::MirrorError> {
-    groups::GroupFilter::new(&def.groups_include, &def.groups_exclude)?;
-    crate::topic_configs::ConfigFilter::new(&def.topic_config_exclude).map(|_| ())
 }
 
 /// Starts mirror `name`'s sync loops.
@@ -93,7 +85,7 @@ pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, to
                 errors: r.errors,
             }),
             SyncKind::TopicConfigs => {
-                let filter = crate::topic_configs::ConfigFilter::new(&def.topic_config_exclude)?;
+                let filter = crate::topics::configs::ConfigFilter::new(&def.topic_config_exclude)?;
                 configs::sync(&source, &shared.destination, &filter, topics).await.map(|r| PassOutcome {
                     synced: r.topics as u64,
                     skipped_active: 0,

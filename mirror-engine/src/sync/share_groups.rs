@@ -15,10 +15,11 @@ use kmp_protocol::kafka_protocol::messages::{AlterShareGroupOffsetsRequest, Desc
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
-use super::group_wire::{self, Coordinators};
-use super::groups::{GroupFilter, GroupReport, clamp, is_active, on_topics, topics_of};
-use crate::cluster::ClusterClient;
+use super::groups::{GroupReport, clamp, is_active, on_topics, topics_of};
+use crate::cluster::client::ClusterClient;
+use crate::cluster::groups::{self as wire, Coordinators};
 use crate::error::MirrorError;
+use crate::topics::select::GroupFilter;
 
 /// A share group's start offsets by `(topic, partition)`.
 type StartOffsets = BTreeMap<(String, i32), i64>;
@@ -49,7 +50,7 @@ async fn start_offsets(cluster: &ClusterClient, coords: &Coordinators) -> Result
                 rg
             })
             .collect();
-        let conn = group_wire::connect(cluster, addr).await?;
+        let conn = wire::connect(cluster, addr).await?;
         let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
         for g in resp.groups {
             let id = g.group_id.0.as_str().to_owned();
@@ -90,7 +91,7 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
             rt
         })
         .collect();
-    let conn = group_wire::connect(cluster, coordinator).await?;
+    let conn = wire::connect(cluster, coordinator).await?;
     let resp = conn.call(&req, 0).await.map_err(|e| cluster.wrap(e))?;
     if resp.error_code != 0 {
         return Ok(Some(resp.error_code));
@@ -105,7 +106,7 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if topics.is_empty() {
         return Ok(report);
     }
-    let candidates: Vec<String> = group_wire::list_groups(source)
+    let candidates: Vec<String> = wire::list_groups(source)
         .await?
         .into_iter()
         .filter(|g| g.group_type == "share" && filter.matches(&g.id))
@@ -116,23 +117,23 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     if candidates.is_empty() {
         return Ok(report); // no share groups on the source (or share groups not enabled there)
     }
-    let (source_offsets, errors) = start_offsets(source, &group_wire::coordinators(source, &candidates).await?).await?;
+    let (source_offsets, errors) = start_offsets(source, &wire::coordinators(source, &candidates).await?).await?;
     report.errors.extend(errors);
     let relevant = on_topics(source_offsets, topics);
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);
     }
-    let states: HashMap<String, (String, String)> = group_wire::list_groups(destination)
+    let states: HashMap<String, (String, String)> = wire::list_groups(destination)
         .await?
         .into_iter()
         .map(|g| (g.id, (g.group_type, g.state)))
         .collect();
     let names: Vec<String> = relevant.iter().map(|(g, _)| g.clone()).collect();
-    let coords = group_wire::coordinators(destination, &names).await?;
+    let coords = wire::coordinators(destination, &names).await?;
     let (current, _) = start_offsets(destination, &coords).await?;
     let touched = topics_of(&relevant);
-    let watermarks = group_wire::watermarks(destination, &touched).await?;
+    let watermarks = wire::watermarks(destination, &touched).await?;
     for (group, offsets) in relevant {
         match states.get(&group) {
             Some((_, state)) if is_active(state) => {

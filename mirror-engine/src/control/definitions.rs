@@ -1,0 +1,332 @@
+//! The KIP-1279 operations that change mirror definitions — create a mirror, start topics,
+//! delete a mirror — and the mirror name rules. Declared (config file) and created (API) mirrors
+//! are the same objects; only the `origin` in the state topic differs. Launching a mirror and
+//! discovering its topics is `mirrors::discovery`'s (reached through the launcher the term sets).
+
+use std::collections::{HashMap, HashSet};
+
+use kmp_config::MirrorConfig;
+use tracing::{debug, info};
+
+use crate::control::settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
+use crate::control::{Control, TopicResult, codes};
+use crate::state::records::Desired;
+use crate::state::records::MirrorRecord;
+use crate::topics::select::TopicSelector;
+
+use codes::{
+    CLUSTER_MIRROR_ALREADY_EXISTS, CLUSTER_MIRROR_NOT_EMPTY, INVALID_CLUSTER_MIRROR_STATES, INVALID_CONFIG, INVALID_REQUEST, MIRROR_TOPIC_NOT_STOPPED,
+    TOPIC_ALREADY_IN_CLUSTER_MIRROR, UNKNOWN_TOPIC_OR_PARTITION,
+};
+
+/// Longest mirror name: Kafka's topic-name limit, which mirror names follow.
+pub const MAX_MIRROR_NAME_LEN: usize = 249;
+
+/// Why `name` cannot be a mirror name (Kafka's topic name rules: 1 to 249 bytes of ASCII
+/// letters, digits, `.`, `_` and `-`), or `None` if it can. CreateClusterMirror refuses such a
+/// name, and the topic RPCs refuse one naming no existing mirror before doing any work. The
+/// message never repeats a name over the limit.
+pub fn invalid_mirror_name(name: &str) -> Option<String> {
+    if name.len() > MAX_MIRROR_NAME_LEN {
+        return Some(format!(
+            "a mirror name of {} bytes is not a valid mirror name (topic name rules: at most {MAX_MIRROR_NAME_LEN} bytes)",
+            name.len()
+        ));
+    }
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+        return Some(format!("`{name}` is not a valid mirror name (topic name rules)"));
+    }
+    None
+}
+
+impl Control {
+    /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
+    /// `mirror.topics.include` / `.exclude` comma-separated regexes; the source connection's
+    /// `security.protocol`, `ssl.*` and `sasl.*` properties, secrets by `file:`/`env:` reference only).
+    /// Returns the error code and message.
+    pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
+        let booted = self.booted_store().await;
+        let get = |k: &str| configs.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.as_deref());
+        if let Some(message) = invalid_mirror_name(name) {
+            return (INVALID_REQUEST, Some(message));
+        }
+        if self.has_mirror(name) {
+            return (CLUSTER_MIRROR_ALREADY_EXISTS, Some(format!("cluster mirror {name} already exists")));
+        }
+        if let Err(e) = refuse_configs(configs) {
+            return e;
+        }
+        let bootstrap = csv(get("bootstrap.servers"));
+        if bootstrap.is_empty() {
+            return (INVALID_REQUEST, Some("bootstrap.servers is required".into()));
+        }
+        // Before anything connects to it: an API caller may only name allowed sources.
+        if let Err(e) = check_sources(self.source_allow(), &bootstrap) {
+            return (INVALID_CONFIG, Some(e));
+        }
+        let mut def = MirrorConfig::new(name, bootstrap);
+        def.source_properties = security_properties(configs);
+        for (key, value) in configs {
+            if kmp_config::is_client_security_key(key) {
+                continue;
+            } else if let Some(list) = list_config(&mut def, key) {
+                *list = csv(value.as_deref());
+            } else if let Err(e) = set_interval(&mut def, key, value.as_deref()) {
+                return (INVALID_CONFIG, Some(e));
+            }
+        }
+        if let Err(e) = check_patterns(&def) {
+            return (INVALID_CONFIG, Some(e.to_string()));
+        }
+        let Some(store) = booted else {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
+        };
+        if let Err(e) = store
+            .put_mirror(&MirrorRecord {
+                origin: "api".into(),
+                definition: def.clone(),
+            })
+            .await
+        {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
+        }
+        match self.inner_launcher() {
+            Some(launch) => launch(def),
+            None => return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())),
+        }
+        info!(mirror = name, "cluster mirror created");
+        (codes::NONE, None)
+    }
+
+    /// StartMirrorTopics: adds topics (and include/exclude patterns) to a mirror and starts them.
+    pub async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
+        let _ = self.booted_store().await;
+        let Some(mut def) = self.definition(name) else {
+            // A name no mirror could have is refused alone; an unknown one is named once, at
+            // the top: never copied into every topic's result (a long name times many topics
+            // made an answer thousands of times the request's size).
+            if let Some(message) = invalid_mirror_name(name) {
+                return (INVALID_REQUEST, Some(message), Vec::new());
+            }
+            let results = topics
+                .iter()
+                .map(|t| TopicResult {
+                    topic: t.clone(),
+                    error_code: codes::UNKNOWN_CLUSTER_MIRROR,
+                    message: None,
+                })
+                .collect();
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")), results);
+        };
+        let source = self.source_client(&def);
+        // Several topics are looked up on the source with one Metadata request naming them all,
+        // not one request per named topic (a request naming many topics, or one topic many
+        // times, cost as many source round trips). A topic named again gets its first answer
+        // again.
+        let distinct: Vec<&str> = topics.iter().map(String::as_str).collect::<HashSet<_>>().into_iter().collect();
+        let on_source: Option<Result<HashSet<String>, String>> = if distinct.len() > 1 {
+            Some(source.existing_topics(&distinct).await.map_err(|e| e.to_string()))
+        } else {
+            None
+        };
+        let mut answered: HashMap<&str, usize> = HashMap::new();
+        let mut results: Vec<TopicResult> = Vec::new();
+        for t in topics {
+            if let Some(&first) = answered.get(t.as_str()) {
+                let again = results[first].clone();
+                results.push(again);
+                continue;
+            }
+            answered.insert(t.as_str(), results.len());
+            let r = |code: i16, msg: String| TopicResult {
+                topic: t.clone(),
+                error_code: code,
+                message: Some(msg),
+            };
+            match (self.claimed_by(t), self.desired(t)) {
+                (Some(m), _) if m != name => {
+                    results.push(r(TOPIC_ALREADY_IN_CLUSTER_MIRROR, format!("topic {t} already belongs to cluster mirror {m}")));
+                    continue;
+                }
+                (Some(_), Some(Desired::Stopped)) => {
+                    results.push(r(
+                        INVALID_CLUSTER_MIRROR_STATES,
+                        format!("topic {t} was stopped (failed over); re-mirroring it needs the destination topic deleted first (a proxy cannot truncate it)"),
+                    ));
+                    continue;
+                }
+                (Some(_), _) => {
+                    results.push(r(MIRROR_TOPIC_NOT_STOPPED, format!("topic {t} is already mirrored by {name}")));
+                    continue;
+                }
+                (None, _) => {}
+            }
+            let exists = match &on_source {
+                Some(Ok(names)) => Ok(names.contains(t)),
+                Some(Err(e)) => Err(e.clone()),
+                None => source.layout(t).await.map(|l| l.error_code == 0).map_err(|e| {
+                    debug!(topic = %t, error = %e.detail(), "cannot read the topic from the source cluster");
+                    e.to_string()
+                }),
+            };
+            match exists {
+                Ok(true) => {}
+                Ok(false) => {
+                    results.push(r(UNKNOWN_TOPIC_OR_PARTITION, format!("topic {t} does not exist on the source cluster")));
+                    continue;
+                }
+                Err(e) => {
+                    results.push(r(codes::REQUEST_TIMED_OUT, format!("cannot reach the source cluster: {e}")));
+                    continue;
+                }
+            }
+            if !def.topics.contains(t) {
+                def.topics.push(t.clone());
+            }
+            results.push(TopicResult {
+                topic: t.clone(),
+                error_code: codes::NONE,
+                message: None,
+            });
+        }
+        def.include.extend(include.iter().cloned());
+        def.exclude.extend(exclude.iter().cloned());
+        if let Err(e) = TopicSelector::new(&def.topics, &def.include, &def.exclude) {
+            return (INVALID_CONFIG, Some(e.to_string()), results);
+        }
+        if let Some(store) = self.store() {
+            let origin = store
+                .mirrors()
+                .into_iter()
+                .find(|m| m.definition.name == name)
+                .map_or("api".to_owned(), |m| m.origin);
+            if let Err(e) = store
+                .put_mirror(&MirrorRecord {
+                    origin,
+                    definition: def.clone(),
+                })
+                .await
+            {
+                return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")), results);
+            }
+        }
+        self.set_definition(def);
+        (codes::NONE, None, results)
+    }
+
+    /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become
+    /// ordinary topics (detached), the definition and their state are removed.
+    pub async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
+        let _ = self.booted_store().await;
+        if !self.has_mirror(name) {
+            return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
+        }
+        let topics = self.claimed_topics(name);
+        let active: Vec<&String> = topics.iter().filter(|t| self.desired(t) != Some(Desired::Stopped)).collect();
+        if !active.is_empty() {
+            return (
+                CLUSTER_MIRROR_NOT_EMPTY,
+                Some(format!("cluster mirror {name} still has topics that are not stopped: {active:?}")),
+            );
+        }
+        let Some(store) = self.store() else {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
+        };
+        for t in &topics {
+            let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
+            let topic_id = self.catalog().topic_id(t).map(crate::state::records::id_to_hex).unwrap_or_default();
+            let former = crate::state::records::FormerTopicRecord {
+                mirror: name.to_owned(),
+                topic_id,
+                at_ms: crate::state::status::now_ms(),
+            };
+            if let Err(e) = store.detach_topic(t, partitions, &former).await {
+                return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
+            }
+            self.forget_topic(t);
+        }
+        if let Err(e) = store.delete_mirror(name).await {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot remove the mirror: {e}")));
+        }
+        self.remove_mirror(name);
+        self.release_unused_sources();
+        info!(
+            mirror = name,
+            topics = topics.len(),
+            "cluster mirror deleted; its topics are ordinary topics now"
+        );
+        (codes::NONE, None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::state::catalog::Catalog;
+    use crate::state::status::StatusBoard;
+
+    fn configs(bootstrap: &str) -> Vec<(String, Option<String>)> {
+        vec![("bootstrap.servers".to_owned(), Some(bootstrap.to_owned()))]
+    }
+
+    #[tokio::test]
+    async fn api_created_mirrors_need_an_allowed_source_and_nothing_connects_before() {
+        let control = Control::new(StatusBoard::default(), Catalog::default());
+        control.mark_booted();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+
+        let (code, msg) = control.create_mirror("m", &configs(&addr)).await;
+        assert_eq!(code, INVALID_CONFIG, "the default empty list refuses every source");
+        let msg = msg.unwrap();
+        assert!(msg.contains("security.mirror_source_allow") && msg.contains("KMP_MIRROR_SOURCE_ALLOW"), "{msg}");
+
+        let (code, msg) = control.create_mirror("m", &configs(&format!("admin:hunter2@{addr}"))).await;
+        assert_eq!(code, INVALID_CONFIG);
+        assert!(!msg.unwrap().contains("hunter2"), "credentials are never echoed");
+
+        control.set_source_allow(vec!["10.0.4.*:*".to_owned()]);
+        let (code, msg) = control.create_mirror("m", &configs(&addr)).await;
+        assert_eq!(code, INVALID_CONFIG);
+        assert!(msg.unwrap().contains(&addr));
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        assert!(accepted.is_err(), "a refused source is never connected to");
+        assert!(!control.has_mirror("m"));
+    }
+
+    #[tokio::test]
+    async fn start_topics_on_an_unknown_mirror_names_it_once_and_refuses_an_overlong_name_alone() {
+        let control = Control::new(StatusBoard::default(), Catalog::default());
+        control.mark_booted();
+        let topics = vec!["t".to_owned(); 1000];
+
+        let (code, msg, results) = control.start_topics("missing", &topics, &[], &[]).await;
+        assert_eq!(code, codes::UNKNOWN_CLUSTER_MIRROR);
+        assert!(msg.unwrap().contains("missing"));
+        assert_eq!(results.len(), topics.len());
+        assert!(results.iter().all(|r| r.error_code == codes::UNKNOWN_CLUSTER_MIRROR && r.message.is_none()));
+
+        let long = "m".repeat(MAX_MIRROR_NAME_LEN + 1);
+        let (code, msg, results) = control.start_topics(&long, &topics, &[], &[]).await;
+        assert_eq!(code, INVALID_REQUEST);
+        let msg = msg.unwrap();
+        assert!(!msg.contains(&long) && msg.len() < 200, "{msg}");
+        assert!(results.is_empty(), "an overlong name is refused once, not per topic");
+
+        let longest = "m".repeat(MAX_MIRROR_NAME_LEN);
+        assert!(invalid_mirror_name(&longest).is_none());
+        assert_eq!(control.create_mirror(&long, &configs("127.0.0.1:9092")).await.0, INVALID_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn an_allowed_source_passes_the_check() {
+        let control = Control::new(StatusBoard::default(), Catalog::default());
+        control.set_source_allow(vec!["127.0.0.1:*".to_owned()]);
+        control.mark_booted();
+        // No state store in this test: getting as far as storing means the source check passed.
+        let (code, _) = control.create_mirror("m", &configs("127.0.0.1:9092")).await;
+        assert_eq!(code, codes::COORDINATOR_NOT_AVAILABLE);
+    }
+}

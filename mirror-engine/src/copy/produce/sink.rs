@@ -1,0 +1,228 @@
+//! Writing to a destination partition with the engine's own idempotent producer: the engine-wide
+//! producer id with sequence numbers derived from destination offsets (`copy::produce::producer_id`: every write
+//! is conditional on the log end), batches handed to the destination broker's produce lane
+//! (`copy::produce::mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
+//! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
+//! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
+//!
+//! Order: a broker accepts *any* sequence number as the first batch of a producer it holds no
+//! state for. If the first batches in flight were refused (NOT_LEADER_OR_FOLLOWER while the
+//! leader recovers) and a later one was accepted, that later batch would land at the earlier
+//! one's offset. So a producer sends a single batch until the broker acknowledged one (then it
+//! holds the producer's sequence and refuses gaps), again after DeleteRecords (which may drop
+//! that state); `landed` checks what a failed attempt left, whatever the cause.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use kmp_protocol::batch::{self, ProducerFields};
+use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
+use kmp_protocol::produce_frame::RecordsBlob;
+use kmp_protocol::shared_client::SharedConnection;
+use tokio::sync::oneshot;
+
+use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
+use crate::copy::produce::mux::{Producers, Reply};
+use crate::copy::produce::producer_id::{EngineProducer, sequence_at};
+use crate::error::MirrorError;
+
+/// One produced batch, reported back once the destination acknowledged it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    /// Destination offset the batch had to land at.
+    pub base: i64,
+    pub records: i32,
+    /// Bytes of the batch as sent.
+    pub bytes: usize,
+    /// The batch's max timestamp (for replication latency).
+    pub max_timestamp: i64,
+    pub filler: bool,
+    /// Producer id and base sequence the batch was sent with (to recognise it on the destination).
+    pub producer_id: i64,
+    pub sequence: i32,
+}
+
+/// An idempotent producer bound to one destination partition leader.
+pub struct PartitionSink {
+    /// Control connection to the leader (InitProducerId, DeleteRecords).
+    conn: SharedConnection,
+    producers: Producers,
+    topic: TopicName,
+    partition: i32,
+    producer: EngineProducer,
+    max_in_flight: usize,
+    /// The broker acknowledged a batch of this producer since it was opened or records were
+    /// deleted: it holds the producer's sequence, so batches may be pipelined.
+    confirmed: bool,
+    in_flight: VecDeque<(oneshot::Receiver<Reply>, Written)>,
+    acknowledged: Vec<Written>,
+}
+
+impl PartitionSink {
+    /// A producer for the partition whose leader `conn` reaches, writing as `producer`.
+    pub fn open(conn: SharedConnection, producers: Producers, producer: EngineProducer, topic: &str, partition: i32, max_in_flight: usize) -> Self {
+        Self {
+            conn,
+            producers,
+            topic: TopicName(StrBytes::from_string(topic.to_owned())),
+            partition,
+            producer,
+            max_in_flight: max_in_flight.max(1),
+            confirmed: false,
+            in_flight: VecDeque::new(),
+            acknowledged: Vec::new(),
+        }
+    }
+
+    /// The header fields of a batch that must land at `base`.
+    fn fields(&self, base: i64) -> ProducerFields {
+        ProducerFields {
+            producer_id: self.producer.producer_id,
+            producer_epoch: self.producer.producer_epoch,
+            base_sequence: sequence_at(base),
+        }
+    }
+
+    /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
+    pub async fn write_batch(&mut self, batch: &Bytes, records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
+        let out = batch::rewrite_for_produce(batch, self.fields(base)).map_err(MirrorError::Source)?;
+        let w = Written {
+            base,
+            records,
+            bytes: out.len(),
+            max_timestamp,
+            filler: false,
+            producer_id: self.producer.producer_id,
+            sequence: sequence_at(base),
+        };
+        self.produce(out, w).await
+    }
+
+    /// Sends `count` filler records starting at `base`.
+    pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
+        let out = batch::filler_batch(count, timestamp, self.fields(base)).map_err(MirrorError::Destination)?;
+        let w = Written {
+            base,
+            records: count,
+            bytes: out.len(),
+            max_timestamp: timestamp,
+            filler: true,
+            producer_id: self.producer.producer_id,
+            sequence: sequence_at(base),
+        };
+        self.produce(RecordsBlob::whole(out), w).await
+    }
+
+    /// Pipelines one Produce request, first waiting for the oldest if the window is full (a
+    /// window of one until the broker confirmed the producer; see the module docs).
+    async fn produce(&mut self, records_blob: RecordsBlob, w: Written) -> Result<(), MirrorError> {
+        while self.in_flight.len() >= self.window() {
+            self.ack_oldest().await?;
+        }
+        let reply = self.producers.submit(self.conn.addr(), self.topic.clone(), self.partition, records_blob);
+        self.in_flight.push_back((reply, w));
+        Ok(())
+    }
+
+    fn window(&self) -> usize {
+        if self.confirmed { self.max_in_flight } else { 1 }
+    }
+
+    /// Waits for every request in flight; an error means some may not have been written.
+    pub async fn flush(&mut self) -> Result<(), MirrorError> {
+        while !self.in_flight.is_empty() {
+            self.ack_oldest().await?;
+        }
+        Ok(())
+    }
+
+    /// Batches acknowledged since the last call, in offset order.
+    pub fn take_acknowledged(&mut self) -> Vec<Written> {
+        std::mem::take(&mut self.acknowledged)
+    }
+
+    /// Gives up on this producer after an error: the batches acknowledged but not yet taken,
+    /// and those still in flight (whether they were written is unknown).
+    pub fn abandon(&mut self) -> (Vec<Written>, Vec<Written>) {
+        (std::mem::take(&mut self.acknowledged), self.in_flight.drain(..).map(|(_, w)| w).collect())
+    }
+
+    async fn ack_oldest(&mut self) -> Result<(), MirrorError> {
+        // Popped only once acknowledged: on error it stays for `abandon` to report.
+        let Some((reply, w)) = self.in_flight.front_mut() else { return Ok(()) };
+        let w = *w;
+        let p = match reply.await {
+            Ok(r) => r?,
+            Err(_) => return Err(MirrorError::aborted("destination", "produce lane closed")),
+        };
+        if p.error_code != 0 {
+            let what = format!(
+                "produce to {}-{}: {}",
+                self.topic.0.as_str(),
+                self.partition,
+                p.error_message.as_deref().unwrap_or("")
+            );
+            return Err(MirrorError::Broker {
+                side: "destination",
+                what,
+                code: p.error_code,
+            });
+        }
+        if p.base_offset != w.base {
+            return Err(MirrorError::OffsetMismatch {
+                expected: w.base,
+                got: p.base_offset,
+            });
+        }
+        self.in_flight.pop_front();
+        self.acknowledged.push(w);
+        self.confirmed = true;
+        Ok(())
+    }
+}
+
+impl PartitionSink {
+    /// Moves the destination log start to `offset` (DeleteRecords), following the source's.
+    pub async fn delete_records_before(&mut self, offset: i64) -> Result<(), MirrorError> {
+        self.flush().await?;
+        if !self.producers.may_write() {
+            return Err(MirrorError::Fenced);
+        }
+        let mut p = DeleteRecordsPartition::default();
+        p.partition_index = self.partition;
+        p.offset = offset;
+        let mut t = DeleteRecordsTopic::default();
+        t.name = self.topic.clone();
+        t.partitions = vec![p];
+        let mut req = DeleteRecordsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = PRODUCE_TIMEOUT_MS;
+        // The broker may drop the state of a producer whose batches all lie below the new log
+        // start: the next batch goes alone again.
+        self.confirmed = false;
+        let resp = self.conn.call(&req, 2).await.map_err(MirrorError::Destination)?;
+        match resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == self.partition)
+        {
+            Some(p) if p.error_code == 0 => Ok(()),
+            Some(p) => Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("DeleteRecords before {offset}"),
+                code: p.error_code,
+            }),
+            None => Err(MirrorError::Broker {
+                side: "destination",
+                what: format!("DeleteRecords before {offset}"),
+                code: 3,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
