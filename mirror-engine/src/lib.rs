@@ -3,7 +3,8 @@
 //! Client-facing proxying does not belong here. Each folder owns one concern; each imports only
 //! from those listed above it:
 //!
-//! - `error`, `lease`: the engine's error type and the lease every write is fenced by;
+//! - `error`, `lease`, `backoff`: the engine's error type, the lease every write is fenced by, and
+//!   the one retry pause (also the proxy's);
 //! - `cluster/`: reaching a cluster on the wire (client, connections, Fetch, Produce, group requests);
 //! - `topics/`: which topics and groups a mirror selects, which topic configs are copied,
 //!   creating destination topics;
@@ -18,6 +19,7 @@
 //! - `mirrors/`: a mirror's topic discovery and a topic's lifecycle;
 //! - `engine/`: [`Engine`], [`start`], [`follow`], [`auto`] and the terms' boot.
 
+mod backoff;
 mod cluster;
 mod context;
 mod control;
@@ -32,6 +34,7 @@ mod state;
 mod sync;
 mod topics;
 
+pub use backoff::Backoff;
 pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
 pub use control::definitions::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};

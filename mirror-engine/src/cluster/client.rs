@@ -17,6 +17,7 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
 
+use crate::backoff::Backoff;
 use crate::cluster::links::{Lane, Links, Slots};
 use crate::error::MirrorError;
 
@@ -73,7 +74,8 @@ struct AuthGate {
 #[derive(Debug)]
 struct Refused {
     until: Instant,
-    backoff: Duration,
+    /// The pause the next refusal waits.
+    backoff: Backoff,
     why: String,
     /// A connection is trying after the back-off.
     probing: bool,
@@ -107,12 +109,13 @@ impl AuthGate {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match result {
             Err(ProtocolError::Authentication { detail, .. }) => {
-                let backoff = s.as_ref().map_or(AUTH_BACKOFF.0, |r| (r.backoff * 2).min(AUTH_BACKOFF.1));
+                let mut backoff = s.as_ref().map_or(Backoff::new(AUTH_BACKOFF.0, AUTH_BACKOFF.1), |r| r.backoff.clone());
+                let pause = backoff.next_pause();
                 if s.as_ref().is_none_or(|r| r.why != *detail) {
                     tracing::error!(side, error = %detail, "authentication to the {side} cluster failed; retrying with back-off (check the credentials)");
                 }
                 *s = Some(Refused {
-                    until: Instant::now() + backoff,
+                    until: Instant::now() + pause,
                     backoff,
                     why: detail.clone(),
                     probing: false,
@@ -496,7 +499,11 @@ mod gate_tests {
         gate.record("source", &refused());
         let r = gate.state.lock().unwrap();
         let r = r.as_ref().unwrap();
-        assert_eq!(r.backoff, AUTH_BACKOFF.0 * 2, "a second refusal doubles the back-off");
+        assert_eq!(
+            r.backoff.peek(),
+            AUTH_BACKOFF.0 * 4,
+            "a second refusal doubled the back-off (the third waits 4 s)"
+        );
         assert!(!r.probing);
     }
 

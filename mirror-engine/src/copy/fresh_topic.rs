@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::state::records::PartitionRecord;
@@ -40,7 +41,7 @@ pub(crate) async fn verify_empty(
     partitions: usize,
     stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<Vec<(i32, i64)>, MirrorError> {
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut stop = stop.clone();
     loop {
         match topics::partitions_holding_data(destination, topic, partitions).await {
@@ -51,10 +52,9 @@ pub(crate) async fn verify_empty(
                     return Err(MirrorError::Fenced);
                 }
                 tokio::select! {
-                    () = tokio::time::sleep(backoff) => {}
+                    () = tokio::time::sleep(backoff.next_pause()) => {}
                     _ = stop.changed() => return Err(MirrorError::Fenced),
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => return Err(e),
         }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::{ClusterClient, leader_log_end, offsets};
 use crate::cluster::links::Lane;
 use crate::copy::answer_check;
@@ -97,7 +98,7 @@ fn replaced(layout: &crate::cluster::client::TopicLayout, known: [u8; 16]) -> bo
 impl PartitionTask {
     /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
     pub async fn run(mut self, mut stop: watch::Receiver<bool>, mut desired: watch::Receiver<Desired>) {
-        let mut backoff = INITIAL_BACKOFF;
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, MAX_BACKOFF);
         // Batches sent by a failed attempt whose outcome is unknown; the next attempt's settled
         // log end tells which of them landed, so the counters stay exact across retries.
         let mut uncertain = Vec::new();
@@ -129,7 +130,7 @@ impl PartitionTask {
             // failure a fresh back-off: a leader change after an hour of mirroring is retried
             // after 100 ms, not after the 5 s the start-up retries reached.
             if sink.is_some() && (self.written() > written_before || started.elapsed() >= HEALTHY_FOR) {
-                backoff = INITIAL_BACKOFF;
+                backoff.reset();
             }
             if let Some(mut gone) = sink.take() {
                 let (acknowledged, in_flight) = gone.abandon();
@@ -175,17 +176,16 @@ impl PartitionTask {
                     self.coalesce_max_bytes = 0;
                 }
                 Err(e) if e.is_retriable() => {
-                    warn!(error = %e, ?backoff, "retrying");
+                    warn!(error = %e, backoff = ?backoff.peek(), "retrying");
                     self.status.update(&self.key, |s| {
                         s.state = PartitionState::Retrying;
                         s.last_error = Some(e.to_string());
                     });
                     tokio::select! {
-                        _ = tokio::time::sleep(backoff) => {}
+                        _ = tokio::time::sleep(backoff.next_pause()) => {}
                         _ = stop.changed() => return,
                         _ = desired.changed() => {}
                     }
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
                 Err(e) => {
                     warn!(error = %e, "partition FAILED");
@@ -211,7 +211,7 @@ impl PartitionTask {
         };
         self.status.update(&self.key, |s| s.state = transitional);
         let (_, topic, partition) = &self.key;
-        let mut backoff = INITIAL_BACKOFF;
+        let mut backoff = Backoff::new(INITIAL_BACKOFF, MAX_BACKOFF);
         let mut end = None;
         for _ in 0..8 {
             let settled = async {
@@ -236,8 +236,7 @@ impl PartitionTask {
                 }
                 Err(e) => {
                     warn!(error = %e, "cannot read the destination log end while halting; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
         }

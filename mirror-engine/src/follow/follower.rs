@@ -20,6 +20,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::{ClusterClient, TopicLayout, offsets};
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
@@ -141,7 +142,7 @@ impl Follower {
         tokio::spawn(learn_ids(self.destination.clone(), self.catalog.clone(), ids.clone(), stop.clone()));
         let mut state = FollowedState::held_back_by(self.control.clone(), self.held_back.clone());
         let mut cursor = Cursor::new();
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         // Never changes when nothing holds the writes back.
         let mut held_back = self.held_back.clone().unwrap_or_else(|| watch::channel(false).1);
         loop {
@@ -158,7 +159,7 @@ impl Follower {
             };
             let pause = match step {
                 Ok(None) => {
-                    backoff = Duration::from_millis(100);
+                    backoff.reset();
                     continue;
                 }
                 Ok(Some(pause)) => pause,
@@ -169,8 +170,7 @@ impl Follower {
                         warn!(topic = %self.topic, error = %why, "cannot read the mirror state topic; retrying");
                     }
                     self.progress.send_modify(|p| p.error = Some(why));
-                    let pause = backoff;
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    let pause = backoff.next_pause();
                     pause
                 }
             };
@@ -302,7 +302,7 @@ async fn learn_once(destination: &ClusterClient, registry: &Catalog) -> Result<b
 /// Keeps looking up missing topic ids: woken when the state names new topics, retrying every
 /// 200 ms (doubling to 5 s) while some are missing.
 pub(crate) async fn learn_ids(destination: ClusterClient, registry: Catalog, wake: Arc<Notify>, mut stop: watch::Receiver<bool>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         let done = match learn_once(&destination, &registry).await {
             Ok(done) => done,
@@ -312,11 +312,10 @@ pub(crate) async fn learn_ids(destination: ClusterClient, registry: Catalog, wak
             }
         };
         let pause = if done {
-            backoff = Duration::from_millis(200);
+            backoff.reset();
             None
         } else {
-            let p = backoff;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            let p = backoff.next_pause();
             Some(p)
         };
         tokio::select! {

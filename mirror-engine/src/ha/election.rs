@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::ha::share::Share;
@@ -107,7 +108,7 @@ pub(crate) async fn run(
         round: 0,
         join_sent: Instant::now(),
     };
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
     loop {
         let session = tokio::select! {
             r = member.session() => r,
@@ -120,20 +121,19 @@ pub(crate) async fn run(
         let Err(e) = session;
         // A session that reached a decision was healthy: its loss is retried promptly.
         if std::mem::take(&mut member.decided) {
-            backoff = Duration::from_millis(100);
+            backoff.reset();
         }
         // Coordinator moving or still loading: expected around broker restarts.
         if matches!(e, MirrorError::Broker { code: 14..=16, .. }) {
-            debug!(error = %e, ?backoff, "engine election: coordinator not ready; retrying");
+            debug!(error = %e, backoff = ?backoff.peek(), "engine election: coordinator not ready; retrying");
         } else {
-            warn!(error = %e, group = %member.settings.group_id, ?backoff, "engine election: lost the group coordinator; rejoining");
+            warn!(error = %e, group = %member.settings.group_id, backoff = ?backoff.peek(), "engine election: lost the group coordinator; rejoining");
             member.problem.send_replace(Some(e.to_string()));
         }
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_pause()) => {}
             _ = leave.changed() => break,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
     member.demote("leaving the group");
     member.give_up_share().await;

@@ -29,6 +29,7 @@ use dashmap::DashMap;
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
@@ -144,7 +145,7 @@ impl Forwarding {
         };
         let deadline = tokio::time::Instant::now() + limit;
         // Retried while the state topic is being created or its leader moves, within `limit`.
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         // The value: the wall-clock deadline (ms, big-endian i64), then the frame; a request
         // found after its caller gave up is not carried out.
         let entry_frame_head = frame.get(..12).map(<[u8]>::to_vec).unwrap_or_default();
@@ -153,12 +154,11 @@ impl Forwarding {
         value.extend_from_slice(&frame);
         let entry = [(format!("{REQUEST_PREFIX}{id}"), Some(Bytes::from(value)))];
         while let Err(e) = append(destination, topic, &entry).await {
-            if tokio::time::Instant::now() + backoff > deadline {
+            if tokio::time::Instant::now() + backoff.peek() > deadline {
                 return Err(ForwardError::Write(e));
             }
             debug!(error = %e, "cannot hand the request over yet; retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(backoff.next_pause()).await;
         }
         let answer = tokio::time::timeout_at(deadline, rx).await;
         drop(waiting);
@@ -220,7 +220,7 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut next = at_load.from.max(0);
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     info!(%topic, from = next, "answering management requests forwarded by standbys");
     loop {
         let read = async {
@@ -245,7 +245,7 @@ pub(crate) async fn serve(
         };
         match fetched {
             Ok(f) => {
-                backoff = Duration::from_millis(100);
+                backoff.reset();
                 let before = next;
                 for (header, batch) in &f.batches {
                     let entries = match decode_entries(batch) {
@@ -277,10 +277,9 @@ pub(crate) async fn serve(
             Err(e) => {
                 debug!(error = %e, "cannot read the state topic for forwarded requests; retrying");
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.next_pause()) => {}
                     _ = stop.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
     }

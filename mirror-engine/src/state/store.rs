@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, watch};
 use tracing::warn;
 
+use crate::backoff::Backoff;
 use crate::cluster::client::{ClusterClient, offsets};
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::produce::{PRODUCE_VERSION, produce_request};
@@ -249,7 +250,7 @@ impl StateStore {
         // A leader move or a broker restart clears up by itself: retried (bounded). Writing a
         // batch twice after an unknown outcome is harmless (same keys and values, compacted).
         let deadline = tokio::time::Instant::now() + WRITE_RETRY;
-        let mut backoff = Duration::from_millis(100);
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
         loop {
             // Checked again before every attempt: the wait for the writer or a retry may
             // outlast the lease (a later holder may have written since).
@@ -261,12 +262,11 @@ impl StateStore {
                 Ok(()) => break,
                 Err(e) => {
                     *guard = None; // reconnect to the (maybe new) leader
-                    if !e.is_retriable() || tokio::time::Instant::now() + backoff > deadline {
+                    if !e.is_retriable() || tokio::time::Instant::now() + backoff.peek() > deadline {
                         return Err(e);
                     }
                     warn!(error = %e, topic = %self.topic, "state write failed; retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(backoff.next_pause()).await;
                 }
             }
         }
