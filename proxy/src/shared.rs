@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use kmp_config::Config;
 
-use crate::cluster::ClusterView;
-use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::upstream::Connector;
+use crate::net::limits::Limits;
+use crate::upstream::cluster::ClusterView;
+use crate::upstream::connect::Connector;
 
 /// State shared by every connection and background task.
 pub(crate) struct Shared {
@@ -31,7 +31,7 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) next_connection_id: AtomicU64,
     /// ApiVersions answers kept to answer new connections while their upstream opens.
-    pub(crate) early_versions: crate::early_versions::EarlyVersions,
+    pub(crate) early_versions: crate::upstream::early_versions::EarlyVersions,
     /// Client-facing TLS of the Kafka listeners (`[listener.tls]`), reloadable.
-    pub(crate) tls: Option<Arc<crate::tls::TlsIdentity>>,
+    pub(crate) tls: Option<Arc<crate::net::tls::TlsIdentity>>,
 }

@@ -11,7 +11,8 @@
 use kmp_protocol::mirror_api::{self, errors};
 
 use super::mirror_configs::{CLUSTER_MIRROR, is_config_api};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources, mirror_rpc};
+use super::refuse::configs;
+use super::{BoxFuture, Conn, Exchange, Filter, Flow, mirror_rpc};
 use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
@@ -71,8 +72,8 @@ impl Filter for MirrorAdminAuthz {
                 tracing::warn!(peer = %conn.peer, api_key = x.api_key, "mirror RPC refused: {why}");
                 return Ok(Flow::Answer(Some(mirror_rpc::error_response(x.api_key, x.correlation_id, code, &why))));
             }
-            let pick = |r: &config_resources::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
-            let decision = config_resources::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)?;
+            let pick = |r: &configs::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
+            let decision = configs::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)?;
             super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
         })
     }

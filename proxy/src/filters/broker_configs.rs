@@ -15,8 +15,9 @@
 use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 
-use super::guard::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources};
+use super::refuse::configs;
+use super::refuse::topics::Decision;
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -105,7 +106,7 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
     // resource. AlterConfigs replaces the whole resource, deleting every dynamic key it does not
     // name — topic defaults included — so a BROKER resource is refused whatever it names.
     let legacy = x.api_key == ApiKey::AlterConfigs as i16;
-    let pick = |r: &config_resources::Resource<'_>| {
+    let pick = |r: &configs::Resource<'_>| {
         if r.kind != BROKER_RESOURCE {
             return None;
         }
@@ -115,7 +116,7 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
         let bad: Vec<String> = r.keys.iter().filter(|k| reaches_topics(k)).map(|k| (*k).to_owned()).collect();
         (!bad.is_empty()).then(|| message(&bad))
     };
-    config_resources::refuse_any(&x.frame, x.api_key, x.api_version, POLICY_VIOLATION, &pick)
+    configs::refuse_any(&x.frame, x.api_key, x.api_version, POLICY_VIOLATION, &pick)
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::errors;
 
-use super::guard::{Decision, split, take};
+use super::refuse::topics::{Decision, split, take};
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 

@@ -1,13 +1,14 @@
-//! Read-only mirror topics: Produce (`readonly`) and the admin and transaction requests that
-//! could change a mirror topic behind the engine's back (`guard`) are refused for the mirror
+//! Read-only mirror topics: Produce (`refuse::produce`) and the admin and transaction requests
+//! that could change a mirror topic behind the engine's back (`refuse::topics`) are refused for the mirror
 //! topics they name; the rest of each request is forwarded and the answers merged. Which topics
 //! are mirror topics is the engine's (`Catalog`).
 
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::peek;
 
-use super::guard::{self, Decision, MirrorTopicGuard};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, readonly};
+use super::refuse::produce;
+use super::refuse::topics::{self, Decision, MirrorTopicGuard};
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 /// Turns a guard's decision into the chain's flow: a refusal answers (an empty answer means
@@ -47,16 +48,16 @@ impl Filter for MirrorTopicWrites {
             })
             .unwrap_or(true);
         }
-        guard::is_guarded(x.api_key, x.api_version)
+        topics::is_guarded(x.api_key, x.api_version)
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let topics = MirrorTopicGuard(&conn.shared.mirrors.topics());
             let decision = if x.api_key == ApiKey::Produce as i16 {
-                readonly::check(&x.frame, x.api_version, &topics)?
+                produce::check(&x.frame, x.api_version, &topics)?
             } else {
-                guard::check(&x.frame, x.api_key, x.api_version, &topics)?
+                topics::check(&x.frame, x.api_key, x.api_version, &topics)?
             };
             apply(decision, x, |n| {
                 conn.shared.metrics.refused_mirror_topic_changes.inc_by(n);

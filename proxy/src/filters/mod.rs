@@ -25,17 +25,12 @@ pub(crate) mod addresses;
 pub(crate) mod api_versions;
 pub(crate) mod authz;
 pub(crate) mod broker_configs;
-pub(crate) mod config_resources;
 pub(crate) mod engine_identity;
 pub(crate) mod fillers;
-pub(crate) mod guard;
-pub(crate) mod layout_guard;
-pub(crate) mod login_backoff;
 pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;
-pub(crate) mod readonly;
-pub(crate) mod refusal_text;
+pub(crate) mod refuse;
 pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
 pub(crate) mod security_admin;
@@ -43,7 +38,7 @@ pub(crate) mod startup;
 pub(crate) mod state_topic;
 pub(crate) mod topic_ids;
 
-pub(crate) use guard::Merge;
+pub(crate) use refuse::topics::Merge;
 
 /// A boxed future borrowed from the filter and the exchange.
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -25,8 +25,9 @@ use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::*;
 use kmp_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
 
-use super::guard::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources};
+use super::refuse::configs;
+use super::refuse::topics::Decision;
+use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -90,8 +91,8 @@ impl Filter for SecurityAdminGuard {
                 return Ok(Flow::Answer(Some(refusal(&x.frame, key, x.api_version, x.correlation_id)?)));
             }
             let code = ResponseError::ClusterAuthorizationFailed.code();
-            let pick = |r: &config_resources::Resource<'_>| matches!(r.kind, BROKER_RESOURCE | BROKER_LOGGER_RESOURCE).then(|| MESSAGE.to_owned());
-            Ok(match config_resources::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)? {
+            let pick = |r: &configs::Resource<'_>| matches!(r.kind, BROKER_RESOURCE | BROKER_LOGGER_RESOURCE).then(|| MESSAGE.to_owned());
+            Ok(match configs::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)? {
                 Decision::Forward => Flow::Continue,
                 Decision::Refuse(frame, n) => {
                     conn.shared.metrics.refused("security_admin_not_allowed", n);

@@ -24,9 +24,9 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
-use super::guard::{self, Decision, Protected, split, take};
-use super::readonly::{self, REFUSED_CODE};
-use super::refusal_text::Shown;
+use super::refuse::produce::{self, REFUSED_CODE};
+use super::refuse::text::Shown;
+use super::refuse::topics::{self, Decision, Protected, split, take};
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
@@ -56,7 +56,7 @@ fn watched(api_key: i16, api_version: i16) -> bool {
     matches!(
         ApiKey::try_from(api_key),
         Ok(ApiKey::Produce | ApiKey::Fetch | ApiKey::ShareFetch | ApiKey::ShareAcknowledge)
-    ) || guard::is_guarded(api_key, api_version)
+    ) || topics::is_guarded(api_key, api_version)
 }
 
 /// Whether requests of this key and version name topics by id only (Fetch v13+, ShareFetch,
@@ -120,11 +120,11 @@ impl Filter for StateTopicGuard {
                 id: conn.shared.mirrors.topics().state_topic_id(),
             };
             let decision = match ApiKey::try_from(x.api_key) {
-                Ok(ApiKey::Produce) => readonly::check(&x.frame, x.api_version, &topic)?,
+                Ok(ApiKey::Produce) => produce::check(&x.frame, x.api_version, &topic)?,
                 Ok(ApiKey::Fetch) => fetch(&x.frame, x.api_version, &topic)?,
                 Ok(ApiKey::ShareFetch) => share_fetch(&x.frame, x.api_version, &topic)?,
                 Ok(ApiKey::ShareAcknowledge) => share_acknowledge(&x.frame, x.api_version, &topic)?,
-                _ => guard::check(&x.frame, x.api_key, x.api_version, &topic)?,
+                _ => topics::check(&x.frame, x.api_key, x.api_version, &topic)?,
             };
             super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
         })

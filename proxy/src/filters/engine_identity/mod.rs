@@ -31,7 +31,7 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use memchr::memmem;
 
-use super::guard::Decision;
+use super::refuse::topics::Decision;
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 

@@ -1,13 +1,13 @@
 //! Admin and transaction requests that would change a read-only mirror topic behind the
 //! engine's back — DeleteTopics, CreatePartitions, DeleteRecords, AlterConfigs,
 //! IncrementalAlterConfigs (topic resources) and AddPartitionsToTxn (v0-3); CreateTopics,
-//! reassignments, log-directory moves and unclean elections are `layout_guard`'s — are refused for
+//! reassignments, log-directory moves and unclean elections are `layout`'s — are refused for
 //! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
 //! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
 //! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). DescribeProducers is
 //! refused for them too: a mirror topic's producer state holds the engine's own producer id and
 //! epoch, the identity its conditional writes rely on (issue #35, L-f); the source cluster shows
-//! the mirrored producers. Produce has its own module (`readonly`). Which topics are mirror
+//! the mirrored producers. Produce has its own module (`produce`). Which topics are mirror
 //! topics is the engine's (`Catalog`).
 
 use bytes::Bytes;
@@ -21,8 +21,8 @@ use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use std::collections::HashMap;
 
-use super::readonly::REFUSED_CODE;
-use super::refusal_text::Shown;
+use super::produce::REFUSED_CODE;
+use super::text::Shown;
 
 /// Merges the refused part into the broker's response to the rest.
 pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + Send>;
@@ -52,7 +52,7 @@ pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
             | ApiKey::DescribeProducers,
         ) => true,
         Ok(ApiKey::AddPartitionsToTxn) => version <= 3,
-        Ok(k) => super::layout_guard::guards(k),
+        Ok(k) => super::layout::guards(k),
         _ => false,
     }
 }
@@ -218,19 +218,19 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
             )
         }
         Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => {
-            let pick = |r: &super::config_resources::Resource<'_>| if r.kind == TOPIC_RESOURCE { topics.by_name(r.name) } else { None };
-            super::config_resources::refuse_any(frame, key, version, REFUSED_CODE, &pick)
+            let pick = |r: &super::configs::Resource<'_>| if r.kind == TOPIC_RESOURCE { topics.by_name(r.name) } else { None };
+            super::configs::refuse_any(frame, key, version, REFUSED_CODE, &pick)
         }
         Ok(ApiKey::AddPartitionsToTxn) => add_partitions_to_txn(frame, version, topics),
-        Ok(k) if super::layout_guard::guards(k) => super::layout_guard::check(frame, k, version, topics),
+        Ok(k) if super::layout::guards(k) => super::layout::check(frame, k, version, topics),
         _ => Ok(Decision::Forward),
     }
 }
 
 /// Removes the items `hit` refuses and returns, once per distinct name, the name and the
-/// (shared) message (see `refusal_text`).
+/// (shared) message (see `text`).
 pub(crate) fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> Vec<(String, StrBytes)> {
-    super::refusal_text::take_refused(items, hit)
+    super::text::take_refused(items, hit)
 }
 
 /// Decodes a request, takes the mirror topics out, and decides: forward untouched, refuse it

@@ -14,7 +14,7 @@ use tracing::{Instrument, info_span, warn};
 use crate::filters::{Chain, Conn};
 use crate::session;
 use crate::shared::Shared;
-use crate::upstream::Target;
+use crate::upstream::connect::Target;
 
 /// First and longest back-off after a failed accept.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
@@ -98,7 +98,7 @@ async fn serve(
         Some(identity) => {
             // A handshake is a few round trips: bounded by the frame timeout, at most 10 s.
             let timeout = Duration::from_millis(shared.config.limits.frame_read_timeout_ms.min(10_000));
-            match crate::tls::accept(identity, client, timeout).await {
+            match crate::net::tls::accept(identity, client, timeout).await {
                 Ok((tls, principal)) => Accepted::Tls(Box::new(tls), principal),
                 Err(why) => {
                     shared.metrics.connection_closed("tls_handshake");

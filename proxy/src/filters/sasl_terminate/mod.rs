@@ -6,7 +6,8 @@
 //! (user name) goes where the pass-through observer puts it, for `authz`. With no mechanisms
 //! configured, clients are authenticated by their TLS certificate (checked in the handshake) and
 //! SASL requests are refused. Reading and reloading the credentials file belongs here too
-//! ([`CredentialStore`]); the SCRAM math to `kmp_protocol::security::scram`.
+//! ([`CredentialStore`]), and so does slowing repeated failed logins (`login_backoff`); the SCRAM
+//! math to `kmp_protocol::security::scram`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -23,7 +24,9 @@ use kmp_protocol::{ProtocolError, Side};
 use super::sasl::SaslState;
 use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
-use crate::tls::Reloadable;
+use crate::net::tls::Reloadable;
+
+mod login_backoff;
 
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 const ILLEGAL_SASL_STATE: i16 = 34;
@@ -68,9 +71,9 @@ impl Reloadable for CredentialStore {
     }
 }
 
-/// The credentials in `path`, read with the size cap ([`crate::tls::read_capped`]).
+/// The credentials in `path`, read with the size cap ([`crate::net::tls::read_capped`]).
 fn read_credentials(path: &std::path::Path, max_bytes: u64) -> Result<Credentials, String> {
-    let bytes = crate::tls::read_capped(path, "credentials file", max_bytes)?;
+    let bytes = crate::net::tls::read_capped(path, "credentials file", max_bytes)?;
     let text = String::from_utf8(bytes).map_err(|_| format!("credentials file {} is not UTF-8", path.display()))?;
     Credentials::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -91,7 +94,7 @@ pub(crate) enum Progress {
 pub(crate) struct SaslTerminator {
     mechanisms: Vec<SaslMechanism>,
     credentials: Option<Arc<CredentialStore>>,
-    backoff: super::login_backoff::LoginBackoff,
+    backoff: login_backoff::LoginBackoff,
 }
 
 impl SaslTerminator {
