@@ -15,9 +15,8 @@
 use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 
-use super::refuse::configs;
-use super::refuse::topics::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::{self, Decision, configs};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -96,7 +95,7 @@ impl Filter for BrokerConfigGuard {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let decision = check(x)?;
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("broker_topic_default", n))
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("broker_topic_default", n))
         })
     }
 }

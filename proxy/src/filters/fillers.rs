@@ -10,7 +10,7 @@ use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
 use kmp_protocol::{ProtocolError, fillers};
 
-use super::{Conn, Filter};
+use super::api::{Conn, Filter};
 
 /// Whether the response to this Fetch request may carry fillers: it names a topic that may hold
 /// them, or it is an incremental fetch (the session's other partitions answer too), or it cannot

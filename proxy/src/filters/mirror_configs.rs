@@ -19,8 +19,9 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::errors;
 
-use super::refuse::topics::{Decision, split, take};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::configs::{CLUSTER_MIRROR, is_config_api};
+use super::refuse::{self, Decision, split, take};
 use crate::error::ProxyError;
 
 /// The filter answering cluster-mirror config resources (after `authz` let them through).
@@ -35,20 +36,9 @@ impl Filter for MirrorConfigs {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let decision = check(&x.frame, x.api_key, x.api_version, &conn.shared.mirrors.control()).await?;
-            super::mirror_topics::apply(decision, x, |_| {})
+            refuse::apply(decision, x, |_| {})
         })
     }
-}
-
-/// `ConfigResource.Type.CLUSTER_MIRROR` in the KIP-1279 prototype.
-pub(crate) const CLUSTER_MIRROR: i8 = 64;
-
-/// Whether the request may carry cluster-mirror resources.
-pub(crate) fn is_config_api(key: i16) -> bool {
-    matches!(
-        ApiKey::try_from(key),
-        Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs)
-    )
 }
 
 fn s(v: &str) -> StrBytes {

@@ -1,34 +1,16 @@
 //! Read-only mirror topics: Produce (`refuse::produce`) and the admin and transaction requests
-//! that could change a mirror topic behind the engine's back (`refuse::topics`) are refused for the mirror
-//! topics they name; the rest of each request is forwarded and the answers merged. Which topics
+//! that could change a mirror topic behind the engine's back (`refuse::topics`) are refused for
+//! the mirror topics they name; the rest of each request is forwarded and the answers merged. Which topics
 //! are mirror topics is the engine's (`Catalog`).
 
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::peek;
 
-use super::refuse::produce;
-use super::refuse::topics::{self, Decision, MirrorTopicGuard};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::mirror::MirrorTopicGuard;
+use super::refuse::topics;
+use super::refuse::{self, produce};
 use crate::error::ProxyError;
-
-/// Turns a guard's decision into the chain's flow: a refusal answers (an empty answer means
-/// "no response", acks=0), a split reduces the request and registers the merge; `count` gets the
-/// number of refused parts.
-pub(crate) fn apply(decision: Decision, x: &mut Exchange, count: impl FnOnce(u64)) -> Result<Flow, ProxyError> {
-    match decision {
-        Decision::Forward => Ok(Flow::Continue),
-        Decision::Refuse(response, n) => {
-            count(n);
-            Ok(Flow::Answer((!response.is_empty()).then_some(response)))
-        }
-        Decision::Split(rest, merge, n) => {
-            count(n);
-            x.frame = rest;
-            x.merge(merge);
-            Ok(Flow::Continue)
-        }
-    }
-}
 
 /// The read-only guard of mirror topics.
 pub(crate) struct MirrorTopicWrites;
@@ -59,7 +41,7 @@ impl Filter for MirrorTopicWrites {
             } else {
                 topics::check(&x.frame, x.api_key, x.api_version, &topics)?
             };
-            apply(decision, x, |n| {
+            refuse::apply(decision, x, |n| {
                 conn.shared.metrics.refused_mirror_topic_changes.inc_by(n);
             })
         })

@@ -25,9 +25,9 @@ use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::*;
 use kmp_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
 
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::Decision;
 use super::refuse::configs;
-use super::refuse::topics::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;

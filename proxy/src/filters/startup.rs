@@ -9,8 +9,8 @@ use std::time::Duration;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use tracing::warn;
 
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
 use super::refuse::topics;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 /// The start-up gate.

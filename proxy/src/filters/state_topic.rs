@@ -24,10 +24,9 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
-use super::refuse::produce::{self, REFUSED_CODE};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
 use super::refuse::text::Shown;
-use super::refuse::topics::{self, Decision, Protected, split, take};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::{self, Decision, Protected, REFUSED_CODE, produce, split, take, topics};
 use crate::error::ProxyError;
 
 /// The state topic as a protected topic.
@@ -126,7 +125,7 @@ impl Filter for StateTopicGuard {
                 Ok(ApiKey::ShareAcknowledge) => share_acknowledge(&x.frame, x.api_version, &topic)?,
                 _ => topics::check(&x.frame, x.api_key, x.api_version, &topic)?,
             };
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
         })
     }
 }

@@ -11,7 +11,7 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::decode_response;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, MetadataResponse};
 
-use super::{Conn, Filter};
+use super::api::{Conn, Filter};
 
 /// Metadata answers carry topic ids from version 10 on.
 const FIRST_VERSION_WITH_IDS: i16 = 10;

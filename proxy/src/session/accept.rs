@@ -11,7 +11,8 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info_span, warn};
 
-use crate::filters::{Chain, Conn};
+use crate::filters::Chain;
+use crate::filters::api::Conn;
 use crate::session;
 use crate::shared::Shared;
 use crate::upstream::connect::Target;

@@ -33,7 +33,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, trace, warn};
 
 use crate::error::ProxyError;
-use crate::filters::{Chain, Conn, Exchange, Merge, Outcome};
+use crate::filters::Chain;
+use crate::filters::api::{Conn, Exchange, Merge, Outcome};
 use crate::shared::Shared;
 use crate::upstream::connect::Target;
 use splice::SpliceSocket;

@@ -31,8 +31,8 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use memchr::memmem;
 
-use super::refuse::topics::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::{self, Decision};
 use crate::error::ProxyError;
 
 mod groups;
@@ -111,7 +111,7 @@ impl Filter for EngineIdentityGuard {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let decision = check(&x.frame, x.api_key, x.api_version, &Protected::of(conn))?;
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("engine_identity", n))
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("engine_identity", n))
         })
     }
 

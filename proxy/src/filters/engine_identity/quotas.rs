@@ -12,7 +12,7 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::Protected;
 use crate::filters::refuse::text::Shown;
-use crate::filters::refuse::topics::{Decision, split_by};
+use crate::filters::refuse::{Decision, split_by};
 
 /// The message of every refused quota entry.
 fn quota_text() -> StrBytes {

@@ -14,8 +14,19 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use super::Decision;
 use super::text::{Shown, take_refused};
-use super::topics::Decision;
+
+/// `ConfigResource.Type.CLUSTER_MIRROR` in the KIP-1279 prototype.
+pub(crate) const CLUSTER_MIRROR: i8 = 64;
+
+/// Whether the request may carry cluster-mirror resources.
+pub(crate) fn is_config_api(key: i16) -> bool {
+    matches!(
+        ApiKey::try_from(key),
+        Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs)
+    )
+}
 
 /// One resource as a policy sees it: type, name and the config keys it names.
 pub(crate) struct Resource<'a> {
@@ -131,7 +142,7 @@ pub(crate) fn refuse<Req: ConfigRequest>(frame: &Bytes, version: i16, code: i16,
         return Ok(Decision::Refuse(encode_response(header.correlation_id, Req::KEY, version, &resp)?, n));
     }
     let rest = encode_request(&header, Req::KEY, &req)?;
-    let merge: crate::filters::Merge = Box::new(move |broker: Bytes| {
+    let merge: crate::filters::api::Merge = Box::new(move |broker: Bytes| {
         let (h, mut resp) = decode_response::<Req::Response>(&broker, Req::KEY, version)?;
         add(&mut resp);
         encode_response(h.correlation_id, Req::KEY, version, &resp)

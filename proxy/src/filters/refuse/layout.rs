@@ -20,9 +20,8 @@ use kmp_protocol::kafka_protocol::messages::{alter_partition_reassignments_respo
 use kmp_protocol::kafka_protocol::messages::{create_topics_response as create, elect_leaders_response as elect};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::produce::REFUSED_CODE;
 use super::text::Shown;
-use super::topics::{Decision, Protected, partitions_by_topic, partitions_of, split, take};
+use super::{Decision, Protected, REFUSED_CODE, partitions_by_topic, partitions_of, split, take};
 
 /// ElectLeaders' election type of an unclean election (0: preferred replica).
 const UNCLEAN: i8 = 1;

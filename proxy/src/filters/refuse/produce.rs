@@ -17,10 +17,9 @@ use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceR
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use super::text::{Shown, Texts};
-use super::topics::{Decision, Merge, Protected};
+use super::{Decision, Protected, REFUSED_CODE};
+use crate::filters::api::Merge;
 
-/// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
-pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
 /// The code of a Produce v13+ naming a topic id the proxy cannot check yet (some mirror topic's
 /// id is not known yet, e.g. just after a restart): retriable, the client refreshes its metadata
 /// and sends again.
@@ -90,7 +89,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::super::topics::MirrorTopicGuard;
+    use super::super::mirror::MirrorTopicGuard;
     use super::*;
     use kmp_mirror_engine::Catalog;
     use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};

@@ -21,8 +21,8 @@ use kmp_protocol::security::credentials::Credentials;
 use kmp_protocol::security::scram::{Hash, ScramServer, ServerStep};
 use kmp_protocol::{ProtocolError, Side};
 
-use super::sasl::SaslState;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::identity::{Progress, SaslState};
 use crate::error::ProxyError;
 use crate::net::tls::Reloadable;
 
@@ -76,18 +76,6 @@ fn read_credentials(path: &std::path::Path, max_bytes: u64) -> Result<Credential
     let bytes = crate::net::tls::read_capped(path, "credentials file", max_bytes)?;
     let text = String::from_utf8(bytes).map_err(|_| format!("credentials file {} is not UTF-8", path.display()))?;
     Credentials::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// Where one connection's authentication stands.
-#[derive(Default)]
-pub(crate) enum Progress {
-    #[default]
-    Start,
-    /// SaslHandshake accepted this mechanism; SaslAuthenticate steps follow.
-    Handshaken(SaslMechanism, Option<Box<ScramServer>>),
-    Authenticated,
-    /// Failed: the connection is closed at its next request.
-    Failed,
 }
 
 /// The termination filter.
