@@ -95,7 +95,6 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         ),
         tls: security.listener_tls.clone(),
         ready: AtomicBool::new(false),
-        masks_fillers: config.engine.enabled,
         mirrors,
         next_connection_id: AtomicU64::new(1),
         limits: limits::Limits::new(&config.limits),
@@ -104,7 +103,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     });
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
-    let chain = Arc::new(Chain::new(security.terminator(&shared.config)));
+    let chain = Arc::new(Chain::new(&shared.config, security.terminator(&shared.config)));
     tokio::spawn(crate::net::tls::watch(security.reloadable(), security.reload_interval, hangup, stop_rx.clone()));
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));

@@ -23,10 +23,6 @@ pub(crate) struct Shared {
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
     /// (`engine.role = "auto"`: whichever of engine and follower runs on this instance now.)
     pub(crate) mirrors: kmp_mirror_engine::EngineSlot,
-    /// Whether the mirror policies apply — writes to mirror topics refused, Fetch responses
-    /// checked for filler batches, the state topic guarded: the engine runs, or this instance
-    /// follows its state topic (`engine.enabled`).
-    pub(crate) masks_fillers: bool,
     /// Connection counts and the request-byte budget (`[limits]`).
     pub(crate) limits: Limits,
     pub(crate) next_connection_id: AtomicU64,

@@ -132,6 +132,13 @@ pub(crate) trait Filter: Send + Sync {
         self.wants_response(api_key, api_version, conn)
     }
 
+    /// Whether this filter's [`Filter::may_change_response`] must see the forwarded request
+    /// again when the response arrives (a response that may be streamed is asked again then, and
+    /// the request is no longer at hand unless the session kept a copy of it).
+    fn keeps_request(&self, _api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
+        false
+    }
+
     /// Rewrites a response it asked for (prefix included).
     fn on_response(&self, frame: Bytes, _api_key: i16, _api_version: i16, _conn: &Conn) -> Result<Bytes, ProtocolError> {
         Ok(frame)

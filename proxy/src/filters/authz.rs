@@ -53,13 +53,17 @@ fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &SaslSta
 }
 
 /// The authorization filter.
-pub(crate) struct MirrorAdminAuthz;
+pub(crate) struct MirrorAdminAuthz {
+    /// Whether cluster-mirror config resources are decided here too (the engine is enabled, so
+    /// `mirror_configs` answers them); the mirror RPCs always are.
+    pub(crate) config_resources: bool,
+}
 
 impl Filter for MirrorAdminAuthz {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
         let mirror_rpc = mirror_api::is_answered(api_key) && api_version == 0;
-        let config = conn.shared.masks_fillers && is_config_api(api_key);
+        let config = self.config_resources && is_config_api(api_key);
         // Whether the connection may is decided once, in `on_request`.
         mirror_rpc || config
     }

@@ -87,9 +87,9 @@ fn replace_message(name: &str) -> String {
 pub(crate) struct BrokerConfigGuard;
 
 impl Filter for BrokerConfigGuard {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let api_key = x.api_key;
-        conn.shared.masks_fillers && matches!(ApiKey::try_from(api_key), Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs))
+        matches!(ApiKey::try_from(api_key), Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs))
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

@@ -28,9 +28,9 @@ use crate::error::ProxyError;
 pub(crate) struct MirrorConfigs;
 
 impl Filter for MirrorConfigs {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let api_key = x.api_key;
-        conn.shared.masks_fillers && is_config_api(api_key)
+        is_config_api(api_key)
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

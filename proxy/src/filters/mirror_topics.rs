@@ -18,7 +18,7 @@ pub(crate) struct MirrorTopicWrites;
 impl Filter for MirrorTopicWrites {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         let topics = &conn.shared.mirrors.topics();
-        if !conn.shared.masks_fillers || topics.is_empty() {
+        if topics.is_empty() {
             return false;
         }
         if x.api_key == ApiKey::Produce as i16 {

@@ -19,6 +19,8 @@
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 
+use kmp_config::Config;
+
 use crate::error::ProxyError;
 use api::{Conn, Exchange, Filter, Flow, Merge, Outcome};
 
@@ -53,7 +55,16 @@ impl Chain {
     /// way back ApiVersions clamping, SASL outcome, filler masking, then address rewriting.
     /// `terminate`: the proxy authenticates clients itself (`sasl_terminate`) instead of
     /// watching their exchange with the broker (`sasl`).
-    pub(crate) fn new(terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+    ///
+    /// Built to match the configuration: the mirror policies — the start-up gate, the guards of
+    /// the state topic, of mirror topics and of broker-level topic defaults, cluster-mirror config
+    /// resources, filler masking and topic-id learning — are in the chain only when the mirror
+    /// engine is enabled (`engine.enabled`: it runs, or this instance follows its state topic);
+    /// `authz` then also covers cluster-mirror config resources. Without the engine only the
+    /// mirror RPCs (answered by the idle engine), the engine-identity guard and the protocol
+    /// filters remain.
+    pub(crate) fn new(config: &Config, terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+        let mirroring = config.engine.enabled;
         let terminating = terminate.is_some();
         let sasl: Box<dyn Filter> = match terminate {
             Some(t) => Box::new(t),
@@ -65,19 +76,27 @@ impl Chain {
             // for the configured admin principals only.
             filters.push(Box::new(security_admin::SecurityAdminGuard));
         }
+        if mirroring {
+            filters.push(Box::new(startup::StartupGate));
+        }
         filters.extend([
-            Box::new(startup::StartupGate) as Box<dyn Filter>,
-            Box::new(authz::MirrorAdminAuthz),
+            Box::new(authz::MirrorAdminAuthz { config_resources: mirroring }) as Box<dyn Filter>,
             Box::new(mirror_rpc::MirrorRpc),
-            Box::new(state_topic::StateTopicGuard),
-            Box::new(engine_identity::EngineIdentityGuard),
-            Box::new(mirror_configs::MirrorConfigs),
-            Box::new(broker_configs::BrokerConfigGuard),
-            Box::new(mirror_topics::MirrorTopicWrites),
-            Box::new(fillers::FillerMasking),
-            Box::new(topic_ids::TopicIdLearner),
-            Box::new(addresses::AddressRewrite),
         ]);
+        if mirroring {
+            filters.push(Box::new(state_topic::StateTopicGuard));
+        }
+        filters.push(Box::new(engine_identity::EngineIdentityGuard));
+        if mirroring {
+            filters.extend([
+                Box::new(mirror_configs::MirrorConfigs) as Box<dyn Filter>,
+                Box::new(broker_configs::BrokerConfigGuard),
+                Box::new(mirror_topics::MirrorTopicWrites),
+                Box::new(fillers::FillerMasking),
+                Box::new(topic_ids::TopicIdLearner),
+            ]);
+        }
+        filters.push(Box::new(addresses::AddressRewrite));
         Self { filters }
     }
 
@@ -110,6 +129,12 @@ impl Chain {
         self.filters.iter().any(|f| f.may_change_response(api_key, api_version, request, conn))
     }
 
+    /// Whether a filter must see this forwarded request again when its response arrives (see
+    /// [`Filter::keeps_request`]): the session then keeps a copy while the response is awaited.
+    pub(crate) fn keeps_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
+        self.filters.iter().any(|f| f.keeps_request(api_key, api_version, conn))
+    }
+
     /// Runs a broker's response through the chain.
     pub(crate) fn response(&self, mut frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
         for f in &self.filters {
@@ -118,5 +143,28 @@ impl Chain {
             }
         }
         Ok(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(engine: bool, terminate: bool) -> usize {
+        let mut config = Config::default();
+        config.engine.enabled = engine;
+        let terminate = terminate.then(|| sasl_terminate::SaslTerminator::new(&[], None));
+        Chain::new(&config, terminate).filters.len()
+    }
+
+    #[test]
+    fn the_mirror_policies_are_in_the_chain_only_when_the_engine_is_enabled() {
+        // Versions, SASL, authz, mirror RPCs, engine identities, addresses.
+        assert_eq!(chain(false, false), 6);
+        // + start-up gate, state topic, mirror configs, broker configs, mirror topics, fillers,
+        // topic ids.
+        assert_eq!(chain(true, false), 13);
+        // + security administration in termination mode.
+        assert_eq!(chain(true, true), 14);
     }
 }

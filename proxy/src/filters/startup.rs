@@ -19,9 +19,7 @@ pub(crate) struct StartupGate;
 impl Filter for StartupGate {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
-        conn.shared.masks_fillers
-            && (api_key == ApiKey::Produce as i16 || topics::is_guarded(api_key, api_version))
-            && !conn.shared.mirrors.control().is_booted()
+        (api_key == ApiKey::Produce as i16 || topics::is_guarded(api_key, api_version)) && !conn.shared.mirrors.control().is_booted()
     }
 
     fn on_request<'a>(&'a self, _x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

@@ -89,7 +89,7 @@ async fn wait_for_state_topic_id(conn: &Conn) -> Result<(), ProxyError> {
 
 impl Filter for StateTopicGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
-        if !conn.shared.masks_fillers || !watched(x.api_key, x.api_version) {
+        if !watched(x.api_key, x.api_version) {
             return false;
         }
         let name = conn.shared.config.engine.state_topic.as_bytes();

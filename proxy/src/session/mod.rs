@@ -291,7 +291,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
             }
             let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
                 Stream::No
-            } else if p.api_key == ApiKey::Fetch as i16 && shared.masks_fillers && shared.mirrors.topics().has_filler_topics() {
+            } else if chain.keeps_request(p.api_key, p.api_version, conn) {
                 // Small (a Fetch request names partitions and offsets); kept apart from the
                 // reader's buffer so holding it does not hold that.
                 Stream::Yes(Some(Bytes::copy_from_slice(&frame)))
