@@ -6,10 +6,10 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
-use kmp_protocol::ProtocolError;
+use kmp_protocol::{ProtocolError, peek};
 
 use super::identity::{Progress, SaslState};
 use crate::error::ProxyError;
@@ -50,10 +50,19 @@ pub(crate) struct Exchange {
     pub(crate) api_key: i16,
     pub(crate) api_version: i16,
     pub(crate) correlation_id: i32,
-    /// The request as it will be forwarded (filters may reduce it).
-    pub(crate) frame: Bytes,
+    /// The request as it will be forwarded (filters may reduce it: [`Exchange::set_frame`]).
+    frame: Bytes,
     /// Applied to the broker's response (or to a filter's answer), last registered first.
     pub(super) merges: Vec<Merge>,
+    /// A Produce's topics, scanned once for every filter that asks ([`Exchange::produce_topics`])
+    /// and forgotten when the frame is reduced.
+    produce_topics: OnceLock<Option<Vec<ProducedTopic>>>,
+}
+
+/// A topic a Produce request names: by name (v3-12, the bytes of the frame) or by id (v13+).
+pub(crate) enum ProducedTopic {
+    Name(Bytes),
+    Id([u8; 16]),
 }
 
 impl Exchange {
@@ -64,7 +73,44 @@ impl Exchange {
             correlation_id,
             frame,
             merges: Vec::new(),
+            produce_topics: OnceLock::new(),
         }
+    }
+
+    /// The request as it will be forwarded.
+    pub(crate) fn frame(&self) -> &Bytes {
+        &self.frame
+    }
+
+    /// Replaces the request to forward (a filter took refused parts out of it).
+    pub(crate) fn set_frame(&mut self, frame: Bytes) {
+        self.frame = frame;
+        self.produce_topics = OnceLock::new();
+    }
+
+    /// The request to forward, once the chain is through with it.
+    pub(super) fn into_frame(self) -> Bytes {
+        self.frame
+    }
+
+    /// The topics this Produce request names, from one allocation-free scan of the frame (the
+    /// records are skipped by their length) shared by every filter that asks: `None` when it
+    /// cannot be scanned (its decode then gives the error). Only for Produce requests.
+    pub(crate) fn produce_topics(&self) -> Option<&[ProducedTopic]> {
+        self.produce_topics
+            .get_or_init(|| {
+                let mut topics = Vec::new();
+                peek::produce_names_any(&self.frame, &self.peek(), |t| {
+                    topics.push(match t {
+                        peek::ProduceTopic::Name(n) => ProducedTopic::Name(self.frame.slice_ref(n)),
+                        peek::ProduceTopic::Id(id) => ProducedTopic::Id(*id),
+                    });
+                    false
+                })
+                .ok()
+                .map(|_| topics)
+            })
+            .as_deref()
     }
 
     /// The peeked header, for the allocation-free scanners of `kmp_protocol::peek`.
@@ -142,5 +188,61 @@ pub(crate) trait Filter: Send + Sync {
     /// Rewrites a response it asked for (prefix included).
     fn on_response(&self, frame: Bytes, _api_key: i16, _api_version: i16, _conn: &Conn) -> Result<Bytes, ProtocolError> {
         Ok(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kmp_protocol::codec::encode_request;
+    use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader, TopicName};
+    use kmp_protocol::kafka_protocol::protocol::StrBytes;
+
+    use super::*;
+
+    fn produce(topics: &[&str]) -> Bytes {
+        let mut req = ProduceRequest::default();
+        req.acks = -1;
+        for t in topics {
+            let mut td = TopicProduceData::default();
+            td.name = TopicName(StrBytes::from_string((*t).to_owned()));
+            let mut pd = PartitionProduceData::default();
+            pd.records = Some(Bytes::from_static(b"batch"));
+            td.partition_data.push(pd);
+            req.topic_data.push(td);
+        }
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::Produce as i16;
+        h.request_api_version = 9;
+        encode_request(&h, ApiKey::Produce, &req).unwrap()
+    }
+
+    fn names(x: &Exchange) -> Option<Vec<String>> {
+        x.produce_topics().map(|ts| {
+            ts.iter()
+                .map(|t| match t {
+                    ProducedTopic::Name(n) => String::from_utf8_lossy(n).into_owned(),
+                    ProducedTopic::Id(_) => "id".to_owned(),
+                })
+                .collect()
+        })
+    }
+
+    #[test]
+    fn a_produce_is_scanned_once_and_again_only_after_its_frame_is_reduced() {
+        let mut x = Exchange::new(produce(&["a", "b"]), ApiKey::Produce as i16, 9, 1);
+        assert_eq!(names(&x), Some(vec!["a".to_owned(), "b".to_owned()]));
+        let first = x.produce_topics().map(<[ProducedTopic]>::as_ptr);
+        assert_eq!(
+            x.produce_topics().map(<[ProducedTopic]>::as_ptr),
+            first,
+            "the same scan is handed to every filter"
+        );
+        x.set_frame(produce(&["b"]));
+        assert_eq!(names(&x), Some(vec!["b".to_owned()]), "a reduced frame is scanned anew");
+        let mut cut = produce(&["a"]).to_vec();
+        cut.truncate(cut.len() - 8);
+        x.set_frame(Bytes::from(cut));
+        assert_eq!(names(&x), None, "a frame that cannot be scanned");
     }
 }

@@ -78,7 +78,7 @@ impl Filter for MirrorAdminAuthz {
                 return Ok(Flow::Answer(Some(rpc::error_response(x.api_key, x.correlation_id, code, &why))));
             }
             let pick = |r: &configs::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
-            let decision = configs::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)?;
+            let decision = configs::refuse_any(x.frame(), x.api_key, x.api_version, code, &pick)?;
             refuse::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
         })
     }

@@ -115,7 +115,7 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
         let bad: Vec<String> = r.keys.iter().filter(|k| reaches_topics(k)).map(|k| (*k).to_owned()).collect();
         (!bad.is_empty()).then(|| message(&bad))
     };
-    configs::refuse_any(&x.frame, x.api_key, x.api_version, POLICY_VIOLATION, &pick)
+    configs::refuse_any(x.frame(), x.api_key, x.api_version, POLICY_VIOLATION, &pick)
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ impl Filter for MirrorConfigs {
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let decision = check(&x.frame, x.api_key, x.api_version, &conn.shared.mirrors.control()).await?;
+            let decision = check(x.frame(), x.api_key, x.api_version, &conn.shared.mirrors.control()).await?;
             refuse::apply(decision, x, |_| {})
         })
     }

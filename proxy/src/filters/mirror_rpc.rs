@@ -39,10 +39,10 @@ impl Filter for MirrorRpc {
         Box::pin(async move {
             let slot = &conn.shared.mirrors;
             if mutating(x.api_key) && slot.can_forward() && slot.control().follower_refusal().is_some() {
-                let (frame, api_key, correlation_id) = (x.frame.clone(), x.api_key, x.correlation_id);
+                let (frame, api_key, correlation_id) = (x.frame().clone(), x.api_key, x.correlation_id);
                 return Ok(Flow::Answer(Some(forward(frame, api_key, correlation_id, slot).await)));
             }
-            Ok(Flow::Answer(Some(answer(&x.frame, &slot.control(), identity(slot)).await?)))
+            Ok(Flow::Answer(Some(answer(x.frame(), &slot.control(), identity(slot)).await?)))
         })
     }
 }

@@ -4,9 +4,8 @@
 //! are mirror topics is the engine's (`Catalog`).
 
 use kmp_protocol::kafka_protocol::messages::ApiKey;
-use kmp_protocol::peek;
 
-use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow, ProducedTopic};
 use super::refuse::mirror::MirrorTopicGuard;
 use super::refuse::topics;
 use super::refuse::{self, produce};
@@ -23,12 +22,14 @@ impl Filter for MirrorTopicWrites {
         }
         if x.api_key == ApiKey::Produce as i16 {
             // Decoded only when it names a mirror topic (or cannot be scanned: then its error).
-            return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
-                peek::ProduceTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.is_read_only(n)),
-                // An id not known yet may be a mirror topic's: checked (and refused retriably).
-                peek::ProduceTopic::Id(id) => topics.is_read_only_id(id) || topics.ids_pending(),
-            })
-            .unwrap_or(true);
+            // The scan is shared with `state_topic` (`Exchange::produce_topics`).
+            return x.produce_topics().is_none_or(|named| {
+                named.iter().any(|t| match t {
+                    ProducedTopic::Name(n) => std::str::from_utf8(n).is_ok_and(|n| topics.is_read_only(n)),
+                    // An id not known yet may be a mirror topic's: checked (and refused retriably).
+                    ProducedTopic::Id(id) => topics.is_read_only_id(id) || topics.ids_pending(),
+                })
+            });
         }
         topics::is_guarded(x.api_key, x.api_version)
     }
@@ -37,9 +38,9 @@ impl Filter for MirrorTopicWrites {
         Box::pin(async move {
             let topics = MirrorTopicGuard(&conn.shared.mirrors.topics());
             let decision = if x.api_key == ApiKey::Produce as i16 {
-                produce::check(&x.frame, x.api_version, &topics)?
+                produce::check(x.frame(), x.api_version, &topics)?
             } else {
-                topics::check(&x.frame, x.api_key, x.api_version, &topics)?
+                topics::check(x.frame(), x.api_key, x.api_version, &topics)?
             };
             refuse::apply(decision, x, |n| {
                 conn.shared.metrics.refused_mirror_topic_changes.inc_by(n);

@@ -120,7 +120,7 @@ impl Chain {
         } else {
             Some(Box::new(move |resp| Exchange::apply(merges, resp)))
         };
-        Ok(Outcome::Forward { frame: x.frame, merge })
+        Ok(Outcome::Forward { frame: x.into_frame(), merge })
     }
 
     /// Whether any filter may change the response to this forwarded request (see

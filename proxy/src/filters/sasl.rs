@@ -44,7 +44,7 @@ impl Filter for SaslObserver {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             if x.api_key == ApiKey::SaslHandshake as i16 {
-                let (_, req) = decode_request::<SaslHandshakeRequest>(&x.frame, ApiKey::SaslHandshake, x.api_version)?;
+                let (_, req) = decode_request::<SaslHandshakeRequest>(x.frame(), ApiKey::SaslHandshake, x.api_version)?;
                 let mut s = lock(conn);
                 *s = SaslState {
                     started: true,
@@ -52,7 +52,7 @@ impl Filter for SaslObserver {
                     ..SaslState::default()
                 };
             } else {
-                let (_, req) = decode_request::<SaslAuthenticateRequest>(&x.frame, ApiKey::SaslAuthenticate, x.api_version)?;
+                let (_, req) = decode_request::<SaslAuthenticateRequest>(x.frame(), ApiKey::SaslAuthenticate, x.api_version)?;
                 let mut s = lock(conn);
                 s.started = true;
                 if s.claimed.is_none() && s.accepted_steps == 0 {

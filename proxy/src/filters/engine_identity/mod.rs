@@ -103,14 +103,14 @@ impl Filter for EngineIdentityGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         match ApiKey::try_from(x.api_key) {
             Ok(ApiKey::AlterClientQuotas) => true,
-            Ok(k) if group_api(k) => may_name_group(&x.frame, &conn.shared.config.engine.group_id, k == ApiKey::JoinGroup),
+            Ok(k) if group_api(k) => may_name_group(x.frame(), &conn.shared.config.engine.group_id, k == ApiKey::JoinGroup),
             _ => false,
         }
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let decision = check(&x.frame, x.api_key, x.api_version, &Protected::of(conn))?;
+            let decision = check(x.frame(), x.api_key, x.api_version, &Protected::of(conn))?;
             refuse::apply(decision, x, |n| conn.shared.metrics.refused("engine_identity", n))
         })
     }

@@ -71,7 +71,7 @@ pub(crate) fn apply(decision: Decision, x: &mut Exchange, count: impl FnOnce(u64
         }
         Decision::Split(rest, merge, n) => {
             count(n);
-            x.frame = rest;
+            x.set_frame(rest);
             x.merge(merge);
             Ok(Flow::Continue)
         }

@@ -134,7 +134,7 @@ impl Filter for SaslTerminator {
                 return self.handshake(x, conn).map(|f| Flow::Answer(Some(f)));
             }
             if x.api_key == ApiKey::SaslAuthenticate as i16 {
-                let (frame, version, id) = (x.frame.clone(), x.api_version, x.correlation_id);
+                let (frame, version, id) = (x.frame().clone(), x.api_version, x.correlation_id);
                 return self.authenticate(frame, version, id, conn).await.map(|f| Flow::Answer(Some(f)));
             }
             if x.api_key == ApiKey::ApiVersions as i16 {
@@ -151,7 +151,7 @@ impl Filter for SaslTerminator {
 
 impl SaslTerminator {
     fn handshake(&self, x: &Exchange, conn: &Conn) -> Result<Bytes, ProxyError> {
-        let (_, req) = decode_request::<SaslHandshakeRequest>(&x.frame, ApiKey::SaslHandshake, x.api_version)?;
+        let (_, req) = decode_request::<SaslHandshakeRequest>(x.frame(), ApiKey::SaslHandshake, x.api_version)?;
         let mut resp = SaslHandshakeResponse::default();
         resp.mechanisms = self.names();
         let mut progress = lock(conn);
