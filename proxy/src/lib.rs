@@ -1,37 +1,35 @@
 //! kafka-mirror-proxy: a layer-7 Kafka proxy in front of an unmodified destination cluster.
 //!
-//! Module map: `server` (entry point, drain), `accept` (accept loops, connection limits),
-//! `shared` (state every task sees), `session` (moves one connection's frames), `filters` (the
-//! request/response pipeline: every policy and rewrite, one file each), `upstream` (connecting
-//! to brokers), `cluster` (broker view and per-node listeners), `limits` (connection counts and
-//! the request-byte budget), `refresh` (background metadata), `admin`/`rest` (HTTP),
-//! `metrics`. The binary's CLI lives in `main.rs`.
+//! Module map, one folder per concern (each folder's `mod.rs` says what it owns):
+//!
+//! * `server` — the entry point [`serve`]: builds `shared`, the filter chain and the accept
+//!   loops, and drains at shutdown. `shared` — the state every task sees. `refresh` — the
+//!   background metadata refresh. `metrics` — the proxy's counters. `logging` — log output and
+//!   the runtime log filter. `error` — [`ProxyError`].
+//! * `net/` — transport toward clients: binding listeners, TLS, connection limits and the
+//!   request-byte budget.
+//! * `upstream/` — the brokers: connecting to them, the broker view with its per-node
+//!   listeners, and the ApiVersions answers kept for early answers.
+//! * `session/` — one client connection: accepting it and moving its frames (whole, streamed or
+//!   spliced), write stalls included.
+//! * `filters/` — the request/response pipeline: the filter API, the chain, the shared refusal
+//!   helpers and one file (or folder) per policy or rewrite.
+//! * `admin/` — the admin HTTP endpoint: REST API, dashboard, `/metrics` text of the engine,
+//!   election and follower status, readiness.
+//!
+//! The binary's command line lives in `main.rs` and its `cli/` folder.
 
-mod accept;
 mod admin;
-mod admin_slots;
-mod cluster;
-mod dashboard;
-mod early_versions;
-mod election_status;
 mod error;
 mod filters;
-mod follower_status;
-mod limits;
-pub mod listen;
 pub mod logging;
 mod metrics;
-mod mirror_metrics;
+pub mod net;
 mod refresh;
-mod rest;
 mod server;
 mod session;
 mod shared;
-mod splice;
-mod stream_copy;
-mod tls;
 mod upstream;
-mod write_stall;
 
 pub use error::ProxyError;
 pub use server::{Listeners, serve};

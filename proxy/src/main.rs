@@ -12,7 +12,7 @@ use kmp_protocol::client::Connection;
 use kmp_protocol::versions;
 use tokio::net::TcpListener;
 
-mod cli_mirrors;
+mod cli;
 
 #[derive(Parser)]
 #[command(name = "kafka-mirror-proxy", version, about = "Kafka protocol proxy with KIP-1279 cluster mirroring")]
@@ -59,7 +59,7 @@ enum Command {
         check_upstream: Option<String>,
     },
     /// Manage cluster mirrors through a proxy (KIP-1279 `kafka-cluster-mirrors.sh` flags).
-    Mirrors(cli_mirrors::MirrorsArgs),
+    Mirrors(cli::mirrors::MirrorsArgs),
     /// Print a `[[user]]` entry for `listener.auth.credentials_file` (salted SCRAM credentials;
     /// the password is read from an environment variable or a file, never from the command line).
     ScramCredential {
@@ -132,7 +132,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if config.limits.raise_fd_limit {
                 log_fd_limit(raise_fd_limit());
             }
-            let bootstrap = kafka_mirror_proxy::listen::bind(&config.listener.listen, config.listener.listen_backlog)
+            let bootstrap = kafka_mirror_proxy::net::listen::bind(&config.listener.listen, config.listener.listen_backlog)
                 .with_context(|| format!("cannot bind the bootstrap listener {}", config.listener.listen))?;
             let admin = match &config.admin.listen {
                 Some(a) => Some(TcpListener::bind(a).await.with_context(|| format!("cannot bind the admin listener {a}"))?),
@@ -142,7 +142,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Versions { check_upstream } => versions_command(check_upstream).await,
-        Command::Mirrors(args) => cli_mirrors::run(args).await,
+        Command::Mirrors(args) => cli::mirrors::run(args).await,
         Command::ScramCredential {
             user,
             mechanism,

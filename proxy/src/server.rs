@@ -16,15 +16,17 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
-use crate::cluster::{ClusterView, NewListener};
 use crate::error::ProxyError;
 use crate::filters::Chain;
 use crate::filters::sasl_terminate::{CredentialStore, SaslTerminator};
 use crate::metrics::Metrics;
+use crate::net::limits;
+use crate::net::tls::{Reloadable, TlsIdentity};
+use crate::session::accept;
 use crate::shared::Shared;
-use crate::tls::{Reloadable, TlsIdentity};
-use crate::upstream::{Connector, Target};
-use crate::{accept, admin, limits, refresh};
+use crate::upstream::cluster::{ClusterView, NewListener};
+use crate::upstream::connect::{Connector, Target};
+use crate::{admin, refresh};
 
 /// Listeners bound by the caller.
 pub struct Listeners {
@@ -51,7 +53,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
     let security = Security::load(&config)?;
     // Before anything is served: a SIGHUP at any time reloads, never terminates.
-    let hangup = crate::tls::hangup_handler();
+    let hangup = crate::net::tls::hangup_handler();
     let (new_tx, mut new_rx) = mpsc::unbounded_channel::<NewListener>();
     let (stop_tx, stop_rx) = watch::channel(false);
     let links = kmp_mirror_engine::EngineLinks {
@@ -93,17 +95,16 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         ),
         tls: security.listener_tls.clone(),
         ready: AtomicBool::new(false),
-        masks_fillers: config.engine.enabled,
         mirrors,
         next_connection_id: AtomicU64::new(1),
         limits: limits::Limits::new(&config.limits),
-        early_versions: crate::early_versions::EarlyVersions::new(Duration::from_millis(config.upstream.api_versions_cache_ms)),
+        early_versions: crate::upstream::early_versions::EarlyVersions::new(Duration::from_millis(config.upstream.api_versions_cache_ms)),
         config,
     });
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
-    let chain = Arc::new(Chain::new(security.terminator(&shared.config)));
-    tokio::spawn(crate::tls::watch(security.reloadable(), security.reload_interval, hangup, stop_rx.clone()));
+    let chain = Arc::new(Chain::new(&shared.config, security.terminator(&shared.config)));
+    tokio::spawn(crate::net::tls::watch(security.reloadable(), security.reload_interval, hangup, stop_rx.clone()));
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
     if let Some(admin) = listeners.admin {

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use kmp_config::Config;
 
-use crate::cluster::ClusterView;
-use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::upstream::Connector;
+use crate::net::limits::Limits;
+use crate::upstream::cluster::ClusterView;
+use crate::upstream::connect::Connector;
 
 /// State shared by every connection and background task.
 pub(crate) struct Shared {
@@ -23,15 +23,11 @@ pub(crate) struct Shared {
     /// The mirror engine (idle when no mirrors are declared): progress and memory budget.
     /// (`engine.role = "auto"`: whichever of engine and follower runs on this instance now.)
     pub(crate) mirrors: kmp_mirror_engine::EngineSlot,
-    /// Whether the mirror policies apply — writes to mirror topics refused, Fetch responses
-    /// checked for filler batches, the state topic guarded: the engine runs, or this instance
-    /// follows its state topic (`engine.enabled`).
-    pub(crate) masks_fillers: bool,
     /// Connection counts and the request-byte budget (`[limits]`).
     pub(crate) limits: Limits,
     pub(crate) next_connection_id: AtomicU64,
     /// ApiVersions answers kept to answer new connections while their upstream opens.
-    pub(crate) early_versions: crate::early_versions::EarlyVersions,
+    pub(crate) early_versions: crate::upstream::early_versions::EarlyVersions,
     /// Client-facing TLS of the Kafka listeners (`[listener.tls]`), reloadable.
-    pub(crate) tls: Option<Arc<crate::tls::TlsIdentity>>,
+    pub(crate) tls: Option<Arc<crate::net::tls::TlsIdentity>>,
 }

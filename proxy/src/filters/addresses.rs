@@ -6,7 +6,7 @@ use bytes::Bytes;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::{ProtocolError, rewrite};
 
-use super::{Conn, Filter};
+use super::api::{Conn, Filter};
 
 /// The address-rewrite filter (responses only).
 pub(crate) struct AddressRewrite;

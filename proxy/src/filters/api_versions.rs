@@ -13,7 +13,7 @@ use kmp_protocol::kafka_protocol::messages::api_versions_response::{ApiVersion, 
 use kmp_protocol::{mirror_api, versions};
 use tracing::warn;
 
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
 use crate::error::ProxyError;
 
 /// The version filter (first in the chain).

@@ -10,8 +10,10 @@
 
 use kmp_protocol::mirror_api::{self, errors};
 
-use super::mirror_configs::{CLUSTER_MIRROR, is_config_api};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources, mirror_rpc};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::identity::SaslState;
+use super::refuse::configs::{self, CLUSTER_MIRROR, is_config_api};
+use super::refuse::{self, rpc};
 use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
@@ -22,7 +24,7 @@ pub(crate) fn refusal(conn: &Conn) -> Option<String> {
 
 /// The rule itself (see the module docs).
 /// `tls_principal`: the client certificate's subject (mutual TLS), used when SASL gave none.
-fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::sasl::SaslState, tls_principal: Option<&str>) -> Option<String> {
+fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &SaslState, tls_principal: Option<&str>) -> Option<String> {
     if !sec.kafka_mirror_admin {
         return Some("mirror management over the Kafka port is disabled (security.kafka_mirror_admin = false); use the admin REST API".to_owned());
     }
@@ -51,13 +53,17 @@ fn decide(sec: &kmp_config::SecurityConfig, ip: std::net::IpAddr, sasl: &super::
 }
 
 /// The authorization filter.
-pub(crate) struct MirrorAdminAuthz;
+pub(crate) struct MirrorAdminAuthz {
+    /// Whether cluster-mirror config resources are decided here too (the engine is enabled, so
+    /// `mirror_configs` answers them); the mirror RPCs always are.
+    pub(crate) config_resources: bool,
+}
 
 impl Filter for MirrorAdminAuthz {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
         let mirror_rpc = mirror_api::is_answered(api_key) && api_version == 0;
-        let config = conn.shared.masks_fillers && is_config_api(api_key);
+        let config = self.config_resources && is_config_api(api_key);
         // Whether the connection may is decided once, in `on_request`.
         mirror_rpc || config
     }
@@ -69,18 +75,17 @@ impl Filter for MirrorAdminAuthz {
             if mirror_api::is_answered(x.api_key) {
                 conn.shared.metrics.refused("mirror_admin_unauthorized", 1);
                 tracing::warn!(peer = %conn.peer, api_key = x.api_key, "mirror RPC refused: {why}");
-                return Ok(Flow::Answer(Some(mirror_rpc::error_response(x.api_key, x.correlation_id, code, &why))));
+                return Ok(Flow::Answer(Some(rpc::error_response(x.api_key, x.correlation_id, code, &why))));
             }
-            let pick = |r: &config_resources::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
-            let decision = config_resources::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)?;
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
+            let pick = |r: &configs::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
+            let decision = configs::refuse_any(x.frame(), x.api_key, x.api_version, code, &pick)?;
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("mirror_admin_unauthorized", n))
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::sasl::SaslState;
     use super::*;
 
     fn ip(s: &str) -> std::net::IpAddr {

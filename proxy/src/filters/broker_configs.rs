@@ -15,8 +15,8 @@
 use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 
-use super::guard::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::{self, Decision, configs};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -87,15 +87,15 @@ fn replace_message(name: &str) -> String {
 pub(crate) struct BrokerConfigGuard;
 
 impl Filter for BrokerConfigGuard {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let api_key = x.api_key;
-        conn.shared.masks_fillers && matches!(ApiKey::try_from(api_key), Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs))
+        matches!(ApiKey::try_from(api_key), Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs))
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let decision = check(x)?;
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("broker_topic_default", n))
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("broker_topic_default", n))
         })
     }
 }
@@ -105,7 +105,7 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
     // resource. AlterConfigs replaces the whole resource, deleting every dynamic key it does not
     // name — topic defaults included — so a BROKER resource is refused whatever it names.
     let legacy = x.api_key == ApiKey::AlterConfigs as i16;
-    let pick = |r: &config_resources::Resource<'_>| {
+    let pick = |r: &configs::Resource<'_>| {
         if r.kind != BROKER_RESOURCE {
             return None;
         }
@@ -115,7 +115,7 @@ fn check(x: &Exchange) -> Result<Decision, ProtocolError> {
         let bad: Vec<String> = r.keys.iter().filter(|k| reaches_topics(k)).map(|k| (*k).to_owned()).collect();
         (!bad.is_empty()).then(|| message(&bad))
     };
-    config_resources::refuse_any(&x.frame, x.api_key, x.api_version, POLICY_VIOLATION, &pick)
+    configs::refuse_any(x.frame(), x.api_key, x.api_version, POLICY_VIOLATION, &pick)
 }
 
 #[cfg(test)]

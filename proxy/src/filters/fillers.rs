@@ -10,7 +10,7 @@ use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
 use kmp_protocol::{ProtocolError, fillers};
 
-use super::{Conn, Filter};
+use super::api::{Conn, Filter};
 
 /// Whether the response to this Fetch request may carry fillers: it names a topic that may hold
 /// them, or it is an incremental fetch (the session's other partitions answer too), or it cannot
@@ -34,8 +34,8 @@ fn fetch_may_get_fillers(request: &Bytes, api_version: i16, registry: &Catalog) 
 pub(crate) struct FillerMasking;
 
 impl Filter for FillerMasking {
-    fn wants_response(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
-        conn.shared.masks_fillers && (api_key == ApiKey::Fetch as i16 || api_key == ApiKey::ShareFetch as i16)
+    fn wants_response(&self, api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
+        api_key == ApiKey::Fetch as i16 || api_key == ApiKey::ShareFetch as i16
     }
 
     /// A Fetch that names no topic that may hold fillers cannot get fillers back — unless it is an
@@ -56,6 +56,12 @@ impl Filter for FillerMasking {
             Some(request) if api_key == ApiKey::Fetch as i16 => fetch_may_get_fillers(request, api_version, registry),
             _ => true,
         }
+    }
+
+    /// A Fetch's topics decide whether its response may carry fillers: kept while any topic may
+    /// hold them.
+    fn keeps_request(&self, api_key: i16, _api_version: i16, conn: &Conn) -> bool {
+        api_key == ApiKey::Fetch as i16 && conn.shared.mirrors.topics().has_filler_topics()
     }
 
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {

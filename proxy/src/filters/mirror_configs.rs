@@ -19,36 +19,26 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::mirror_api::errors;
 
-use super::guard::{Decision, split, take};
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::configs::{CLUSTER_MIRROR, is_config_api};
+use super::refuse::{self, Decision, split, take};
 use crate::error::ProxyError;
 
 /// The filter answering cluster-mirror config resources (after `authz` let them through).
 pub(crate) struct MirrorConfigs;
 
 impl Filter for MirrorConfigs {
-    fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let api_key = x.api_key;
-        conn.shared.masks_fillers && is_config_api(api_key)
+        is_config_api(api_key)
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let decision = check(&x.frame, x.api_key, x.api_version, &conn.shared.mirrors.control()).await?;
-            super::mirror_topics::apply(decision, x, |_| {})
+            let decision = check(x.frame(), x.api_key, x.api_version, &conn.shared.mirrors.control()).await?;
+            refuse::apply(decision, x, |_| {})
         })
     }
-}
-
-/// `ConfigResource.Type.CLUSTER_MIRROR` in the KIP-1279 prototype.
-pub(crate) const CLUSTER_MIRROR: i8 = 64;
-
-/// Whether the request may carry cluster-mirror resources.
-pub(crate) fn is_config_api(key: i16) -> bool {
-    matches!(
-        ApiKey::try_from(key),
-        Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs)
-    )
 }
 
 fn s(v: &str) -> StrBytes {

@@ -22,30 +22,29 @@ use kmp_protocol::mirror_api::{
     PartitionProgress, SimpleResponse, SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
 };
 
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::rpc::{error_body, error_response};
+use crate::error::ProxyError;
+
 /// The filter answering the mirror RPCs.
 pub(crate) struct MirrorRpc;
 
-impl super::Filter for MirrorRpc {
-    fn wants_request(&self, x: &super::Exchange, _conn: &super::Conn) -> bool {
+impl Filter for MirrorRpc {
+    fn wants_request(&self, x: &Exchange, _conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
         api::is_answered(api_key) && api_version == 0
     }
 
-    fn on_request<'a>(&'a self, x: &'a mut super::Exchange, conn: &'a super::Conn) -> super::BoxFuture<'a, Result<super::Flow, crate::error::ProxyError>> {
+    fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let slot = &conn.shared.mirrors;
             if mutating(x.api_key) && slot.can_forward() && slot.control().follower_refusal().is_some() {
-                let (frame, api_key, correlation_id) = (x.frame.clone(), x.api_key, x.correlation_id);
-                return Ok(super::Flow::Answer(Some(forward(frame, api_key, correlation_id, slot).await)));
+                let (frame, api_key, correlation_id) = (x.frame().clone(), x.api_key, x.correlation_id);
+                return Ok(Flow::Answer(Some(forward(frame, api_key, correlation_id, slot).await)));
             }
-            Ok(super::Flow::Answer(Some(answer(&x.frame, &slot.control(), identity(slot)).await?)))
+            Ok(Flow::Answer(Some(answer(x.frame(), &slot.control(), identity(slot)).await?)))
         })
     }
-}
-
-/// An error answer to mirror RPC `api_key` in the shape of its response.
-pub(crate) fn error_response(api_key: i16, correlation_id: i32, error_code: i16, message: &str) -> Bytes {
-    api::response_frame(correlation_id, error_body(api_key, error_code, Some(message.to_owned())))
 }
 
 /// Whether `api_key` is a mirror RPC that changes something (only the active instance may).
@@ -186,35 +185,6 @@ pub(crate) async fn answer(frame: &Bytes, control: &Control, identity: EngineIde
 /// The retriable answer of every mirror RPC while the engine loads its stored state.
 fn loading(api_key: i16) -> kmp_protocol::mirror_api::W {
     error_body(api_key, errors::COORDINATOR_LOAD_IN_PROGRESS, Some(kmp_mirror_engine::LOADING.to_owned()))
-}
-
-fn error_body(api_key: i16, error_code: i16, error_message: Option<String>) -> kmp_protocol::mirror_api::W {
-    match api_key {
-        api::START_MIRROR_TOPICS | api::STOP_MIRROR_TOPICS | api::PAUSE_MIRROR_TOPICS | api::RESUME_MIRROR_TOPICS => TopicsResponse {
-            error_code,
-            error_message,
-            ..Default::default()
-        }
-        .encode(),
-        api::LIST_CLUSTER_MIRRORS => ListResponse {
-            error_code,
-            error_message,
-            ..Default::default()
-        }
-        .encode(),
-        api::DESCRIBE_CLUSTER_MIRRORS => DescribeResponse {
-            error_code,
-            error_message,
-            ..Default::default()
-        }
-        .encode(),
-        _ => SimpleResponse {
-            error_code,
-            error_message,
-            ..Default::default()
-        }
-        .encode(),
-    }
 }
 
 async fn topics_op(key: i16, req: TopicsRequest, control: &Control) -> TopicsResponse {

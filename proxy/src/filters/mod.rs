@@ -7,163 +7,41 @@
 //! refused parts out) and register a merge that adds their answer for those parts to the broker's
 //! response, or let it continue. Response filters rewrite what the broker answered.
 //!
+//! This file is the chain only. The folder holds: `api` (the [`Filter`] trait and what a filter
+//! sees and decides: every filter imports it), `identity` (the per-connection filter state a
+//! [`Conn`] carries), `refuse/` (the shared refusals: decisions, taking refused parts out of a
+//! request, merging their answers) and one file or folder per policy or rewrite. A policy imports
+//! `api`, `identity` and `refuse` only — never this file nor another policy.
+//!
 //! Adding a policy means adding one file here and one line in [`Chain::new`]. Moving frames
 //! belongs to `session`; what a filter decides belongs to the filter.
-
-use std::future::Future;
-use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 
+use kmp_config::Config;
+
 use crate::error::ProxyError;
-use crate::shared::Shared;
+use api::{Conn, Exchange, Filter, Flow, Merge, Outcome};
 
 pub(crate) mod addresses;
+pub(crate) mod api;
 pub(crate) mod api_versions;
 pub(crate) mod authz;
 pub(crate) mod broker_configs;
-pub(crate) mod config_resources;
 pub(crate) mod engine_identity;
 pub(crate) mod fillers;
-pub(crate) mod guard;
-pub(crate) mod layout_guard;
-pub(crate) mod login_backoff;
+pub(crate) mod identity;
 pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;
-pub(crate) mod readonly;
-pub(crate) mod refusal_text;
+pub(crate) mod refuse;
 pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
 pub(crate) mod security_admin;
 pub(crate) mod startup;
 pub(crate) mod state_topic;
 pub(crate) mod topic_ids;
-
-pub(crate) use guard::Merge;
-
-/// A boxed future borrowed from the filter and the exchange.
-pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// What one client connection is known to be: where it comes from and whom it authenticated as.
-pub(crate) struct Conn {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) peer: SocketAddr,
-    /// SASL progress and principal (observed in pass-through, decided in termination).
-    pub(crate) sasl: Mutex<sasl::SaslState>,
-    /// Termination mode: where this connection's own authentication stands.
-    pub(crate) auth: Mutex<sasl_terminate::Progress>,
-    /// The subject of the client's TLS certificate (mutual TLS), RFC 4514.
-    pub(crate) tls_principal: Option<String>,
-}
-
-impl Conn {
-    pub(crate) fn new(shared: Arc<Shared>, peer: SocketAddr, tls_principal: Option<String>) -> Self {
-        Self {
-            shared,
-            peer,
-            sasl: Mutex::new(sasl::SaslState::default()),
-            auth: Mutex::new(sasl_terminate::Progress::default()),
-            tls_principal,
-        }
-    }
-}
-
-/// One request on its way through the chain.
-pub(crate) struct Exchange {
-    pub(crate) api_key: i16,
-    pub(crate) api_version: i16,
-    pub(crate) correlation_id: i32,
-    /// The request as it will be forwarded (filters may reduce it).
-    pub(crate) frame: Bytes,
-    /// Applied to the broker's response (or to a filter's answer), last registered first.
-    merges: Vec<Merge>,
-}
-
-impl Exchange {
-    pub(crate) fn new(frame: Bytes, api_key: i16, api_version: i16, correlation_id: i32) -> Self {
-        Self {
-            api_key,
-            api_version,
-            correlation_id,
-            frame,
-            merges: Vec::new(),
-        }
-    }
-
-    /// The peeked header, for the allocation-free scanners of `kmp_protocol::peek`.
-    pub(crate) fn peek(&self) -> kmp_protocol::peek::RequestPeek {
-        kmp_protocol::peek::RequestPeek {
-            api_key: self.api_key,
-            api_version: self.api_version,
-            correlation_id: self.correlation_id,
-        }
-    }
-
-    /// Registers a merge for the response.
-    pub(crate) fn merge(&mut self, merge: Merge) {
-        self.merges.push(merge);
-    }
-
-    /// Applies the merges `x` collected to a response, last registered first.
-    fn apply(merges: Vec<Merge>, mut response: Bytes) -> Result<Bytes, ProtocolError> {
-        for m in merges.into_iter().rev() {
-            response = m(response)?;
-        }
-        Ok(response)
-    }
-}
-
-/// What a request filter decided.
-pub(crate) enum Flow {
-    /// Pass the (maybe reduced) request on to the next filter.
-    Continue,
-    /// Answer with this response instead of forwarding (`None`: no response, acks=0 Produce).
-    Answer(Option<Bytes>),
-}
-
-/// What the session does with a request after the chain.
-pub(crate) enum Outcome {
-    /// Forward `frame` and apply `merge` (if any) to the broker's response.
-    Forward { frame: Bytes, merge: Option<Merge> },
-    /// Answer without forwarding (`None`: no response at all).
-    Answer(Option<Bytes>),
-}
-
-/// One policy or rewrite.
-pub(crate) trait Filter: Send + Sync {
-    /// Decode predicate for requests: whether this filter must see this request. Decided on the
-    /// API key and version, at most with an allocation-free scan of the raw frame.
-    fn wants_request(&self, _x: &Exchange, _conn: &Conn) -> bool {
-        false
-    }
-
-    /// Handles a request it asked for.
-    fn on_request<'a>(&'a self, _x: &'a mut Exchange, _conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
-        Box::pin(async { Ok(Flow::Continue) })
-    }
-
-    /// Decode predicate for responses.
-    fn wants_response(&self, _api_key: i16, _api_version: i16, _conn: &Conn) -> bool {
-        false
-    }
-
-    /// Whether this filter may change the broker's response to a forwarded request (`request`:
-    /// the forwarded frame, `None` once it is no longer at hand). `false` from every filter lets
-    /// the session stream the response without reading it whole (`stream_copy`). Defaults to
-    /// [`Filter::wants_response`]; a filter overrides it to look closer (content, state).
-    fn may_change_response(&self, api_key: i16, api_version: i16, _request: Option<&Bytes>, conn: &Conn) -> bool {
-        self.wants_response(api_key, api_version, conn)
-    }
-
-    /// Rewrites a response it asked for (prefix included).
-    fn on_response(&self, frame: Bytes, _api_key: i16, _api_version: i16, _conn: &Conn) -> Result<Bytes, ProtocolError> {
-        Ok(frame)
-    }
-}
 
 /// The ordered filters.
 pub(crate) struct Chain {
@@ -177,7 +55,16 @@ impl Chain {
     /// way back ApiVersions clamping, SASL outcome, filler masking, then address rewriting.
     /// `terminate`: the proxy authenticates clients itself (`sasl_terminate`) instead of
     /// watching their exchange with the broker (`sasl`).
-    pub(crate) fn new(terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+    ///
+    /// Built to match the configuration: the mirror policies — the start-up gate, the guards of
+    /// the state topic, of mirror topics and of broker-level topic defaults, cluster-mirror config
+    /// resources, filler masking and topic-id learning — are in the chain only when the mirror
+    /// engine is enabled (`engine.enabled`: it runs, or this instance follows its state topic);
+    /// `authz` then also covers cluster-mirror config resources. Without the engine only the
+    /// mirror RPCs (answered by the idle engine), the engine-identity guard and the protocol
+    /// filters remain.
+    pub(crate) fn new(config: &Config, terminate: Option<sasl_terminate::SaslTerminator>) -> Self {
+        let mirroring = config.engine.enabled;
         let terminating = terminate.is_some();
         let sasl: Box<dyn Filter> = match terminate {
             Some(t) => Box::new(t),
@@ -189,19 +76,27 @@ impl Chain {
             // for the configured admin principals only.
             filters.push(Box::new(security_admin::SecurityAdminGuard));
         }
+        if mirroring {
+            filters.push(Box::new(startup::StartupGate));
+        }
         filters.extend([
-            Box::new(startup::StartupGate) as Box<dyn Filter>,
-            Box::new(authz::MirrorAdminAuthz),
+            Box::new(authz::MirrorAdminAuthz { config_resources: mirroring }) as Box<dyn Filter>,
             Box::new(mirror_rpc::MirrorRpc),
-            Box::new(state_topic::StateTopicGuard),
-            Box::new(engine_identity::EngineIdentityGuard),
-            Box::new(mirror_configs::MirrorConfigs),
-            Box::new(broker_configs::BrokerConfigGuard),
-            Box::new(mirror_topics::MirrorTopicWrites),
-            Box::new(fillers::FillerMasking),
-            Box::new(topic_ids::TopicIdLearner),
-            Box::new(addresses::AddressRewrite),
         ]);
+        if mirroring {
+            filters.push(Box::new(state_topic::StateTopicGuard));
+        }
+        filters.push(Box::new(engine_identity::EngineIdentityGuard));
+        if mirroring {
+            filters.extend([
+                Box::new(mirror_configs::MirrorConfigs) as Box<dyn Filter>,
+                Box::new(broker_configs::BrokerConfigGuard),
+                Box::new(mirror_topics::MirrorTopicWrites),
+                Box::new(fillers::FillerMasking),
+                Box::new(topic_ids::TopicIdLearner),
+            ]);
+        }
+        filters.push(Box::new(addresses::AddressRewrite));
         Self { filters }
     }
 
@@ -225,13 +120,19 @@ impl Chain {
         } else {
             Some(Box::new(move |resp| Exchange::apply(merges, resp)))
         };
-        Ok(Outcome::Forward { frame: x.frame, merge })
+        Ok(Outcome::Forward { frame: x.into_frame(), merge })
     }
 
     /// Whether any filter may change the response to this forwarded request (see
     /// [`Filter::may_change_response`]).
     pub(crate) fn may_change_response(&self, api_key: i16, api_version: i16, request: Option<&Bytes>, conn: &Conn) -> bool {
         self.filters.iter().any(|f| f.may_change_response(api_key, api_version, request, conn))
+    }
+
+    /// Whether a filter must see this forwarded request again when its response arrives (see
+    /// [`Filter::keeps_request`]): the session then keeps a copy while the response is awaited.
+    pub(crate) fn keeps_request(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
+        self.filters.iter().any(|f| f.keeps_request(api_key, api_version, conn))
     }
 
     /// Runs a broker's response through the chain.
@@ -242,5 +143,28 @@ impl Chain {
             }
         }
         Ok(frame)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(engine: bool, terminate: bool) -> usize {
+        let mut config = Config::default();
+        config.engine.enabled = engine;
+        let terminate = terminate.then(|| sasl_terminate::SaslTerminator::new(&[], None));
+        Chain::new(&config, terminate).filters.len()
+    }
+
+    #[test]
+    fn the_mirror_policies_are_in_the_chain_only_when_the_engine_is_enabled() {
+        // Versions, SASL, authz, mirror RPCs, engine identities, addresses.
+        assert_eq!(chain(false, false), 6);
+        // + start-up gate, state topic, mirror configs, broker configs, mirror topics, fillers,
+        // topic ids.
+        assert_eq!(chain(true, false), 13);
+        // + security administration in termination mode.
+        assert_eq!(chain(true, true), 14);
     }
 }

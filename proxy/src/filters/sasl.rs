@@ -10,37 +10,9 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest};
 
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::identity::SaslState;
 use crate::error::ProxyError;
-
-/// SASL progress of one connection.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct SaslState {
-    /// A SaslHandshake was sent: until `principal` is set the connection is unauthenticated.
-    pub(crate) started: bool,
-    pub(crate) mechanism: String,
-    /// The user name the client claims, until the broker accepts it.
-    pub(crate) claimed: Option<String>,
-    /// Successful SaslAuthenticate responses so far in this exchange.
-    pub(crate) accepted_steps: u8,
-    /// The principal the broker accepted.
-    pub(crate) principal: Option<String>,
-}
-
-impl SaslState {
-    /// Whether SASL was started and has not (yet) succeeded.
-    pub(crate) fn in_progress(&self) -> bool {
-        self.started && self.principal.is_none()
-    }
-
-    fn steps_needed(&self) -> Option<u8> {
-        match self.mechanism.as_str() {
-            "PLAIN" => Some(1),
-            m if m.starts_with("SCRAM-") => Some(2),
-            _ => None, // OAUTHBEARER, GSSAPI: the principal is not visible to the proxy
-        }
-    }
-}
 
 /// Extracts the user name from a client's first SASL message.
 pub(crate) fn claimed_user(mechanism: &str, auth: &[u8]) -> Option<String> {
@@ -72,7 +44,7 @@ impl Filter for SaslObserver {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             if x.api_key == ApiKey::SaslHandshake as i16 {
-                let (_, req) = decode_request::<SaslHandshakeRequest>(&x.frame, ApiKey::SaslHandshake, x.api_version)?;
+                let (_, req) = decode_request::<SaslHandshakeRequest>(x.frame(), ApiKey::SaslHandshake, x.api_version)?;
                 let mut s = lock(conn);
                 *s = SaslState {
                     started: true,
@@ -80,7 +52,7 @@ impl Filter for SaslObserver {
                     ..SaslState::default()
                 };
             } else {
-                let (_, req) = decode_request::<SaslAuthenticateRequest>(&x.frame, ApiKey::SaslAuthenticate, x.api_version)?;
+                let (_, req) = decode_request::<SaslAuthenticateRequest>(x.frame(), ApiKey::SaslAuthenticate, x.api_version)?;
                 let mut s = lock(conn);
                 s.started = true;
                 if s.claimed.is_none() && s.accepted_steps == 0 {

@@ -25,8 +25,9 @@ use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::*;
 use kmp_protocol::kafka_protocol::protocol::{Encodable, StrBytes};
 
-use super::guard::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, config_resources};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::Decision;
+use super::refuse::configs;
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
@@ -87,11 +88,11 @@ impl Filter for SecurityAdminGuard {
             if is_security_api(key) {
                 conn.shared.metrics.refused("security_admin_not_allowed", 1);
                 tracing::info!(peer = %conn.peer, api = x.api_key, "refused a security-administration request (termination mode, not an admin principal)");
-                return Ok(Flow::Answer(Some(refusal(&x.frame, key, x.api_version, x.correlation_id)?)));
+                return Ok(Flow::Answer(Some(refusal(x.frame(), key, x.api_version, x.correlation_id)?)));
             }
             let code = ResponseError::ClusterAuthorizationFailed.code();
-            let pick = |r: &config_resources::Resource<'_>| matches!(r.kind, BROKER_RESOURCE | BROKER_LOGGER_RESOURCE).then(|| MESSAGE.to_owned());
-            Ok(match config_resources::refuse_any(&x.frame, x.api_key, x.api_version, code, &pick)? {
+            let pick = |r: &configs::Resource<'_>| matches!(r.kind, BROKER_RESOURCE | BROKER_LOGGER_RESOURCE).then(|| MESSAGE.to_owned());
+            Ok(match configs::refuse_any(x.frame(), x.api_key, x.api_version, code, &pick)? {
                 Decision::Forward => Flow::Continue,
                 Decision::Refuse(frame, n) => {
                     conn.shared.metrics.refused("security_admin_not_allowed", n);
@@ -99,7 +100,7 @@ impl Filter for SecurityAdminGuard {
                 }
                 Decision::Split(rest, merge, n) => {
                     conn.shared.metrics.refused("security_admin_not_allowed", n);
-                    x.frame = rest;
+                    x.set_frame(rest);
                     x.merge(merge);
                     Flow::Continue
                 }

@@ -1,6 +1,6 @@
 //! No start-up window: until the mirror engine has read its state topic it does not know which
 //! topics are read-only, so a request that could write to or change any topic (Produce and the
-//! requests `guard` polices) waits for it, at most `limits.startup_write_wait_ms`. If the state is
+//! requests `refuse::topics` polices) waits for it, at most `limits.startup_write_wait_ms`. If the state is
 //! still not loaded then, the connection is closed: every Kafka client treats a lost connection
 //! as retriable and sends the request again. Reads are never held back.
 
@@ -9,7 +9,8 @@ use std::time::Duration;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use tracing::warn;
 
-use super::{BoxFuture, Conn, Exchange, Filter, Flow, guard};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::topics;
 use crate::error::ProxyError;
 
 /// The start-up gate.
@@ -18,9 +19,7 @@ pub(crate) struct StartupGate;
 impl Filter for StartupGate {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
-        conn.shared.masks_fillers
-            && (api_key == ApiKey::Produce as i16 || guard::is_guarded(api_key, api_version))
-            && !conn.shared.mirrors.control().is_booted()
+        (api_key == ApiKey::Produce as i16 || topics::is_guarded(api_key, api_version)) && !conn.shared.mirrors.control().is_booted()
     }
 
     fn on_request<'a>(&'a self, _x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

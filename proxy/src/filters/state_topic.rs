@@ -7,13 +7,14 @@
 //! secrets (a mirror's source security properties), so reading it through a share group is
 //! refused as a Fetch is.
 //!
-//! Cost: a Produce is decoded only when an allocation-free scan of its topics names the state
-//! topic; other requests only when their raw bytes contain its name or id (a SIMD substring
+//! Cost: a Produce is decoded only when a scan of its topics (one per request, shared with
+//! `mirror_topics`: `Exchange::produce_topics`) names the state topic; other requests only when their raw bytes contain its name or id (a SIMD substring
 //! search), so ordinary Produce and Fetch traffic stays raw.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kmp_protocol::kafka_protocol::messages::{
@@ -21,13 +22,11 @@ use kmp_protocol::kafka_protocol::messages::{
     share_fetch_response,
 };
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
-use kmp_protocol::{ProtocolError, peek};
 use memchr::memmem;
 
-use super::guard::{self, Decision, Protected, split, take};
-use super::readonly::{self, REFUSED_CODE};
-use super::refusal_text::Shown;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow, ProducedTopic};
+use super::refuse::text::Shown;
+use super::refuse::{self, Decision, Protected, REFUSED_CODE, produce, split, take, topics};
 use crate::error::ProxyError;
 
 /// The state topic as a protected topic.
@@ -56,7 +55,7 @@ fn watched(api_key: i16, api_version: i16) -> bool {
     matches!(
         ApiKey::try_from(api_key),
         Ok(ApiKey::Produce | ApiKey::Fetch | ApiKey::ShareFetch | ApiKey::ShareAcknowledge)
-    ) || guard::is_guarded(api_key, api_version)
+    ) || topics::is_guarded(api_key, api_version)
 }
 
 /// Whether requests of this key and version name topics by id only (Fetch v13+, ShareFetch,
@@ -90,24 +89,25 @@ async fn wait_for_state_topic_id(conn: &Conn) -> Result<(), ProxyError> {
 
 impl Filter for StateTopicGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
-        if !conn.shared.masks_fillers || !watched(x.api_key, x.api_version) {
+        if !watched(x.api_key, x.api_version) {
             return false;
         }
         let name = conn.shared.config.engine.state_topic.as_bytes();
         let id = conn.shared.mirrors.topics().state_topic_id();
         if x.api_key == ApiKey::Produce as i16 {
             // A malformed request is decoded (and refused with its error) by `on_request`.
-            return peek::produce_names_any(&x.frame, &x.peek(), |t| match t {
-                peek::ProduceTopic::Name(n) => n == name,
-                peek::ProduceTopic::Id(i) => id.as_ref() == Some(i),
-            })
-            .unwrap_or(true);
+            return x.produce_topics().is_none_or(|topics| {
+                topics.iter().any(|t| match t {
+                    ProducedTopic::Name(n) => n == name,
+                    ProducedTopic::Id(i) => id.as_ref() == Some(i),
+                })
+            });
         }
         if id.is_none() && by_id(x.api_key, x.api_version) {
             // Which id is the state topic's is not known yet (start-up): held in `on_request`.
             return true;
         }
-        memmem::find(&x.frame, name).is_some() || id.is_some_and(|id| memmem::find(&x.frame, &id).is_some())
+        memmem::find(x.frame(), name).is_some() || id.is_some_and(|id| memmem::find(x.frame(), &id).is_some())
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -120,13 +120,13 @@ impl Filter for StateTopicGuard {
                 id: conn.shared.mirrors.topics().state_topic_id(),
             };
             let decision = match ApiKey::try_from(x.api_key) {
-                Ok(ApiKey::Produce) => readonly::check(&x.frame, x.api_version, &topic)?,
-                Ok(ApiKey::Fetch) => fetch(&x.frame, x.api_version, &topic)?,
-                Ok(ApiKey::ShareFetch) => share_fetch(&x.frame, x.api_version, &topic)?,
-                Ok(ApiKey::ShareAcknowledge) => share_acknowledge(&x.frame, x.api_version, &topic)?,
-                _ => guard::check(&x.frame, x.api_key, x.api_version, &topic)?,
+                Ok(ApiKey::Produce) => produce::check(x.frame(), x.api_version, &topic)?,
+                Ok(ApiKey::Fetch) => fetch(x.frame(), x.api_version, &topic)?,
+                Ok(ApiKey::ShareFetch) => share_fetch(x.frame(), x.api_version, &topic)?,
+                Ok(ApiKey::ShareAcknowledge) => share_acknowledge(x.frame(), x.api_version, &topic)?,
+                _ => topics::check(x.frame(), x.api_key, x.api_version, &topic)?,
             };
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("state_topic", n))
         })
     }
 }

@@ -11,7 +11,7 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::decode_response;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, MetadataResponse};
 
-use super::{Conn, Filter};
+use super::api::{Conn, Filter};
 
 /// Metadata answers carry topic ids from version 10 on.
 const FIRST_VERSION_WITH_IDS: i16 = 10;
@@ -22,7 +22,7 @@ pub(crate) struct TopicIdLearner;
 impl Filter for TopicIdLearner {
     /// Decoded only while an id is wanted: otherwise Metadata answers are not looked at here.
     fn wants_response(&self, api_key: i16, api_version: i16, conn: &Conn) -> bool {
-        api_key == ApiKey::Metadata as i16 && api_version >= FIRST_VERSION_WITH_IDS && conn.shared.masks_fillers && conn.shared.mirrors.topics().wants_ids()
+        api_key == ApiKey::Metadata as i16 && api_version >= FIRST_VERSION_WITH_IDS && conn.shared.mirrors.topics().wants_ids()
     }
 
     fn may_change_response(&self, _api_key: i16, _api_version: i16, _request: Option<&Bytes>, _conn: &Conn) -> bool {

@@ -21,8 +21,8 @@ use kmp_protocol::kafka_protocol::messages::{
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::Protected;
-use crate::filters::guard::{Decision, split_by};
-use crate::filters::refusal_text::{Shown, take_refused};
+use crate::filters::refuse::text::{Shown, take_refused};
+use crate::filters::refuse::{Decision, split_by};
 
 /// Key type of a group in FindCoordinator.
 const GROUP_KEY: i8 = 0;

@@ -31,8 +31,8 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use memchr::memmem;
 
-use super::guard::Decision;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::refuse::{self, Decision};
 use crate::error::ProxyError;
 
 mod groups;
@@ -103,15 +103,15 @@ impl Filter for EngineIdentityGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         match ApiKey::try_from(x.api_key) {
             Ok(ApiKey::AlterClientQuotas) => true,
-            Ok(k) if group_api(k) => may_name_group(&x.frame, &conn.shared.config.engine.group_id, k == ApiKey::JoinGroup),
+            Ok(k) if group_api(k) => may_name_group(x.frame(), &conn.shared.config.engine.group_id, k == ApiKey::JoinGroup),
             _ => false,
         }
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
-            let decision = check(&x.frame, x.api_key, x.api_version, &Protected::of(conn))?;
-            super::mirror_topics::apply(decision, x, |n| conn.shared.metrics.refused("engine_identity", n))
+            let decision = check(x.frame(), x.api_key, x.api_version, &Protected::of(conn))?;
+            refuse::apply(decision, x, |n| conn.shared.metrics.refused("engine_identity", n))
         })
     }
 

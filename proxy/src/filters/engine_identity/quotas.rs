@@ -11,8 +11,8 @@ use kmp_protocol::kafka_protocol::messages::{AlterClientQuotasRequest, AlterClie
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
 use super::Protected;
-use crate::filters::guard::{Decision, split_by};
-use crate::filters::refusal_text::Shown;
+use crate::filters::refuse::text::Shown;
+use crate::filters::refuse::{Decision, split_by};
 
 /// The message of every refused quota entry.
 fn quota_text() -> StrBytes {

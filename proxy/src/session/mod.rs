@@ -9,8 +9,13 @@
 //! Invariants: every forwarded request that expects a response gets exactly one, in order;
 //! `acks=0` Produce gets none; a malformed frame closes this connection only. Request bytes count
 //! against the shared budget (`limits`) until written upstream; a partial frame and an idle
-//! connection time out. Opening the upstream connection belongs to `upstream`, accepting to
-//! `accept`, every decision about a request's content to `filters`.
+//! connection time out. Opening the upstream connection belongs to `upstream`, every decision
+//! about a request's content to `filters`.
+//!
+//! This folder owns the connection's life: `accept` (the accept loop: limits, TLS handshake,
+//! the upstream opened lazily, then [`run`]), this file (the request and response sides),
+//! `stream_copy` (responses streamed without being read whole), `splice` (the kernel-side copy
+//! on Linux) and `write_stall` (bounding writes to a client that reads nothing).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,16 +29,21 @@ use prometheus_client::metrics::counter::Counter;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-
-use crate::splice::SpliceSocket;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, trace, warn};
 
 use crate::error::ProxyError;
-use crate::filters::{Chain, Conn, Exchange, Merge, Outcome};
+use crate::filters::Chain;
+use crate::filters::api::{Conn, Exchange, Merge, Outcome};
 use crate::shared::Shared;
-use crate::stream_copy::{CopyError, Scan, Upstream};
-use crate::upstream::Target;
+use crate::upstream::connect::Target;
+use splice::SpliceSocket;
+use stream_copy::{CopyError, Scan, Upstream};
+
+pub(crate) mod accept;
+mod splice;
+mod stream_copy;
+mod write_stall;
 
 /// Requests in flight per connection before the request side waits (backpressure).
 const MAX_IN_FLIGHT: usize = 1024;
@@ -281,7 +291,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
             }
             let stream = if merge.is_some() || chain.may_change_response(p.api_key, p.api_version, Some(&frame), conn) {
                 Stream::No
-            } else if p.api_key == ApiKey::Fetch as i16 && shared.masks_fillers && shared.mirrors.topics().has_filler_topics() {
+            } else if chain.keeps_request(p.api_key, p.api_version, conn) {
                 // Small (a Fetch request names partitions and offsets); kept apart from the
                 // reader's buffer so holding it does not hold that.
                 Stream::Yes(Some(Bytes::copy_from_slice(&frame)))
@@ -433,7 +443,7 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
 /// Writes and flushes a whole response to the client; a client that takes nothing of it for
 /// `stall` (`limits.client_write_timeout_ms`) ends the session.
 async fn write_client<W: AsyncWrite + Unpin>(w: &mut W, frame: &[u8], stall: Duration, m: &crate::metrics::Metrics) -> Result<(), ProxyError> {
-    crate::write_stall::write_all_flushed(w, frame, Some(stall))
+    crate::session::write_stall::write_all_flushed(w, frame, Some(stall))
         .await
         .map_err(|e| client_io(e, stall, m))
 }

@@ -392,7 +392,7 @@ fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
 }
 
 /// The OpenAPI 3 description of these routes.
-const OPENAPI: &str = include_str!("../openapi.json");
+const OPENAPI: &str = include_str!("openapi.json");
 
 #[cfg(test)]
 mod tests;

@@ -14,7 +14,7 @@ use hyper::{Method, Response, StatusCode};
 use kmp_mirror_engine::Control;
 use serde_json::{Value, json};
 
-use crate::rest::AdminAuth;
+use super::rest::AdminAuth;
 
 /// The page, its script, its style sheet and its icon (`proxy/src/dashboard/`).
 const INDEX_HTML: &str = include_str!("dashboard/index.html");
@@ -99,7 +99,7 @@ pub(crate) fn state(control: &Control, now_ms: i64) -> Value {
                 .sync_status(&m.name)
                 .into_iter()
                 .map(|(kind, s)| {
-                    let mut v = crate::rest::sync_json(&s);
+                    let mut v = super::rest::sync_json(&s);
                     if let Some(o) = v.as_object_mut() {
                         o.insert("kind".into(), Value::from(kind.as_str()));
                     }

@@ -7,7 +7,8 @@
 //! TOPIC_AUTHORIZATION_FAILED (29): non-retriable in Java, librdkafka, kafka-python and franz-go,
 //! so the producer fails the batch at once instead of retrying. The per-partition error message
 //! (Produce v8+) names the mirror and how to make the topic writable. Which topics are mirror
-//! topics is the engine's (`Catalog`); `intercept` calls [`check`] and applies the merge.
+//! topics is the engine's (`Catalog`); the `mirror_topics` and `state_topic` filters call [`check`]
+//! with the topics they protect and apply its decision.
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -15,11 +16,10 @@ use kmp_protocol::codec::{decode_request, decode_response, encode_request, encod
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
-use super::guard::{Decision, Merge, Protected};
-use super::refusal_text::{Shown, Texts};
+use super::text::{Shown, Texts};
+use super::{Decision, Protected, REFUSED_CODE};
+use crate::filters::api::Merge;
 
-/// The code refused partitions get (see the module docs for why not READ_ONLY_TOPIC).
-pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
 /// The code of a Produce v13+ naming a topic id the proxy cannot check yet (some mirror topic's
 /// id is not known yet, e.g. just after a restart): retriable, the client refreshes its metadata
 /// and sends again.
@@ -89,7 +89,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::super::guard::MirrorTopicGuard;
+    use super::super::mirror::MirrorTopicGuard;
     use super::*;
     use kmp_mirror_engine::Catalog;
     use kmp_protocol::kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};

@@ -114,7 +114,9 @@ impl Pipe {
             };
             let mut in_pipe = got;
             while in_pipe > 0 {
-                crate::write_stall::within_stall(stall, to.writable()).await.map_err(SpliceError::Client)?;
+                crate::session::write_stall::within_stall(stall, to.writable())
+                    .await
+                    .map_err(SpliceError::Client)?;
                 match to.try_io(Interest::WRITABLE, || Ok(splice(&self.read, None, to, None, in_pipe, flags)?)) {
                     Ok(0) => return Err(SpliceError::Client(io::ErrorKind::WriteZero.into())),
                     Ok(k) => in_pipe -= k,

@@ -3,9 +3,6 @@
 //! default, `--output json` for scripts. What the RPCs do is the proxy's; table layout is
 //! [`table`]'s, copy progress (remaining, rate, ETA, the wait's progress line) [`progress`]'s.
 
-mod progress;
-mod table;
-
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -17,7 +14,9 @@ use kmp_protocol::mirror_api::{
 };
 use kmp_protocol::security::ClientSecurity;
 use serde_json::json;
-use table::table;
+
+use super::progress;
+use super::table::{self, table};
 
 /// Flags of `mirrors` (one action).
 #[derive(Args, Debug)]

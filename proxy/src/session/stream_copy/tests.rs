@@ -311,5 +311,4 @@ impl SpliceSocket for Pieces {}
 impl SpliceSocket for Vec<u8> {}
 impl SpliceSocket for tokio::io::DuplexStream {}
 
-#[path = "splice_tests.rs"]
 mod splice;

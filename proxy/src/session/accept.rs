@@ -11,10 +11,11 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info_span, warn};
 
-use crate::filters::{Chain, Conn};
+use crate::filters::Chain;
+use crate::filters::api::Conn;
 use crate::session;
 use crate::shared::Shared;
-use crate::upstream::Target;
+use crate::upstream::connect::Target;
 
 /// First and longest back-off after a failed accept.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
@@ -98,7 +99,7 @@ async fn serve(
         Some(identity) => {
             // A handshake is a few round trips: bounded by the frame timeout, at most 10 s.
             let timeout = Duration::from_millis(shared.config.limits.frame_read_timeout_ms.min(10_000));
-            match crate::tls::accept(identity, client, timeout).await {
+            match crate::net::tls::accept(identity, client, timeout).await {
                 Ok((tls, principal)) => Accepted::Tls(Box::new(tls), principal),
                 Err(why) => {
                     shared.metrics.connection_closed("tls_handshake");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kmp_protocol::frame::PREFIX;
 
-use crate::upstream::Target;
+use crate::upstream::connect::Target;
 
 /// Offset of the correlation id in a response frame (after the length prefix).
 const CORRELATION: usize = PREFIX;

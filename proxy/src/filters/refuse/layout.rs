@@ -6,8 +6,8 @@
 //! topics of the same request go to the broker and both answers are merged. An unclean election
 //! of every partition (no topics named) is refused whole while any topic is protected. Operators
 //! who must move a mirror topic's replicas do so on the destination cluster directly.
-//! Which topics are protected is the caller's (`guard::Protected`); the other guarded requests
-//! are `guard`'s.
+//! Which topics are protected is the caller's (`topics::Protected`); the other guarded requests
+//! are `topics`'.
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -20,9 +20,8 @@ use kmp_protocol::kafka_protocol::messages::{alter_partition_reassignments_respo
 use kmp_protocol::kafka_protocol::messages::{create_topics_response as create, elect_leaders_response as elect};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use super::guard::{Decision, Protected, partitions_by_topic, partitions_of, split, take};
-use super::readonly::REFUSED_CODE;
-use super::refusal_text::Shown;
+use super::text::Shown;
+use super::{Decision, Protected, REFUSED_CODE, partitions_by_topic, partitions_of, split, take};
 
 /// ElectLeaders' election type of an unclean election (0: preferred replica).
 const UNCLEAN: i8 = 1;
@@ -163,5 +162,4 @@ fn elect_leaders(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<
 }
 
 #[cfg(test)]
-#[path = "layout_guard_tests.rs"]
 mod tests;

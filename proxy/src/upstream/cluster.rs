@@ -90,7 +90,7 @@ impl ClusterView {
             dashmap::Entry::Occupied(e) => Some(*e.get()),
             dashmap::Entry::Vacant(e) => {
                 let addr = format!("{}:{port}", self.bind_host);
-                let listener = match crate::listen::bind_std(&addr, self.backlog) {
+                let listener = match crate::net::listen::bind_std(&addr, self.backlog) {
                     Ok(l) => l,
                     Err(err) => {
                         let why = format!("cannot listen on {addr}: {err}");

@@ -8,7 +8,7 @@ use kmp_protocol::kafka_protocol::messages::create_topics_request::CreatableTopi
 use kmp_protocol::kafka_protocol::messages::elect_leaders_request::TopicPartitions;
 use kmp_protocol::kafka_protocol::messages::{BrokerId, RequestHeader};
 
-use super::super::guard::{self, MirrorTopicGuard};
+use super::super::mirror::MirrorTopicGuard;
 use super::*;
 
 fn registry() -> Catalog {
@@ -31,8 +31,8 @@ fn frame<R: kmp_protocol::kafka_protocol::protocol::Encodable + kmp_protocol::ka
 
 fn decide(frame: &Bytes, key: ApiKey, version: i16) -> Decision {
     let r = registry();
-    assert!(guard::is_guarded(key as i16, version), "{key:?} v{version} is guarded");
-    guard::check(frame, key as i16, version, &MirrorTopicGuard(&r)).unwrap()
+    assert!(guards(key), "{key:?} is guarded");
+    check(frame, key, version, &MirrorTopicGuard(&r)).unwrap()
 }
 
 #[test]

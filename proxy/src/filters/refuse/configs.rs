@@ -1,6 +1,6 @@
 //! Refusing some resources of a config request (DescribeConfigs, AlterConfigs,
 //! IncrementalAlterConfigs) while the others go to the broker: the policy filters (`authz`,
-//! `broker_configs`, `guard`) say which resources and why; this module takes them out, answers them
+//! `broker_configs`, `security_admin`, `topics`) say which resources and why; this module takes them out, answers them
 //! with an error and merges that answer into the broker's response. What to refuse is not decided
 //! here.
 
@@ -14,8 +14,19 @@ use kmp_protocol::kafka_protocol::messages::{
 };
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
-use super::guard::Decision;
-use super::refusal_text::{Shown, take_refused};
+use super::Decision;
+use super::text::{Shown, take_refused};
+
+/// `ConfigResource.Type.CLUSTER_MIRROR` in the KIP-1279 prototype.
+pub(crate) const CLUSTER_MIRROR: i8 = 64;
+
+/// Whether the request may carry cluster-mirror resources.
+pub(crate) fn is_config_api(key: i16) -> bool {
+    matches!(
+        ApiKey::try_from(key),
+        Ok(ApiKey::DescribeConfigs | ApiKey::IncrementalAlterConfigs | ApiKey::AlterConfigs)
+    )
+}
 
 /// One resource as a policy sees it: type, name and the config keys it names.
 pub(crate) struct Resource<'a> {
@@ -131,7 +142,7 @@ pub(crate) fn refuse<Req: ConfigRequest>(frame: &Bytes, version: i16, code: i16,
         return Ok(Decision::Refuse(encode_response(header.correlation_id, Req::KEY, version, &resp)?, n));
     }
     let rest = encode_request(&header, Req::KEY, &req)?;
-    let merge: super::Merge = Box::new(move |broker: Bytes| {
+    let merge: crate::filters::api::Merge = Box::new(move |broker: Bytes| {
         let (h, mut resp) = decode_response::<Req::Response>(&broker, Req::KEY, version)?;
         add(&mut resp);
         encode_response(h.correlation_id, Req::KEY, version, &resp)

@@ -1,6 +1,6 @@
 //! Binding the client-facing listeners (bootstrap and per-broker) with a configured listen
 //! backlog, so a burst of reconnecting clients is queued by the kernel instead of dropped into
-//! SYN retries. Accepting and serving connections belong to `accept` and `server`.
+//! SYN retries. Accepting and serving connections belong to `session::accept` and `server`.
 
 use std::io;
 use std::net::{SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};

@@ -6,7 +6,7 @@
 //! paths check the announced size against the limit and the correlation id before any byte of the
 //! frame reaches the client. Between two plain TCP sockets, a long run of bytes nothing looks at
 //! (a Fetch response's record sets, the body of a plain streamed response) moves socket to socket
-//! with `splice` (`crate::splice`) instead of through the buffer.
+//! with `splice` (`crate::session::splice`) instead of through the buffer.
 //!
 //! Everything from the broker is hostile: every read is bounded by the frame's announced size and
 //! the buffer, nothing is indexed without a bound. A broker that closes in the middle of a streamed
@@ -27,8 +27,8 @@ use kmp_protocol::frame::{BudgetGuard, ByteBudget, PREFIX, check_frame};
 use kmp_protocol::{ProtocolError, Side, peek};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::splice::{MIN_SPLICE_BYTES, Pipe, SpliceError, SpliceSocket};
-use crate::write_stall::{within_stall, write_all};
+use crate::session::splice::{MIN_SPLICE_BYTES, Pipe, SpliceError, SpliceSocket};
+use crate::session::write_stall::{within_stall, write_all};
 
 /// Largest size of the reusable buffer: the most read from the broker (and written to the
 /// client) at once.
@@ -469,5 +469,4 @@ fn malformed(detail: &str) -> ProtocolError {
 }
 
 #[cfg(test)]
-#[path = "stream_copy_tests.rs"]
 mod tests;

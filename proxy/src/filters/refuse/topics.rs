@@ -1,41 +1,28 @@
 //! Admin and transaction requests that would change a read-only mirror topic behind the
 //! engine's back — DeleteTopics, CreatePartitions, DeleteRecords, AlterConfigs,
 //! IncrementalAlterConfigs (topic resources) and AddPartitionsToTxn (v0-3); CreateTopics,
-//! reassignments, log-directory moves and unclean elections are `layout_guard`'s — are refused for
+//! reassignments, log-directory moves and unclean elections are `layout`'s — are refused for
 //! those topics with TOPIC_AUTHORIZATION_FAILED and a message naming the mirror; the other topics
 //! of the same request go to the broker and both answers are merged (AddPartitionsToTxn is
 //! all-or-nothing in Kafka, so there the others get OPERATION_NOT_ATTEMPTED). DescribeProducers is
 //! refused for them too: a mirror topic's producer state holds the engine's own producer id and
 //! epoch, the identity its conditional writes rely on (issue #35, L-f); the source cluster shows
-//! the mirrored producers. Produce has its own module (`readonly`). Which topics are mirror
+//! the mirrored producers. Produce has its own module (`produce`). Which topics are mirror
 //! topics is the engine's (`Catalog`).
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
-use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::codec::{decode_request, encode_response};
 use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
-    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, RequestHeader, TopicName,
+    DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, TopicName,
 };
-use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use std::collections::HashMap;
-
-use super::readonly::REFUSED_CODE;
-use super::refusal_text::Shown;
-
-/// Merges the refused part into the broker's response to the rest.
-pub(crate) type Merge = Box<dyn FnOnce(Bytes) -> Result<Bytes, ProtocolError> + Send>;
-
-/// What to do with a request.
-pub(crate) enum Decision {
-    Forward,
-    /// Answer with this response (empty: an acks=0 Produce, which gets none); `u64` = topics
-    /// (Produce: partitions) refused.
-    Refuse(Bytes, u64),
-    /// Forward `frame`, then `merge` the broker's response; `u64` = topics refused.
-    Split(Bytes, Merge, u64),
-}
+use super::mirror::uuid_text;
+use super::text::Shown;
+use super::{Decision, Protected, REFUSED_CODE, partitions_by_topic, partitions_of, split, take};
+use super::{configs, layout};
 
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
 const TOPIC_RESOURCE: i8 = 2;
@@ -52,64 +39,9 @@ pub(crate) fn is_guarded(key: i16, version: i16) -> bool {
             | ApiKey::DescribeProducers,
         ) => true,
         Ok(ApiKey::AddPartitionsToTxn) => version <= 3,
-        Ok(k) => super::layout_guard::guards(k),
+        Ok(k) => layout::guards(k),
         _ => false,
     }
-}
-
-/// Which topics a guard protects, and the refusal message for each.
-pub(crate) trait Protected: Sync {
-    /// The refusal message when `topic` is protected.
-    fn by_name(&self, topic: &str) -> Option<String>;
-    /// `(topic name, message)` when the topic with this id is protected.
-    fn by_id(&self, id: &[u8; 16]) -> Option<(String, String)>;
-    /// The refusal message when it cannot be told yet whether the topic with this id (not
-    /// protected as far as is known) is protected: some protected topic's id is not known yet.
-    /// Such a refusal is retriable.
-    fn pending_id(&self, _id: &[u8; 16]) -> Option<String> {
-        None
-    }
-    /// Whether any topic is protected at all.
-    fn any(&self) -> bool {
-        true
-    }
-}
-
-/// The read-only mirror topics (the engine's registry).
-pub(crate) struct MirrorTopicGuard<'a>(pub(crate) &'a kmp_mirror_engine::Catalog);
-
-fn message(topic: &str, mirror: &str) -> String {
-    format!(
-        "topic {topic} is a read-only mirror topic of cluster mirror {mirror}; stop mirroring it (kafka-mirror-proxy mirrors --stop --mirror {mirror} --topics {topic}) to make it writable"
-    )
-}
-
-impl Protected for MirrorTopicGuard<'_> {
-    fn by_name(&self, topic: &str) -> Option<String> {
-        self.0.read_only(topic).map(|m| message(topic, &m))
-    }
-    fn by_id(&self, id: &[u8; 16]) -> Option<(String, String)> {
-        self.0.read_only_id(id).map(|(t, m)| {
-            let msg = message(&t, &m);
-            (t, msg)
-        })
-    }
-    fn any(&self) -> bool {
-        !self.0.is_empty()
-    }
-    fn pending_id(&self, id: &[u8; 16]) -> Option<String> {
-        (self.0.ids_pending() && !self.0.is_read_only_id(id)).then(|| {
-            format!(
-                "topic id {} may be a read-only mirror topic's: the proxy has not learned every mirror topic's id from the destination yet; retry shortly",
-                uuid_text(id)
-            )
-        })
-    }
-}
-
-/// A topic id as Kafka prints it (its UUID form).
-fn uuid_text(id: &[u8; 16]) -> String {
-    uuid::Uuid::from_bytes(*id).to_string()
 }
 
 fn name(s: &str) -> TopicName {
@@ -218,87 +150,13 @@ pub(crate) fn check(frame: &Bytes, key: i16, version: i16, topics: &dyn Protecte
             )
         }
         Ok(ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs) => {
-            let pick = |r: &super::config_resources::Resource<'_>| if r.kind == TOPIC_RESOURCE { topics.by_name(r.name) } else { None };
-            super::config_resources::refuse_any(frame, key, version, REFUSED_CODE, &pick)
+            let pick = |r: &configs::Resource<'_>| if r.kind == TOPIC_RESOURCE { topics.by_name(r.name) } else { None };
+            configs::refuse_any(frame, key, version, REFUSED_CODE, &pick)
         }
         Ok(ApiKey::AddPartitionsToTxn) => add_partitions_to_txn(frame, version, topics),
-        Ok(k) if super::layout_guard::guards(k) => super::layout_guard::check(frame, k, version, topics),
+        Ok(k) if layout::guards(k) => layout::check(frame, k, version, topics),
         _ => Ok(Decision::Forward),
     }
-}
-
-/// Removes the items `hit` refuses and returns, once per distinct name, the name and the
-/// (shared) message (see `refusal_text`).
-pub(crate) fn take<T>(items: &mut Vec<T>, hit: impl Fn(&T) -> Option<(String, String)>) -> Vec<(String, StrBytes)> {
-    super::refusal_text::take_refused(items, hit)
-}
-
-/// Decodes a request, takes the mirror topics out, and decides: forward untouched, refuse it
-/// whole, or forward the rest and merge.
-pub(crate) fn split<Req, Resp>(
-    frame: &Bytes,
-    key: ApiKey,
-    version: i16,
-    take_mirror: impl FnOnce(&mut Req) -> Vec<(String, StrBytes)>,
-    remaining: impl Fn(&Req) -> usize,
-    add: impl FnOnce(&mut Resp, &[(String, StrBytes)]) + Send + 'static,
-) -> Result<Decision, ProtocolError>
-where
-    Req: Decodable + Encodable,
-    Resp: Decodable + Encodable + Default,
-{
-    split_by(frame, key, version, take_mirror, remaining, add)
-}
-
-/// [`split`] of items named by another key than a topic name (a group, a coordinator key, a
-/// quota entity): `take_out` takes them out with their messages, `remaining` counts what is
-/// left, `add` puts the refusals in the answer.
-pub(crate) fn split_by<Req, Resp, K>(
-    frame: &Bytes,
-    key: ApiKey,
-    version: i16,
-    take_out: impl FnOnce(&mut Req) -> Vec<(K, StrBytes)>,
-    remaining: impl Fn(&Req) -> usize,
-    add: impl FnOnce(&mut Resp, &[(K, StrBytes)]) + Send + 'static,
-) -> Result<Decision, ProtocolError>
-where
-    Req: Decodable + Encodable,
-    Resp: Decodable + Encodable + Default,
-    K: Send + 'static,
-{
-    let (header, mut req): (RequestHeader, Req) = decode_request(frame, key, version)?;
-    let refused = take_out(&mut req);
-    if refused.is_empty() {
-        return Ok(Decision::Forward);
-    }
-    let n = refused.len() as u64;
-    if remaining(&req) == 0 {
-        let mut resp = Resp::default();
-        add(&mut resp, &refused);
-        return Ok(Decision::Refuse(encode_response(header.correlation_id, key, version, &resp)?, n));
-    }
-    let rest = encode_request(&header, key, &req)?;
-    let merge: Merge = Box::new(move |broker: Bytes| {
-        let (h, mut resp): (_, Resp) = decode_response(&broker, key, version)?;
-        add(&mut resp, &refused);
-        encode_response(h.correlation_id, key, version, &resp)
-    });
-    Ok(Decision::Split(rest, merge, n))
-}
-
-/// The partitions a request names, by topic (a topic named twice gets the partitions of both),
-/// for the answer to its refused topics.
-pub(crate) fn partitions_by_topic<'a, P: IntoIterator<Item = i32>>(topics: impl Iterator<Item = (&'a str, P)>) -> HashMap<String, Vec<i32>> {
-    let mut by_topic: HashMap<String, Vec<i32>> = HashMap::new();
-    for (t, ps) in topics {
-        by_topic.entry(t.to_owned()).or_default().extend(ps);
-    }
-    by_topic
-}
-
-/// The partitions of `topic` in a map of [`partitions_by_topic`] (none when it is not there).
-pub(crate) fn partitions_of<'a>(partitions: &'a HashMap<String, Vec<i32>>, topic: &str) -> &'a [i32] {
-    partitions.get(topic).map(Vec::as_slice).unwrap_or(&[])
 }
 
 /// AddPartitionsToTxn v0-3 is all-or-nothing: any mirror topic refuses the request, the mirror
@@ -339,8 +197,11 @@ fn add_partitions_to_txn(frame: &Bytes, version: i16, topics: &dyn Protected) ->
 
 #[cfg(test)]
 mod tests {
+    use super::super::mirror::MirrorTopicGuard;
     use super::*;
     use kmp_mirror_engine::Catalog;
+    use kmp_protocol::codec::{decode_response, encode_request};
+    use kmp_protocol::kafka_protocol::messages::RequestHeader;
     use kmp_protocol::kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 
     fn registry() -> Catalog {
@@ -390,6 +251,30 @@ mod tests {
         let (_, resp) = decode_response::<CreatePartitionsResponse>(&merged, ApiKey::CreatePartitions, 3).unwrap();
         let got: Vec<_> = resp.results.iter().map(|r| (r.name.0.as_str().to_owned(), r.error_code)).collect();
         assert_eq!(got, vec![("plain".to_owned(), 0), ("mirrored".to_owned(), REFUSED_CODE)]);
+    }
+
+    #[test]
+    fn the_layout_requests_are_guarded_here_and_checked_by_layout() {
+        use kmp_protocol::kafka_protocol::messages::CreateTopicsRequest;
+        use kmp_protocol::kafka_protocol::messages::create_topics_request::CreatableTopic;
+        for key in [
+            ApiKey::CreateTopics,
+            ApiKey::AlterPartitionReassignments,
+            ApiKey::AlterReplicaLogDirs,
+            ApiKey::ElectLeaders,
+        ] {
+            assert!(is_guarded(key as i16, 2), "{key:?}");
+        }
+        let mut req = CreateTopicsRequest::default();
+        let mut t = CreatableTopic::default();
+        t.name = name("mirrored");
+        req.topics.push(t);
+        let mut h = RequestHeader::default();
+        h.request_api_key = ApiKey::CreateTopics as i16;
+        h.request_api_version = 5;
+        let frame = encode_request(&h, ApiKey::CreateTopics, &req).unwrap();
+        let key = ApiKey::CreateTopics as i16;
+        assert!(matches!(check(&frame, key, 5, &MirrorTopicGuard(&registry())).unwrap(), Decision::Refuse(_, 1)));
     }
 
     #[test]

@@ -15,8 +15,8 @@ use kmp_protocol::ProtocolError;
 use kmp_protocol::security::{BrokerStream, ClientSecurity};
 use tracing::{debug, warn};
 
-use crate::cluster::ClusterView;
 use crate::error::ProxyError;
+use crate::upstream::cluster::ClusterView;
 
 /// The stream type of an upstream connection (TCP or TLS, authenticated when configured).
 pub(crate) type UpstreamStream = BrokerStream;

@@ -6,7 +6,8 @@
 //! (user name) goes where the pass-through observer puts it, for `authz`. With no mechanisms
 //! configured, clients are authenticated by their TLS certificate (checked in the handshake) and
 //! SASL requests are refused. Reading and reloading the credentials file belongs here too
-//! ([`CredentialStore`]); the SCRAM math to `kmp_protocol::security::scram`.
+//! ([`CredentialStore`]), and so does slowing repeated failed logins (`login_backoff`); the SCRAM
+//! math to `kmp_protocol::security::scram`.
 
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
@@ -20,10 +21,12 @@ use kmp_protocol::security::credentials::Credentials;
 use kmp_protocol::security::scram::{Hash, ScramServer, ServerStep};
 use kmp_protocol::{ProtocolError, Side};
 
-use super::sasl::SaslState;
-use super::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::identity::{Progress, SaslState};
 use crate::error::ProxyError;
-use crate::tls::Reloadable;
+use crate::net::tls::Reloadable;
+
+mod login_backoff;
 
 const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
 const ILLEGAL_SASL_STATE: i16 = 34;
@@ -68,30 +71,18 @@ impl Reloadable for CredentialStore {
     }
 }
 
-/// The credentials in `path`, read with the size cap ([`crate::tls::read_capped`]).
+/// The credentials in `path`, read with the size cap ([`crate::net::tls::read_capped`]).
 fn read_credentials(path: &std::path::Path, max_bytes: u64) -> Result<Credentials, String> {
-    let bytes = crate::tls::read_capped(path, "credentials file", max_bytes)?;
+    let bytes = crate::net::tls::read_capped(path, "credentials file", max_bytes)?;
     let text = String::from_utf8(bytes).map_err(|_| format!("credentials file {} is not UTF-8", path.display()))?;
     Credentials::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// Where one connection's authentication stands.
-#[derive(Default)]
-pub(crate) enum Progress {
-    #[default]
-    Start,
-    /// SaslHandshake accepted this mechanism; SaslAuthenticate steps follow.
-    Handshaken(SaslMechanism, Option<Box<ScramServer>>),
-    Authenticated,
-    /// Failed: the connection is closed at its next request.
-    Failed,
 }
 
 /// The termination filter.
 pub(crate) struct SaslTerminator {
     mechanisms: Vec<SaslMechanism>,
     credentials: Option<Arc<CredentialStore>>,
-    backoff: super::login_backoff::LoginBackoff,
+    backoff: login_backoff::LoginBackoff,
 }
 
 impl SaslTerminator {
@@ -143,7 +134,7 @@ impl Filter for SaslTerminator {
                 return self.handshake(x, conn).map(|f| Flow::Answer(Some(f)));
             }
             if x.api_key == ApiKey::SaslAuthenticate as i16 {
-                let (frame, version, id) = (x.frame.clone(), x.api_version, x.correlation_id);
+                let (frame, version, id) = (x.frame().clone(), x.api_version, x.correlation_id);
                 return self.authenticate(frame, version, id, conn).await.map(|f| Flow::Answer(Some(f)));
             }
             if x.api_key == ApiKey::ApiVersions as i16 {
@@ -160,7 +151,7 @@ impl Filter for SaslTerminator {
 
 impl SaslTerminator {
     fn handshake(&self, x: &Exchange, conn: &Conn) -> Result<Bytes, ProxyError> {
-        let (_, req) = decode_request::<SaslHandshakeRequest>(&x.frame, ApiKey::SaslHandshake, x.api_version)?;
+        let (_, req) = decode_request::<SaslHandshakeRequest>(x.frame(), ApiKey::SaslHandshake, x.api_version)?;
         let mut resp = SaslHandshakeResponse::default();
         resp.mechanisms = self.names();
         let mut progress = lock(conn);

@@ -1,4 +1,7 @@
-//! The admin HTTP endpoint (hyper): `/healthz` (the process is up), `/readyz` (the upstream
+//! The admin HTTP endpoint (hyper), and what it serves — this folder owns the REST API (`rest`,
+//! its `openapi.json` beside it), the dashboard (`dashboard`, its assets in `dashboard/`), the
+//! engine's, election's and follower's `/metrics` and `/readyz` text (`mirror_metrics`,
+//! `election_status`, `follower_status`) and the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
 //! cluster answered the last metadata refresh, every known broker's node listener is bound and the
 //! mirror engine has loaded its stored state, 503 with the reasons otherwise —
 //! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
@@ -40,10 +43,18 @@ use tokio::sync::watch;
 use tokio::time::Sleep;
 use tracing::{debug, info, warn};
 
-use crate::admin_slots::{AdminCaps, AdminSlots};
-use crate::rest::AdminAuth;
+use admin_slots::{AdminCaps, AdminSlots};
+use rest::AdminAuth;
+
+use crate::net::tls::TlsIdentity;
 use crate::shared::Shared;
-use crate::tls::TlsIdentity;
+
+mod admin_slots;
+mod dashboard;
+mod election_status;
+mod follower_status;
+mod mirror_metrics;
+mod rest;
 
 /// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -71,7 +82,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
                 None => serve_http(stream, header_timeout, svc).await,
                 Some(identity) => {
                     let handshake = header_timeout.unwrap_or(Duration::from_secs(10));
-                    match crate::tls::accept(&identity, stream, handshake).await {
+                    match crate::net::tls::accept(&identity, stream, handshake).await {
                         Ok((tls, _)) => serve_http(tls, header_timeout, svc).await,
                         Err(why) => {
                             debug!(%peer, %why, "admin TLS handshake failed");
@@ -254,7 +265,7 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         loopback: shared.config.security.admin_loopback,
     };
     if req.uri().path().starts_with("/v1/") {
-        return crate::rest::handle(
+        return rest::handle(
             req,
             peer,
             auth,
@@ -265,8 +276,8 @@ async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Sh
         )
         .await;
     }
-    if crate::dashboard::owns(req.uri().path()) {
-        return crate::dashboard::handle(req.method(), req.uri().path(), req.headers(), peer, auth, &shared.mirrors.control()).await;
+    if dashboard::owns(req.uri().path()) {
+        return dashboard::handle(req.method(), req.uri().path(), req.headers(), peer, auth, &shared.mirrors.control()).await;
     }
     if req.uri().path() == "/metrics"
         && let Some(refused) = auth.refuse_read(req.headers(), peer)
@@ -281,7 +292,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
         "/healthz" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
             let engine = if let Some(follow) = &shared.mirrors.follow() {
-                EngineReadiness::Follower(crate::follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms()))
+                EngineReadiness::Follower(follower_status::readiness(&follow.borrow(), kmp_mirror_engine::now_ms()))
             } else if shared.mirrors.control().is_booted() {
                 EngineReadiness::Booted
             } else {
@@ -289,19 +300,19 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
             };
             let (ready, mut body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine);
             if let Some(election) = shared.mirrors.election() {
-                body.push_str(&crate::election_status::readiness_line(&election));
+                body.push_str(&election_status::readiness_line(&election));
             }
             text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
         }
         "/metrics" => {
             let mut body = shared.metrics.encode();
             // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
-            let mut mirrors = crate::mirror_metrics::render(&shared.mirrors.copying());
+            let mut mirrors = mirror_metrics::render(&shared.mirrors.copying());
             if let Some(follow) = &shared.mirrors.follow() {
-                mirrors.push_str(&crate::follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
+                mirrors.push_str(&follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
             }
             if let Some(election) = shared.mirrors.election() {
-                mirrors.push_str(&crate::election_status::render(&election));
+                mirrors.push_str(&election_status::render(&election));
             }
             match body.rfind("# EOF") {
                 Some(at) => body.insert_str(at, &mirrors),
