@@ -170,8 +170,7 @@ impl Follower {
                         warn!(topic = %self.topic, error = %why, "cannot read the mirror state topic; retrying");
                     }
                     self.progress.send_modify(|p| p.error = Some(why));
-                    let pause = backoff.next_pause();
-                    pause
+                    backoff.next_pause()
                 }
             };
             tokio::select! {
@@ -315,8 +314,7 @@ pub(crate) async fn learn_ids(destination: ClusterClient, registry: Catalog, wak
             backoff.reset();
             None
         } else {
-            let p = backoff.next_pause();
-            Some(p)
+            Some(backoff.next_pause())
         };
         tokio::select! {
             _ = wake.notified() => {}

@@ -37,15 +37,17 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use kmp_mirror_engine::Backoff;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use admin_slots::{AdminCaps, AdminSlots};
 use rest::AdminAuth;
 
+use crate::net::accept::accept_loop;
 use crate::net::tls::TlsIdentity;
 use crate::shared::Shared;
 
@@ -71,7 +73,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
     }
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
     let caps = AdminCaps::from_config(&shared.config.limits);
-    accept_loop(listener, caps, stop, move |stream, peer| {
+    accept_admin(listener, caps, stop, move |stream, peer| {
         let (shared, tls) = (shared.clone(), tls.clone());
         async move {
             let svc = service_fn(move |req: Request<Incoming>| {
@@ -101,40 +103,20 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
 
 /// Accepts connections on `listener` until `stop` changes and runs `connection` for each on its
 /// own task, within `caps` ([`AdminSlots`]): a connection beyond them is closed at accept.
-async fn accept_loop<F, Fut>(listener: TcpListener, caps: AdminCaps, mut stop: watch::Receiver<bool>, connection: F)
+async fn accept_admin<F, Fut>(listener: TcpListener, caps: AdminCaps, stop: watch::Receiver<bool>, connection: F)
 where
     F: Fn(TcpStream, SocketAddr) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let slots = AdminSlots::new(caps);
-    let mut backoff = AcceptBackoff::default();
-    loop {
-        let (stream, peer) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(a) => {
-                    backoff.reset();
-                    a
-                }
-                Err(err) => {
-                    // EMFILE and friends: the listener stays readable, so retrying at once
-                    // would spin. Pause (growing) and let connections close meanwhile.
-                    let pause = backoff.next();
-                    warn!(%err, ?pause, "admin accept failed; pausing");
-                    tokio::select! {
-                        _ = tokio::time::sleep(pause) => {}
-                        _ = stop.changed() => return,
-                    }
-                    continue;
-                }
-            },
-            _ = stop.changed() => return,
-        };
+    let backoff = Backoff::new(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+    accept_loop(listener, "admin", backoff, stop, |stream, peer| {
         let slot = match slots.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(limit) => {
                 // Dropping the stream closes it.
                 debug!(%peer, limit, "admin connection refused: too many open");
-                continue;
+                return;
             }
         };
         let served = connection(stream, peer);
@@ -142,7 +124,8 @@ where
             served.await;
             drop(slot);
         });
-    }
+    })
+    .await;
 }
 
 /// Serves one admin HTTP/1 connection on `io`: the header-read timeout (see [`http_builder`]),
@@ -238,24 +221,6 @@ fn header_read_timeout(ms: u64) -> Option<Duration> {
 /// (`limits.http_header_read_timeout_ms`), 10 s when that is off.
 fn body_timeout(shared: &Shared) -> Duration {
     header_read_timeout(shared.config.limits.http_header_read_timeout_ms).unwrap_or(Duration::from_secs(10))
-}
-
-/// The pause after each failed accept in a row: 100 ms, doubling to 1 s.
-#[derive(Debug, Default)]
-struct AcceptBackoff {
-    current: Option<Duration>,
-}
-
-impl AcceptBackoff {
-    fn next(&mut self) -> Duration {
-        let d = self.current.map_or(ACCEPT_BACKOFF_MIN, |d| (d * 2).min(ACCEPT_BACKOFF_MAX));
-        self.current = Some(d);
-        d
-    }
-
-    fn reset(&mut self) {
-        self.current = None;
-    }
 }
 
 async fn respond(req: Request<Incoming>, peer: std::net::SocketAddr, shared: &Shared) -> Response<Full<Bytes>> {
@@ -377,15 +342,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn failed_accepts_back_off_from_100_ms_doubling_to_1_s_and_reset_on_success() {
-        let mut b = AcceptBackoff::default();
-        let pauses: Vec<u64> = (0..6).map(|_| b.next().as_millis() as u64).collect();
-        assert_eq!(pauses, vec![100, 200, 400, 800, 1000, 1000]);
-        b.reset();
-        assert_eq!(b.next(), Duration::from_millis(100));
-    }
-
-    #[test]
     fn readyz_names_every_reason_it_is_not_ready() {
         assert_eq!(readiness(true, &[], EngineReadiness::Booted), (true, "ready\n".to_owned()));
         let unbound = vec![(2, "cannot listen on 0.0.0.0:19094: Address in use".to_owned())];
@@ -460,7 +416,7 @@ mod tests {
             per_ip: 2,
             loopback_reserve: 0,
         };
-        tokio::spawn(accept_loop(listener, caps, stop_rx, |stream, _peer| async move {
+        tokio::spawn(accept_admin(listener, caps, stop_rx, |stream, _peer| async move {
             let svc = service_fn(|_req: Request<Incoming>| async { Ok::<_, Infallible>(text(StatusCode::OK, "ok\n".into())) });
             let _ = serve_http(stream, header_read_timeout(10_000), svc).await;
         }));

@@ -1,7 +1,9 @@
-//! Transport toward clients: binding the listeners (`listen`), client-facing TLS with its
-//! reloading (`tls`), and the connection counts and request-byte budget (`limits`). Nothing here
-//! knows Kafka; accepting a connection and serving it belong to `session`.
+//! Transport toward clients: binding the listeners (`listen`), the one accept loop with its
+//! back-off (`accept`), client-facing TLS with its reloading (`tls`), and the connection counts
+//! and request-byte budget (`limits`). Nothing here knows Kafka; what an accepted connection is
+//! served by belongs to `session` (clients) and `admin` (the admin endpoint).
 
+pub(crate) mod accept;
 pub(crate) mod limits;
 pub mod listen;
 pub(crate) mod tls;

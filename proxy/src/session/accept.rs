@@ -1,18 +1,20 @@
 //! Accepting client connections on one listener: connection limits (`limits`), the per-connection
 //! span, the TLS handshake (`[listener.tls]`, via `tls`), opening the upstream connection, and
-//! handing both to `session`. Accept errors (out of file descriptors and the like) back off
-//! instead of spinning; a failed handshake closes that connection only.
+//! handing both to `session`. Accept errors back off in `net::accept`; a failed handshake closes
+//! that connection only.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use kmp_mirror_engine::Backoff;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info_span, warn};
 
 use crate::filters::Chain;
 use crate::filters::api::Conn;
+use crate::net::accept::accept_loop;
 use crate::session;
 use crate::shared::Shared;
 use crate::upstream::connect::Target;
@@ -21,39 +23,17 @@ use crate::upstream::connect::Target;
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
 /// Accepts connections on `listener` until `stop`; every session holds a clone of `drain`.
-pub(crate) async fn run(
-    listener: TcpListener,
-    target: Target,
-    shared: Arc<Shared>,
-    chain: Arc<Chain>,
-    mut stop: watch::Receiver<bool>,
-    drain: mpsc::Sender<()>,
-) {
-    let mut backoff = BACKOFF.0;
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let (client, peer) = match accepted {
-            Ok(a) => {
-                backoff = BACKOFF.0;
-                a
-            }
-            Err(err) => {
-                warn!(%target, %err, ?backoff, "accept failed; backing off");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(BACKOFF.1);
-                continue;
-            }
-        };
+pub(crate) async fn run(listener: TcpListener, target: Target, shared: Arc<Shared>, chain: Arc<Chain>, stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
+    let what = target.to_string();
+    let backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
+    accept_loop(listener, &what, backoff, stop.clone(), |client, peer| {
         let slot = match shared.limits.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(limit) => {
                 shared.metrics.connection_refused(limit);
                 warn!(%peer, %target, limit, "connection refused: limits.{limit} reached");
                 drop(client);
-                continue;
+                return;
             }
         };
         let _ = client.set_nodelay(true);
@@ -75,7 +55,8 @@ pub(crate) async fn run(
             }
             .instrument(span),
         );
-    }
+    })
+    .await;
 }
 
 /// A client connection after the handshake: plain TCP, or TLS with the certificate subject.
