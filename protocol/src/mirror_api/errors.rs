@@ -1,19 +1,22 @@
 //! KIP-1279 error codes (prototype `Errors.java`) and the Kafka codes the mirror operations use,
 //! with their names for humans (CLI tables, REST bodies).
 //!
-//! Only code values and names live here. Which operation returns which code, and why, is the
-//! engine's and the proxy's business, not this module's.
+//! Kafka's own codes come from kafka-protocol's `ResponseError`; only the KIP's new codes (134 and
+//! up) are numbers here. Only code values and names live here. Which operation returns which
+//! code, and why, is the engine's and the proxy's business, not this module's.
+
+use kafka_protocol::ResponseError;
 
 pub const NONE: i16 = 0;
-pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-pub const REQUEST_TIMED_OUT: i16 = 7;
-pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-pub const INVALID_CONFIG: i16 = 40;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+pub const REQUEST_TIMED_OUT: i16 = ResponseError::RequestTimedOut.code();
+pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = ResponseError::CoordinatorLoadInProgress.code();
+pub const COORDINATOR_NOT_AVAILABLE: i16 = ResponseError::CoordinatorNotAvailable.code();
+pub const INVALID_CONFIG: i16 = ResponseError::InvalidConfig.code();
 /// A mutating mirror RPC sent to a proxy instance that does not run the mirror engine
 /// (`engine.role = "follower"`): send it to the engine instance.
-pub const NOT_CONTROLLER: i16 = 41;
-pub const INVALID_REQUEST: i16 = 42;
+pub const NOT_CONTROLLER: i16 = ResponseError::NotController.code();
+pub const INVALID_REQUEST: i16 = ResponseError::InvalidRequest.code();
 pub const READ_ONLY_TOPIC: i16 = 134;
 pub const CLUSTER_MIRROR_ALREADY_EXISTS: i16 = 136;
 pub const UNKNOWN_CLUSTER_MIRROR: i16 = 137;

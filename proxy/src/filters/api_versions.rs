@@ -8,6 +8,7 @@ use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_response, encode_response};
 use kmp_protocol::frame::PREFIX;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::kafka_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
 use kmp_protocol::{mirror_api, versions};
@@ -58,7 +59,7 @@ impl Filter for Versions {
 }
 
 /// Kafka's UNSUPPORTED_VERSION error code.
-const UNSUPPORTED_VERSION: i16 = 35;
+const UNSUPPORTED_VERSION: i16 = ResponseError::UnsupportedVersion.code();
 
 /// Highest ApiVersions version the proxy can decode.
 pub(crate) fn max_supported() -> i16 {

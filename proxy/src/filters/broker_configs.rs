@@ -13,6 +13,7 @@
 //! operators change broker defaults on the brokers themselves, not through a client proxy.
 
 use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 
 use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
@@ -20,7 +21,7 @@ use super::refuse::{self, Decision, configs};
 use crate::error::ProxyError;
 
 const BROKER_RESOURCE: i8 = 4;
-const POLICY_VIOLATION: i16 = 44;
+const POLICY_VIOLATION: i16 = ResponseError::PolicyViolation.code();
 
 /// Broker keys that are defaults of topic configs (Kafka's `ServerTopicConfigSynonyms`).
 const TOPIC_DEFAULTS: &[&str] = &[

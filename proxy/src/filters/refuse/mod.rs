@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, RequestHeader};
 use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -29,7 +30,7 @@ pub(crate) mod text;
 pub(crate) mod topics;
 
 /// The code refused partitions get (see `produce` for why not READ_ONLY_TOPIC).
-pub(crate) const REFUSED_CODE: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
+pub(crate) const REFUSED_CODE: i16 = ResponseError::TopicAuthorizationFailed.code();
 
 /// What to do with a request.
 pub(crate) enum Decision {

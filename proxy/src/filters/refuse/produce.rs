@@ -13,6 +13,7 @@
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, decode_response, encode_request, encode_response};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
@@ -23,7 +24,7 @@ use crate::filters::api::Merge;
 /// The code of a Produce v13+ naming a topic id the proxy cannot check yet (some mirror topic's
 /// id is not known yet, e.g. just after a restart): retriable, the client refreshes its metadata
 /// and sends again.
-const PENDING_CODE: i16 = 100; // UNKNOWN_TOPIC_ID
+const PENDING_CODE: i16 = ResponseError::UnknownTopicId.code();
 
 /// Decides what to do with a Produce request frame (prefix included).
 pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {

@@ -13,6 +13,7 @@
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::codec::{decode_request, encode_response};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, DeleteRecordsRequest,
     DeleteRecordsResponse, DeleteTopicsRequest, DeleteTopicsResponse, DescribeProducersRequest, DescribeProducersResponse, TopicName,
@@ -24,7 +25,7 @@ use super::text::Shown;
 use super::{Decision, Protected, REFUSED_CODE, partitions_by_topic, partitions_of, split, take};
 use super::{configs, layout};
 
-const OPERATION_NOT_ATTEMPTED: i16 = 55;
+const OPERATION_NOT_ATTEMPTED: i16 = ResponseError::OperationNotAttempted.code();
 const TOPIC_RESOURCE: i8 = 2;
 
 /// Whether `key`/`version` can touch a mirror topic in a way the proxy refuses.

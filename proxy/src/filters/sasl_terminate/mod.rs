@@ -15,6 +15,7 @@ use std::sync::{Arc, RwLock};
 use bytes::Bytes;
 use kmp_config::SaslMechanism;
 use kmp_protocol::codec::{decode_request, encode_response};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::credentials::Credentials;
@@ -28,9 +29,9 @@ use crate::net::tls::Reloadable;
 
 mod login_backoff;
 
-const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-const ILLEGAL_SASL_STATE: i16 = 34;
-const SASL_AUTHENTICATION_FAILED: i16 = 58;
+const UNSUPPORTED_SASL_MECHANISM: i16 = ResponseError::UnsupportedSaslMechanism.code();
+const ILLEGAL_SASL_STATE: i16 = ResponseError::IllegalSaslState.code();
+const SASL_AUTHENTICATION_FAILED: i16 = ResponseError::SaslAuthenticationFailed.code();
 
 /// The credentials file, reloadable.
 pub(crate) struct CredentialStore {
