@@ -1,11 +1,14 @@
 //! Prometheus metrics of the proxy. Handles are created once here and cloned into sessions, so
-//! the request path never looks anything up by label. Serving `/metrics` belongs to `admin`.
+//! the request path never looks anything up by label. The registry also holds the collectors
+//! `admin` registers for the mirror engine's families, so `/metrics` is one encode of it; serving
+//! `/metrics` belongs to `admin`.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use kmp_protocol::codec::ApiKeyName;
 use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::mirror_api;
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -42,7 +45,8 @@ pub(crate) struct ApiMetrics {
 
 /// All metric handles plus the registry they are registered in.
 pub(crate) struct Metrics {
-    registry: Registry,
+    /// Locked only to add a collector and to encode a scrape, never on the request path.
+    registry: Mutex<Registry>,
     requests: Family<ApiLabel, Counter>,
     latency: Family<ApiLabel, Histogram>,
     /// Indexed by API key; filled on first use so `/metrics` lists only APIs that were used.
@@ -208,7 +212,7 @@ impl Metrics {
             connections_closed,
             buffered_request_bytes,
             buffer_waits,
-            registry,
+            registry: Mutex::new(registry),
         })
     }
 
@@ -252,10 +256,17 @@ impl Metrics {
         ApiMetrics { requests, latency }
     }
 
+    /// Adds `collector`'s families to every later scrape, after the proxy's own metrics and the
+    /// collectors added before it (names get the `kmp_` prefix).
+    pub(crate) fn register_collector(&self, collector: Box<dyn Collector>) {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner).register_collector(collector);
+    }
+
     /// The Prometheus text exposition.
     pub(crate) fn encode(&self) -> String {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
-        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+        if prometheus_client::encoding::text::encode(&mut out, &registry).is_err() {
             out.clear();
         }
         out

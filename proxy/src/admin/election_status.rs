@@ -2,9 +2,14 @@
 //! and the `kmp_engine_*` gauges of `/metrics`. Deciding is the engine's (`election`); serving
 //! the endpoints is `admin`'s.
 
-use std::fmt::Write;
+use std::fmt;
 
 use kmp_mirror_engine::ElectionView;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::collectors::family;
 
 /// The `/readyz` line: `engine: active (instance i, generation n)` or
 /// `engine: standby (instance i, generation n; active: j)`.
@@ -38,48 +43,52 @@ fn role_line(v: &ElectionView) -> String {
     }
 }
 
-/// The election gauges in OpenMetrics text (`engine_instance` and `group` as labels: `instance` is
-/// the label Prometheus sets for the scrape target).
-pub(crate) fn render(v: &ElectionView) -> String {
-    let labels = format!("engine_instance=\"{}\",group=\"{}\"", escape(&v.instance_id), escape(&v.group_id));
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# HELP kmp_engine_active 1 while this instance is the elected active mirror engine, 0 while standby."
-    );
-    let _ = writeln!(out, "# TYPE kmp_engine_active gauge");
-    let _ = writeln!(out, "kmp_engine_active{{{labels}}} {}", u8::from(v.active));
-    let _ = writeln!(
-        out,
-        "# HELP kmp_engine_generation Generation of the engine election group at the last decision."
-    );
-    let _ = writeln!(out, "# TYPE kmp_engine_generation gauge");
-    let _ = writeln!(out, "kmp_engine_generation{{{labels}}} {}", v.generation);
-    let _ = writeln!(out, "# HELP kmp_engine_takeovers Times this instance became the active mirror engine.");
-    let _ = writeln!(out, "# TYPE kmp_engine_takeovers counter");
-    let _ = writeln!(out, "kmp_engine_takeovers_total{{{labels}}} {}", v.takeovers);
+/// The election's families (collected by `collectors`): `engine_instance` and `group` as labels
+/// (`instance` is the label Prometheus sets for the scrape target).
+pub(crate) fn encode(v: &ElectionView, e: &mut DescriptorEncoder<'_>) -> fmt::Result {
+    let labels = [("engine_instance", v.instance_id.as_str()), ("group", v.group_id.as_str())];
+    family(
+        e,
+        "engine_active",
+        "1 while this instance is the elected active mirror engine, 0 while standby",
+        [(labels, ConstGauge::new(i64::from(v.active)))],
+    )?;
+    family(
+        e,
+        "engine_generation",
+        "Generation of the engine election group at the last decision",
+        [(labels, ConstGauge::new(i64::from(v.generation)))],
+    )?;
+    family(
+        e,
+        "engine_takeovers",
+        "Times this instance became the active mirror engine",
+        [(labels, ConstCounter::new(v.takeovers))],
+    )?;
     if let (true, Some((index, members))) = (v.share_work, v.share) {
-        let _ = writeln!(
-            out,
-            "# HELP kmp_engine_share_index This instance's place among the generation's members (with engine.share_work it copies that share of the partitions)."
-        );
-        let _ = writeln!(out, "# TYPE kmp_engine_share_index gauge");
-        let _ = writeln!(out, "kmp_engine_share_index{{{labels}}} {index}");
-        let _ = writeln!(out, "# HELP kmp_engine_share_members Members of the engine group's current generation.");
-        let _ = writeln!(out, "# TYPE kmp_engine_share_members gauge");
-        let _ = writeln!(out, "kmp_engine_share_members{{{labels}}} {members}");
+        family(
+            e,
+            "engine_share_index",
+            "This instance's place among the generation's members (with engine.share_work it copies that share of the partitions)",
+            [(labels, ConstGauge::new(index))],
+        )?;
+        family(
+            e,
+            "engine_share_members",
+            "Members of the engine group's current generation",
+            [(labels, ConstGauge::new(members))],
+        )?;
     }
-    out
-}
-
-/// A label value in the text format: backslash, quote and newline escaped.
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn render(v: &ElectionView) -> String {
+        crate::admin::collectors::text_of(v, encode)
+    }
 
     fn view(active: bool) -> ElectionView {
         ElectionView {

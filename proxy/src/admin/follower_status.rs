@@ -1,10 +1,14 @@
 //! What a follower instance (`engine.role = "follower"`) reports about following the state topic:
-//! its `/readyz` answer and its `/metrics` gauges, both from the engine crate's
+//! its `/readyz` answer and its `/metrics` gauges (collected by `collectors`), both from the engine crate's
 //! [`FollowProgress`]. Reading the topic belongs to the engine crate; serving HTTP to `admin`.
 
-use std::fmt::Write;
+use std::fmt;
 
 use kmp_mirror_engine::FollowProgress;
+use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::collectors::single;
 
 /// A follower that has not read the state topic for this long is not ready: a failover done
 /// through the engine instance meanwhile would not be seen (a healthy one reads every 500 ms).
@@ -44,9 +48,8 @@ pub(crate) fn readiness(p: &FollowProgress, now_ms: i64) -> (bool, String) {
     (true, format!("ready (following the mirror state topic {}: {at})\n", p.topic))
 }
 
-/// OpenMetrics lines of a follower (no trailing `# EOF`).
-pub(crate) fn render(p: &FollowProgress, now_ms: i64) -> String {
-    let mut out = String::new();
+/// A follower's gauges at `now_ms`, from what it last read (collected by `collectors`).
+pub(crate) fn encode((p, now_ms): &(FollowProgress, i64), e: &mut DescriptorEncoder<'_>) -> fmt::Result {
     let age = if p.last_read_ms > 0 {
         (now_ms - p.last_read_ms).max(0) as f64 / 1000.0
     } else {
@@ -54,29 +57,29 @@ pub(crate) fn render(p: &FollowProgress, now_ms: i64) -> String {
     };
     for (name, help, value) in [
         (
-            "kmp_state_follower_position",
+            "state_follower_position",
             "Next offset of the mirror state topic this follower reads",
-            p.position as f64,
+            p.position,
         ),
         (
-            "kmp_state_follower_end_offset",
+            "state_follower_end_offset",
             "High watermark of the mirror state topic at the last read (-1: none yet, or no topic)",
-            p.high_watermark as f64,
+            p.high_watermark,
         ),
         (
-            "kmp_state_follower_caught_up",
+            "state_follower_caught_up",
             "1 when the follower has read the mirror state topic to its end",
-            f64::from(u8::from(p.caught_up())),
-        ),
-        (
-            "kmp_state_follower_read_age_seconds",
-            "Seconds since the mirror state topic last answered this follower (-1: never)",
-            age,
+            i64::from(p.caught_up()),
         ),
     ] {
-        let _ = writeln!(out, "# HELP {name} {help}.\n# TYPE {name} gauge\n{name} {value}");
+        single(e, name, help, ConstGauge::new(value))?;
     }
-    out
+    single(
+        e,
+        "state_follower_read_age_seconds",
+        "Seconds since the mirror state topic last answered this follower (-1: never)",
+        ConstGauge::new(age),
+    )
 }
 
 #[cfg(test)]
@@ -113,12 +116,12 @@ mod tests {
 
     #[test]
     fn the_gauges_show_position_end_and_whether_caught_up() {
-        let text = render(&progress(true, 10, 12, 5_000), 7_000);
+        let text = crate::admin::collectors::text_of(&(progress(true, 10, 12, 5_000), 7_000), encode);
         for line in [
             "kmp_state_follower_position 10",
             "kmp_state_follower_end_offset 12",
             "kmp_state_follower_caught_up 0",
-            "kmp_state_follower_read_age_seconds 2",
+            "kmp_state_follower_read_age_seconds 2.0",
         ] {
             assert!(text.contains(line), "{line} in\n{text}");
         }

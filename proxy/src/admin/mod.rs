@@ -1,7 +1,8 @@
 //! The admin HTTP endpoint (hyper), and what it serves — this folder owns the REST API (`rest`,
 //! its `openapi.json` beside it), the dashboard (`dashboard`, its assets in `dashboard/`), the
-//! engine's, election's and follower's `/metrics` and `/readyz` text (`mirror_metrics`,
-//! `election_status`, `follower_status`) and the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
+//! engine's, election's and follower's `/metrics` families (`collectors`, registered on the proxy's
+//! registry when the endpoint starts, with `mirror_metrics`, `election_status`, `follower_status`),
+//! their `/readyz` text, and the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
 //! cluster answered the last metadata refresh, every known broker's node listener is bound and the
 //! mirror engine has loaded its stored state, 503 with the reasons otherwise —
 //! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
@@ -52,6 +53,7 @@ use crate::net::tls::TlsIdentity;
 use crate::shared::Shared;
 
 mod admin_slots;
+mod collectors;
 mod dashboard;
 mod election_status;
 mod follower_status;
@@ -71,6 +73,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, https = tls.is_some(), "admin endpoint listening");
     }
+    collectors::register(&shared.metrics, &shared.mirrors);
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
     let caps = AdminCaps::from_config(&shared.config.limits);
     accept_admin(listener, caps, stop, move |stream, peer| {
@@ -270,19 +273,7 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
             text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
         }
         "/metrics" => {
-            let mut body = shared.metrics.encode();
-            // The mirror gauges go before the closing "# EOF" of the OpenMetrics text.
-            let mut mirrors = mirror_metrics::render(&shared.mirrors.copying());
-            if let Some(follow) = &shared.mirrors.follow() {
-                mirrors.push_str(&follower_status::render(&follow.borrow(), kmp_mirror_engine::now_ms()));
-            }
-            if let Some(election) = shared.mirrors.election() {
-                mirrors.push_str(&election_status::render(&election));
-            }
-            match body.rfind("# EOF") {
-                Some(at) => body.insert_str(at, &mirrors),
-                None => body.push_str(&mirrors),
-            }
+            let body = shared.metrics.encode();
             let mut r = text(StatusCode::OK, body);
             if let Ok(v) = "application/openmetrics-text; version=1.0.0; charset=utf-8".parse() {
                 r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
