@@ -1,7 +1,7 @@
 //! The live dashboard on the admin endpoint: the page (`/dashboard/`, its script, style sheet and icon,
 //! embedded in the binary, no build step) and the one JSON document it polls
-//! (`/dashboard/api/state`: every mirror, its topics and partitions with state, offsets, lag in
-//! records and seconds, failure reasons and metadata-sync status). The page's own files answer
+//! (`/dashboard/api/state`: every mirror, its topics and partitions — REST's partition view plus
+//! lag in seconds and replication latency, `partition_view` — and metadata-sync status). The page's own files answer
 //! anyone (they hold no data); the state document has exactly the REST read rules
 //! (`rest::AdminAuth`), and the page's pause / resume / stop buttons call the REST routes under
 //! `/v1`, so they go through the same authorization. Every answer carries a Content-Security-Policy
@@ -14,6 +14,7 @@ use hyper::{Method, Response, StatusCode};
 use kmp_mirror_engine::Control;
 use serde_json::{Value, json};
 
+use super::partition_view::DashboardPartition;
 use super::rest::AdminAuth;
 
 /// The page, its script, its style sheet and its icon (`proxy/src/dashboard/`).
@@ -85,13 +86,13 @@ pub(crate) fn state(control: &Control, now_ms: i64) -> Value {
             let topics: Vec<Value> = names
                 .iter()
                 .map(|topic| {
-                    let mut parts: Vec<Value> = described
+                    let mut parts: Vec<DashboardPartition> = described
                         .iter()
                         .filter(|(t, _)| t == topic)
                         .flat_map(|(_, parts)| parts.iter())
-                        .map(|p| partition(p, now_ms))
+                        .map(|p| DashboardPartition::of(p, now_ms))
                         .collect();
-                    parts.sort_by_key(|p| p["partition"].as_i64());
+                    parts.sort_by_key(|p| p.view.partition);
                     json!({ "topic": topic, "desired": control.desired(topic).map(|d| d.as_str()), "partitions": parts })
                 })
                 .collect();
@@ -110,24 +111,6 @@ pub(crate) fn state(control: &Control, now_ms: i64) -> Value {
         })
         .collect();
     json!({ "now_ms": now_ms, "follower": control.is_follower(), "mirrors": mirrors })
-}
-
-/// One partition's row (partition -1: the topic failed as a whole).
-fn partition(p: &kmp_mirror_engine::PartitionDetail, now_ms: i64) -> Value {
-    let s = &p.status;
-    json!({
-        "partition": p.partition,
-        "state": s.state.as_str(),
-        "source_offset": s.source_high_watermark,
-        "source_last_stable_offset": s.source_last_stable_offset,
-        "destination_offset": s.destination_next_offset,
-        "lag_records": s.lag_records(),
-        "lag_seconds": s.lag_seconds(now_ms),
-        "replication_latency_ms": s.replication_latency_ms,
-        "records": s.records_mirrored,
-        "fillers": s.filler_records,
-        "last_error": s.last_error,
-    })
 }
 
 fn asset(status: StatusCode, content_type: &'static str, body: &'static str) -> Response<Full<Bytes>> {

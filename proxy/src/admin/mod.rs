@@ -2,7 +2,8 @@
 //! its `openapi.json` beside it), the dashboard (`dashboard`, its assets in `dashboard/`), the
 //! engine's, election's and follower's `/metrics` families (`collectors`, registered on the proxy's
 //! registry when the endpoint starts, with `mirror_metrics`, `election_status`, `follower_status`),
-//! their `/readyz` text, and the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
+//! their `/readyz` text, the partition view REST and the dashboard share (`partition_view`) and
+//! the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
 //! cluster answered the last metadata refresh, every known broker's node listener is bound and the
 //! mirror engine has loaded its stored state, 503 with the reasons otherwise —
 //! on a follower: has read the state topic to its end and keeps reading it, `follower_status`),
@@ -58,6 +59,7 @@ mod dashboard;
 mod election_status;
 mod follower_status;
 mod mirror_metrics;
+mod partition_view;
 mod rest;
 
 /// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.

@@ -259,7 +259,7 @@
       for (const p of t.partitions) {
         partitions += 1;
         states.set(p.state, (states.get(p.state) || 0) + 1);
-        if (p.lag_records > 0) records += p.lag_records;
+        if (p.lag > 0) records += p.lag;
         worst = Math.max(worst, p.lag_seconds || 0);
       }
     }
@@ -331,7 +331,7 @@
     tv.desired.textContent = t.desired ? 'desired: ' + t.desired.toUpperCase() : 'not running';
     tv.desired.className = 'desired desired-' + (t.desired || 'none');
     tv.root.dataset.desired = t.desired || '';
-    const lag = t.partitions.reduce((a, p) => a + Math.max(0, p.lag_records), 0);
+    const lag = t.partitions.reduce((a, p) => a + Math.max(0, p.lag), 0);
     tv.lag.textContent = 'lag ' + lag + ' records';
     enable(tv.buttons, follower || !t.desired ? new Set() : new Set([t.desired]));
     tv.body.replaceChildren(...t.partitions.map((p) => el('tr', { class: 'row-' + p.state, data: { partition: String(p.partition), state: p.state } },
@@ -341,7 +341,7 @@
         ? { class: 'num source-offset stale', title: 'as of the last fetch: not refreshed while the partition does not copy', text: offset(p.source_offset) }
         : { class: 'num source-offset', text: offset(p.source_offset) }),
       el('td', { class: 'num destination-offset', text: offset(p.destination_offset) }),
-      el('td', { class: 'num lag-records', text: String(Math.max(0, p.lag_records)) }),
+      el('td', { class: 'num lag-records', text: String(Math.max(0, p.lag)) }),
       el('td', { class: 'num lag-seconds', text: seconds(p.lag_seconds) }),
       el('td', { class: 'num', text: String(p.records) }),
       el('td', { class: 'num', text: String(p.fillers) }),

@@ -35,6 +35,8 @@ mod origin;
 
 pub(crate) use auth::AdminAuth;
 
+use super::partition_view::PartitionView;
+
 /// Body of the start / pause / resume / stop routes.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -256,28 +258,7 @@ fn describe(control: &Control, name: &str) -> Response<Full<Bytes>> {
         .describe(name)
         .into_iter()
         .map(|(topic, parts)| {
-            let partitions: Vec<Value> = parts
-                .iter()
-                .map(|p| {
-                    let s = &p.status;
-                    let recent = s.rate.recent(now);
-                    json!({
-                        "partition": p.partition,
-                        "state": s.state.as_str(),
-                        "source_offset": s.source_high_watermark,
-                        "source_last_stable_offset": s.source_last_stable_offset,
-                        "destination_offset": s.destination_next_offset,
-                        "lag": s.lag_records(),
-                        "records": s.records_mirrored,
-                        "fillers": s.filler_records,
-                        "bytes": s.bytes_mirrored,
-                        "records_per_sec": recent.records_per_sec(),
-                        "bytes_per_sec": recent.bytes_per_sec(),
-                        "rate_window_ms": recent.span_ms,
-                        "last_error": s.last_error,
-                    })
-                })
-                .collect();
+            let partitions: Vec<PartitionView> = parts.iter().map(|p| PartitionView::of(p, now)).collect();
             json!({ "topic": topic, "desired": control.desired(&topic).map(|d| d.as_str()), "partitions": partitions })
         })
         .collect();
