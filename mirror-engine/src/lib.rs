@@ -46,7 +46,7 @@ pub use ha::forward::{ForwardError, Forwarding, RequestHandler};
 pub use ha::share::{Share, owner_index};
 pub use lease::Lease;
 pub use state::catalog::{Catalog, CatalogTopic};
-pub use state::records::{Desired, MirrorRecord, PartitionRecord, TopicRecord};
+pub use state::records::{Desired, How, MirrorRecord, Named, Origin, PartitionRecord, Stored, TopicRecord};
 pub use state::status::{PartitionKey, PartitionState, PartitionStatus, StatusBoard, now_ms};
 pub use state::store::StateStore;
 pub use state::sync_status::{SyncKind, SyncStatus};

@@ -11,7 +11,7 @@ use tracing::{debug, info};
 use crate::control::settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
 use crate::control::{Control, TopicResult, codes};
 use crate::state::records::Desired;
-use crate::state::records::MirrorRecord;
+use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
 
 use codes::{
@@ -83,7 +83,7 @@ impl Control {
         };
         if let Err(e) = store
             .put_mirror(&MirrorRecord {
-                origin: "api".into(),
+                origin: Origin::Api.into(),
                 definition: def.clone(),
             })
             .await
@@ -199,7 +199,7 @@ impl Control {
                 .mirrors()
                 .into_iter()
                 .find(|m| m.definition.name == name)
-                .map_or("api".to_owned(), |m| m.origin);
+                .map_or(Origin::Api.into(), |m| m.origin);
             if let Err(e) = store
                 .put_mirror(&MirrorRecord {
                     origin,

@@ -529,7 +529,7 @@ impl Control {
             return Some(*rt.desired.borrow());
         }
         self.claimed_by(topic)?;
-        self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
+        self.store()?.topic_owner(topic).map(|o| o.desired_state())
     }
 }
 

@@ -7,7 +7,7 @@ use kmp_config::MirrorConfig;
 
 use crate::control::{Control, codes, shown_servers};
 use crate::error::MirrorError;
-use crate::state::records::MirrorRecord;
+use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
 
 use codes::{INVALID_CONFIG, INVALID_REQUEST};
@@ -156,8 +156,8 @@ impl Control {
             .mirrors()
             .into_iter()
             .find(|m| m.definition.name == name)
-            .map_or("api".to_owned(), |m| m.origin);
-        if origin == "config" {
+            .map_or(Origin::Api.into(), |m| m.origin);
+        if origin.is(Origin::Config) {
             return (
                 INVALID_REQUEST,
                 Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")),

@@ -290,7 +290,7 @@ impl Control {
         let now = tokio::time::Instant::now();
         let Some(store) = self.inner.store.get() else { return Ok(now) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(now) };
-        record.desired = to.as_str().to_owned();
+        record.desired = to.into();
         // Writable only once a stop has finished (`record_writable`), never on the request.
         record.writable = Some(false);
         store.put_topic_recorded(topic, &record).await

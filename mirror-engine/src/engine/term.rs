@@ -18,7 +18,7 @@ use crate::error::MirrorError;
 use crate::follow::follower as follow;
 use crate::ha::forward;
 use crate::mirrors::discovery as mirrors;
-use crate::state::records::MirrorRecord;
+use crate::state::records::{MirrorRecord, Origin};
 use crate::state::store::StateStore;
 use crate::sync;
 
@@ -126,7 +126,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     let created: Vec<MirrorConfig> = store
         .mirrors()
         .into_iter()
-        .filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name))
+        .filter(|r| r.origin.is(Origin::Api) && !mirrors.iter().any(|m| m.name == r.definition.name))
         .map(|r| r.definition)
         // Stored before the allow-list existed or changed since: such a mirror is not started
         // (its topics stay registered and read-only) until the list allows its source again. It
@@ -167,7 +167,7 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
 fn boot_worker(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
     shared.control.set_store(store.clone());
     spawn_persist(&shared, &store, flush, done);
-    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
+    let stored = store.mirrors().into_iter().filter(|r| r.origin.is(Origin::Api)).map(|r| r.definition);
     let mut all: Vec<MirrorConfig> = mirrors;
     for def in stored {
         if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
@@ -219,7 +219,7 @@ async fn learn_state_topic_id(shared: Shared, topic: String) {
 async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
     for m in mirrors {
         let r = MirrorRecord {
-            origin: "config".into(),
+            origin: Origin::Config.into(),
             definition: m.clone(),
         };
         if let Err(e) = store.put_mirror(&r).await {
@@ -229,7 +229,7 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
     for stale in store
         .mirrors()
         .into_iter()
-        .filter(|r| r.origin == "config" && !mirrors.iter().any(|m| m.name == r.definition.name))
+        .filter(|r| r.origin.is(Origin::Config) && !mirrors.iter().any(|m| m.name == r.definition.name))
     {
         info!(mirror = %stale.definition.name, "mirror no longer in the config; removing its stored definition (its topics stay)");
         if let Err(e) = store.delete_mirror(&stale.definition.name).await {

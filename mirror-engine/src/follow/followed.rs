@@ -16,7 +16,6 @@ use tracing::{debug, warn};
 
 use crate::control::Control;
 use crate::follow::writes::CatalogWrites;
-use crate::state::records::Desired;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex};
 use crate::state::store::parse_value;
 
@@ -128,8 +127,11 @@ impl FollowedState {
         if !legal_name(&record.mirror) || record.partitions > MAX_PARTITIONS {
             return Applied::Ignored(format!("mirror {:?} with {} partitions is not believable", record.mirror, record.partitions));
         }
+        if let crate::state::records::Stored::Unknown(other) = &record.desired {
+            warn!(key, desired = %other, "the stored desired state is not one this version knows; shown as mirroring");
+        }
         self.control
-            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired));
+            .show_followed_topic(topic, &record.mirror, record.partitions, record.desired_state());
         self.writes.topic(topic, Some((&record.mirror, record.is_writable())));
         Applied::Changed
     }
@@ -188,6 +190,7 @@ impl FollowedState {
 mod tests {
     use super::*;
     use crate::state::catalog::Catalog;
+    use crate::state::records::Desired;
     use crate::state::status::{PartitionState, StatusBoard};
 
     fn followed() -> (FollowedState, Catalog, Control) {
