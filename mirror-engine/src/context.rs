@@ -8,7 +8,7 @@ use kmp_config::MirrorConfig;
 use tokio::sync::watch;
 
 use crate::cluster::client::ClusterClient;
-use crate::control::Control;
+use crate::control::TermControl;
 use crate::copy::budget::Budget;
 use crate::copy::fetch::session::FetchSessions;
 use crate::copy::produce::mux::Producers;
@@ -26,7 +26,7 @@ pub(crate) struct Shared {
     pub(crate) status: StatusBoard,
     pub(crate) budget: Budget,
     pub(crate) topics: Catalog,
-    pub(crate) control: Control,
+    pub(crate) control: TermControl,
     pub(crate) max_in_flight: usize,
     /// The destination's produce lanes, one per broker, shared by every mirror.
     pub(crate) producers: Producers,

@@ -1,7 +1,7 @@
 //! The KIP-1279 operations that change mirror definitions — create a mirror, start topics,
 //! delete a mirror — and the mirror name rules. Declared (config file) and created (API) mirrors
 //! are the same objects; only the `origin` in the state topic differs. Launching a mirror and
-//! discovering its topics is `mirrors::discovery`'s (reached through the launcher the term sets).
+//! discovering its topics is `mirrors::discovery`'s (asked of the term's command loop, `TermCommand::Launch`).
 
 use std::collections::{HashMap, HashSet};
 
@@ -9,9 +9,11 @@ use kmp_config::MirrorConfig;
 use tracing::{debug, info};
 
 use crate::control::settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
-use crate::control::{Control, TopicResult, codes};
+use tokio::sync::oneshot;
+
+use crate::control::{TermCommand, TermControl, TopicResult, codes};
 use crate::state::records::Desired;
-use crate::state::records::MirrorRecord;
+use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
 
 use codes::{
@@ -39,12 +41,12 @@ pub fn invalid_mirror_name(name: &str) -> Option<String> {
     None
 }
 
-impl Control {
+impl TermControl {
     /// CreateClusterMirror: a new mirror from KIP-1279 configs (`bootstrap.servers` required;
     /// `mirror.topics.include` / `.exclude` comma-separated regexes; the source connection's
     /// `security.protocol`, `ssl.*` and `sasl.*` properties, secrets by `file:`/`env:` reference only).
     /// Returns the error code and message.
-    pub async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
+    pub(crate) async fn create_mirror(&self, name: &str, configs: &[(String, Option<String>)]) -> (i16, Option<String>) {
         let booted = self.booted_store().await;
         let get = |k: &str| configs.iter().find(|(n, _)| n == k).and_then(|(_, v)| v.as_deref());
         if let Some(message) = invalid_mirror_name(name) {
@@ -83,23 +85,23 @@ impl Control {
         };
         if let Err(e) = store
             .put_mirror(&MirrorRecord {
-                origin: "api".into(),
+                origin: Origin::Api.into(),
                 definition: def.clone(),
             })
             .await
         {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot record the mirror: {e}")));
         }
-        match self.inner_launcher() {
-            Some(launch) => launch(def),
-            None => return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into())),
+        let (done, launched) = oneshot::channel();
+        if !self.command(TermCommand::Launch { def: Box::new(def), done }).await || launched.await.is_err() {
+            return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
         }
         info!(mirror = name, "cluster mirror created");
         (codes::NONE, None)
     }
 
     /// StartMirrorTopics: adds topics (and include/exclude patterns) to a mirror and starts them.
-    pub async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
+    pub(crate) async fn start_topics(&self, name: &str, topics: &[String], include: &[String], exclude: &[String]) -> (i16, Option<String>, Vec<TopicResult>) {
         let _ = self.booted_store().await;
         let Some(mut def) = self.definition(name) else {
             // A name no mirror could have is refused alone; an unknown one is named once, at
@@ -199,7 +201,7 @@ impl Control {
                 .mirrors()
                 .into_iter()
                 .find(|m| m.definition.name == name)
-                .map_or("api".to_owned(), |m| m.origin);
+                .map_or(Origin::Api.into(), |m| m.origin);
             if let Err(e) = store
                 .put_mirror(&MirrorRecord {
                     origin,
@@ -216,7 +218,7 @@ impl Control {
 
     /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become
     /// ordinary topics (detached), the definition and their state are removed.
-    pub async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
+    pub(crate) async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
         let _ = self.booted_store().await;
         if !self.has_mirror(name) {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
@@ -264,8 +266,18 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::control::handle::Control;
+    use crate::control::{TermParts, term_for_tests};
     use crate::state::catalog::Catalog;
     use crate::state::status::StatusBoard;
+
+    /// A booted term's control that allows `allow` as API sources (no state store).
+    fn term(allow: &[&str]) -> TermControl {
+        let allow = allow.iter().map(|s| (*s).to_owned()).collect();
+        let control = term_for_tests(StatusBoard::default(), Catalog::default(), TermParts::none(allow));
+        control.mark_booted();
+        control
+    }
 
     fn configs(bootstrap: &str) -> Vec<(String, Option<String>)> {
         vec![("bootstrap.servers".to_owned(), Some(bootstrap.to_owned()))]
@@ -273,8 +285,7 @@ mod tests {
 
     #[tokio::test]
     async fn api_created_mirrors_need_an_allowed_source_and_nothing_connects_before() {
-        let control = Control::new(StatusBoard::default(), Catalog::default());
-        control.mark_booted();
+        let control = term(&[]);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
 
@@ -287,7 +298,7 @@ mod tests {
         assert_eq!(code, INVALID_CONFIG);
         assert!(!msg.unwrap().contains("hunter2"), "credentials are never echoed");
 
-        control.set_source_allow(vec!["10.0.4.*:*".to_owned()]);
+        let control = term(&["10.0.4.*:*"]);
         let (code, msg) = control.create_mirror("m", &configs(&addr)).await;
         assert_eq!(code, INVALID_CONFIG);
         assert!(msg.unwrap().contains(&addr));
@@ -298,8 +309,7 @@ mod tests {
 
     #[tokio::test]
     async fn start_topics_on_an_unknown_mirror_names_it_once_and_refuses_an_overlong_name_alone() {
-        let control = Control::new(StatusBoard::default(), Catalog::default());
-        control.mark_booted();
+        let control = term(&[]);
         let topics = vec!["t".to_owned(); 1000];
 
         let (code, msg, results) = control.start_topics("missing", &topics, &[], &[]).await;
@@ -322,11 +332,38 @@ mod tests {
 
     #[tokio::test]
     async fn an_allowed_source_passes_the_check() {
-        let control = Control::new(StatusBoard::default(), Catalog::default());
-        control.set_source_allow(vec!["127.0.0.1:*".to_owned()]);
-        control.mark_booted();
+        let control = term(&["127.0.0.1:*"]);
         // No state store in this test: getting as far as storing means the source check passed.
         let (code, _) = control.create_mirror("m", &configs("127.0.0.1:9092")).await;
         assert_eq!(code, codes::COORDINATOR_NOT_AVAILABLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn before_its_term_is_built_the_handle_answers_after_the_boot_wait_as_an_empty_engine() {
+        let handle = Control::new(StatusBoard::default(), Catalog::default(), vec!["127.0.0.1:*".to_owned()]);
+        let start = tokio::time::Instant::now();
+        let (code, msg) = handle.create_mirror("m", &configs("127.0.0.1:9092")).await;
+        assert_eq!(
+            (code, msg.as_deref()),
+            (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting"))
+        );
+        assert_eq!(start.elapsed(), super::super::BOOT_WAIT, "one boot wait");
+        assert_eq!(
+            handle.create_mirror("m", &configs("10.0.0.1:9092")).await.0,
+            INVALID_CONFIG,
+            "the allow-list applies"
+        );
+        let paused = handle.pause_topics("m", &["a".to_owned()]).await;
+        assert_eq!(paused[0].error_code, codes::COORDINATOR_LOAD_IN_PROGRESS);
+        assert!(handle.list().is_empty() && !handle.is_follower() && handle.follower_refusal().is_none());
+
+        // The term publishes its control, then opens the gate: requests reach the term.
+        let term = handle.build(TermParts::none(Vec::new()));
+        term.add_mirror(MirrorConfig::new("m", vec!["127.0.0.1:9092".into()]));
+        handle.publish(term, None);
+        assert!(handle.has_mirror("m") && !handle.is_booted());
+        handle.mark_booted();
+        assert_eq!(handle.delete_mirror("x").await.0, codes::UNKNOWN_CLUSTER_MIRROR);
+        assert_eq!(handle.create_mirror("m", &configs("127.0.0.1:9092")).await.0, CLUSTER_MIRROR_ALREADY_EXISTS);
     }
 }

@@ -5,31 +5,40 @@
 //! codes. This folder owns the operations and their data: the state changes (`transitions`),
 //! the graceful stop's wait for copied data (`graceful`), the mirror definitions — create, start
 //! topics, delete (`definitions`) — and mirror settings shown and changed through the API
-//! (`settings`). Copying data belongs to `copy::partition`; what the front ends look like to the
-//! proxy.
+//! (`settings`). Copying data belongs to `copy::partition`.
+//!
+//! Two objects: a term's [`TermControl`] (here), built by the term once its state store is open
+//! and handed everything it acts on — store, sources, allow-list, role, barrier, views,
+//! forwarding and the term's command channel ([`TermCommand`]) — as constructor arguments; and
+//! the proxy's [`handle::Control`], which exists from the term's start (the boot gate, why boot is
+//! stuck, the status and sync boards, the catalog) and reaches the term's control once the term
+//! has published it.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
+use dashmap::{DashMap, DashSet};
 use kmp_config::MirrorConfig;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
 pub(crate) mod definitions;
 pub(crate) mod graceful;
+pub(crate) mod handle;
+mod parts;
 pub(crate) mod settings;
 mod transitions;
 
+pub(crate) use parts::{Role, TermCommand, TermParts};
+
 use crate::copy::sources::Sources;
+use crate::ha::forward::Forwarding;
+use crate::ha::share::Barrier;
 use crate::state::boot_gate::BootGate;
 use crate::state::catalog::Catalog;
 use crate::state::records::Desired;
 use crate::state::status::{PartitionStatus, StatusBoard};
 use crate::state::store::StateStore;
-use crate::state::sync_status::{SyncBoard, SyncKind, SyncStatus};
-
-/// Runs the last group offset sync of a mirror's topics when they are stopped.
-pub(crate) type FinalSync = Arc<dyn Fn(String, Vec<String>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> + Send + Sync>;
+use crate::state::sync_status::SyncBoard;
 
 /// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
 pub use kmp_protocol::mirror_api::errors as codes;
@@ -83,32 +92,9 @@ pub(crate) struct TopicRuntime {
     pub(crate) spawn: Arc<dyn Fn(i32) + Send + Sync>,
 }
 
-/// Runtime control of the engine's mirrors; cheap to clone.
-#[derive(Clone)]
-pub struct Control {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    topics: DashMap<String, TopicRuntime>,
-    /// Mirror name → its current definition (config file or API).
-    mirrors: DashMap<String, MirrorConfig>,
-    /// Topics this term took up (a discovery loop prepares and copies them); which mirror owns
-    /// a topic is the catalog's.
-    taken: dashmap::DashSet<String>,
-    /// Bumped whenever `topics` gains or loses a topic (waiters subscribe instead of polling).
-    runtimes: watch::Sender<u64>,
-    /// Wakes a mirror's discovery loop when its definition changed.
-    wake: DashMap<String, Arc<Notify>>,
-    /// Starts a new mirror's discovery (set when the engine has booted).
-    launcher: OnceLock<Arc<dyn Fn(MirrorConfig) + Send + Sync>>,
-    store: OnceLock<Arc<StateStore>>,
-    /// Management requests forwarded between instances (`auto` only).
-    forwarding: OnceLock<crate::ha::forward::Forwarding>,
-    /// The engine's source clients (set at boot; a follower has none).
-    sources: OnceLock<Arc<Sources>>,
-    /// The group offset pass run before stopped topics become writable (set at boot).
-    final_sync: OnceLock<FinalSync>,
+/// What the proxy's handle and each of its term's controls share: the boards, the catalog and
+/// the boot gate.
+struct Common {
     status: StatusBoard,
     sync: SyncBoard,
     /// The instance's catalog of mirror topics (outlives this term).
@@ -117,21 +103,52 @@ struct Inner {
     booted: BootGate,
     /// Why the state topic cannot be opened, while the engine keeps retrying (for `/readyz`).
     boot_problem: std::sync::Mutex<Option<String>>,
-    /// `security.mirror_source_allow`: what API-created mirrors may use as `bootstrap.servers`
-    /// (unset: nothing).
-    source_allow: OnceLock<Vec<String>>,
-    /// Set on an instance that follows the state topic instead of running the engine
-    /// (`engine.role = "follower"`): its views are the followed state, and it changes nothing.
-    follower: OnceLock<String>,
-    /// With shared work (`engine.share_work`, the active instance): what pause and stop wait
-    /// behind, since the partitions are copied by every member (see `share`).
-    barrier: OnceLock<crate::ha::share::Barrier>,
-    /// With shared work: the partitions as the members recorded them in the state topic (a
-    /// follower's board), which describe and the graceful stop read.
-    views: OnceLock<StatusBoard>,
+}
+
+/// One term's control of its mirrors; cheap to clone. Built by the term once its state store
+/// is open (see the module doc).
+#[derive(Clone)]
+pub(crate) struct TermControl {
+    inner: Arc<Term>,
+}
+
+/// The mirror definitions a term knows (config file or API), and what wakes their loops.
+#[derive(Default)]
+struct Definitions {
+    /// Mirror name → its current definition.
+    mirrors: DashMap<String, MirrorConfig>,
+    /// Wakes a mirror's discovery loop when its definition changed.
+    wake: DashMap<String, Arc<Notify>>,
+}
+
+/// The mirror topics a term runs (or, on a follower, shows).
+struct Runtimes {
+    topics: DashMap<String, TopicRuntime>,
+    /// Topics this term took up (a discovery loop prepares and copies them); which mirror owns
+    /// a topic is the catalog's.
+    taken: DashSet<String>,
+    /// Bumped whenever `topics` gains or loses a topic (waiters subscribe instead of polling).
+    changes: watch::Sender<u64>,
     /// With shared work: topics whose pause or stop was recorded but whose barrier has not
     /// passed yet (a retry passes one).
-    unsettled: dashmap::DashSet<String>,
+    unsettled: DashSet<String>,
+}
+
+struct Term {
+    common: Arc<Common>,
+    definitions: Definitions,
+    runtimes: Runtimes,
+    store: Option<Arc<StateStore>>,
+    sources: Option<Arc<Sources>>,
+    source_allow: Vec<String>,
+    role: Role,
+    forwarding: Option<Forwarding>,
+    /// Weak: the term's command loop holds this control, so a strong sender here would keep
+    /// the loop alive forever; the strong one is the handle's (`handle::Control::publish`).
+    commands: Option<mpsc::WeakSender<TermCommand>>,
+    /// Whether the boot wait applies (a handle's stand-in before its term is built answers at
+    /// once: its caller waited already).
+    waits_for_boot: bool,
 }
 
 /// The answer to a management request while the stored state is still loading (retriable).
@@ -146,85 +163,90 @@ const BOOT_WAIT: Duration = Duration::from_secs(30);
 /// How long a pause or stop waits for the partition tasks to finish.
 const HALT_TIMEOUT: Duration = Duration::from_secs(60);
 
-impl std::fmt::Debug for Control {
+impl std::fmt::Debug for TermControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Control").field("topics", &self.inner.topics.len()).finish()
+        f.debug_struct("TermControl").field("topics", &self.inner.runtimes.topics.len()).finish()
     }
 }
 
-impl Control {
-    pub(crate) fn new(status: StatusBoard, catalog: Catalog) -> Self {
+impl TermControl {
+    fn with(common: Arc<Common>, parts: TermParts, waits_for_boot: bool) -> Self {
+        let TermParts {
+            store,
+            sources,
+            source_allow,
+            role,
+            forwarding,
+            commands,
+        } = parts;
         Self {
-            inner: Arc::new(Inner {
-                topics: DashMap::new(),
-                mirrors: DashMap::new(),
-                taken: dashmap::DashSet::new(),
-                runtimes: watch::Sender::new(0),
-                wake: DashMap::new(),
-                launcher: OnceLock::new(),
-                store: OnceLock::new(),
-                sources: OnceLock::new(),
-                forwarding: OnceLock::new(),
-                final_sync: OnceLock::new(),
-                status,
-                sync: SyncBoard::default(),
-                catalog,
-                booted: BootGate::default(),
-                boot_problem: std::sync::Mutex::new(None),
-                source_allow: OnceLock::new(),
-                follower: OnceLock::new(),
-                barrier: OnceLock::new(),
-                views: OnceLock::new(),
-                unsettled: dashmap::DashSet::new(),
+            inner: Arc::new(Term {
+                common,
+                definitions: Definitions::default(),
+                runtimes: Runtimes {
+                    topics: DashMap::new(),
+                    taken: DashSet::new(),
+                    changes: watch::Sender::new(0),
+                    unsettled: DashSet::new(),
+                },
+                store,
+                sources,
+                source_allow,
+                role,
+                forwarding,
+                commands: commands.as_ref().map(mpsc::Sender::downgrade),
+                waits_for_boot,
             }),
         }
     }
 
-    /// Marks this instance as a follower of `state_topic` (once, at start).
-    pub(crate) fn set_follower(&self, state_topic: &str) {
-        let _ = self.inner.follower.set(state_topic.to_owned());
+    /// The shared-work barrier state changes wait behind, if copying is shared.
+    fn barrier(&self) -> Option<&Barrier> {
+        match &self.inner.role {
+            Role::Engine { barrier, .. } => barrier.as_ref(),
+            Role::Follower { .. } => None,
+        }
     }
 
-    /// Shares the copying with the other members: state changes wait behind `barrier` (once).
-    pub(crate) fn set_barrier(&self, barrier: crate::ha::share::Barrier) {
-        let _ = self.inner.barrier.set(barrier);
-    }
-
-    /// Shows partitions as `views` has them (the followed state topic) where copying is shared.
-    pub(crate) fn set_views(&self, views: StatusBoard) {
-        let _ = self.inner.views.set(views);
+    /// The members' partitions, where copying is shared.
+    fn views(&self) -> Option<&StatusBoard> {
+        match &self.inner.role {
+            Role::Engine { views, .. } => views.as_ref(),
+            Role::Follower { .. } => None,
+        }
     }
 
     /// The board partition progress is read from: the members' records where copying is
     /// shared, else this engine's own.
     pub(crate) fn progress_board(&self) -> &StatusBoard {
-        self.inner.views.get().unwrap_or(&self.inner.status)
+        self.views().unwrap_or(&self.inner.common.status)
     }
 
     /// Whether this instance follows the state topic instead of running the engine.
-    pub fn is_follower(&self) -> bool {
-        self.inner.follower.get().is_some()
+    pub(crate) fn is_follower(&self) -> bool {
+        matches!(self.inner.role, Role::Follower { .. })
     }
 
     /// The refusal every mutating management request (create, start, stop, pause, resume,
     /// delete, config changes) gets on a follower: NOT_CONTROLLER (41) and why. `None` on the
     /// engine instance. The front ends ask before doing anything.
-    pub fn follower_refusal(&self) -> Option<(i16, String)> {
-        self.inner.follower.get().map(|topic| {
-            (
+    pub(crate) fn follower_refusal(&self) -> Option<(i16, String)> {
+        match &self.inner.role {
+            Role::Follower { state_topic: topic } => Some((
                 codes::NOT_CONTROLLER,
                 format!(
                     "this kafka-mirror-proxy instance does not run the mirror engine (engine.role = follower; it follows the state topic {topic} and enforces it); send mirror changes to the instance with engine.role = engine"
                 ),
-            )
-        })
+            )),
+            Role::Engine { .. } => None,
+        }
     }
 
     /// The follower's view of one mirror topic (it has no copy tasks) in the list and describe
     /// views, with its desired state; the follower registers it in the catalog
     /// (`follow::writes`).
     pub(crate) fn show_followed_topic(&self, topic: &str, mirror: &str, partitions: usize, desired: Desired) {
-        if let Some(mut rt) = self.inner.topics.get_mut(topic) {
+        if let Some(mut rt) = self.inner.runtimes.topics.get_mut(topic) {
             rt.mirror = mirror.to_owned();
             rt.partitions = partitions;
             rt.desired.send_replace(desired);
@@ -245,42 +267,33 @@ impl Control {
 
     /// The board the list and describe views read (a follower fills it from the state topic).
     pub(crate) fn status_board(&self) -> &StatusBoard {
-        &self.inner.status
-    }
-
-    /// Sets the `host:port` patterns API-created mirrors' sources must match (once, at start).
-    pub(crate) fn set_source_allow(&self, patterns: Vec<String>) {
-        let _ = self.inner.source_allow.set(patterns);
+        &self.inner.common.status
     }
 
     /// The `host:port` patterns API-created mirrors' sources must match (empty: none allowed).
     pub(crate) fn source_allow(&self) -> &[String] {
-        self.inner.source_allow.get().map_or(&[], Vec::as_slice)
-    }
-
-    pub(crate) fn set_store(&self, store: Arc<StateStore>) {
-        let _ = self.inner.store.set(store);
+        &self.inner.source_allow
     }
 
     pub(crate) fn add_mirror(&self, def: MirrorConfig) {
-        self.inner.mirrors.insert(def.name.clone(), def);
+        self.inner.definitions.mirrors.insert(def.name.clone(), def);
     }
 
     pub(crate) fn remove_mirror(&self, name: &str) {
-        self.inner.mirrors.remove(name);
-        self.inner.sync.remove(name);
+        self.inner.definitions.mirrors.remove(name);
+        self.inner.common.sync.remove(name);
         self.wake(name);
-        self.inner.wake.remove(name);
+        self.inner.definitions.wake.remove(name);
     }
 
     /// The current definition of mirror `name`.
-    pub fn definition(&self, name: &str) -> Option<MirrorConfig> {
-        self.inner.mirrors.get(name).map(|d| d.clone())
+    pub(crate) fn definition(&self, name: &str) -> Option<MirrorConfig> {
+        self.inner.definitions.mirrors.get(name).map(|d| d.clone())
     }
 
     pub(crate) fn set_definition(&self, def: MirrorConfig) {
         let name = def.name.clone();
-        self.inner.mirrors.insert(name.clone(), def);
+        self.inner.definitions.mirrors.insert(name.clone(), def);
         self.wake(&name);
     }
 
@@ -289,83 +302,77 @@ impl Control {
     /// boot, before its loop takes it up); false if another mirror owns it or this term took it
     /// up before.
     pub(crate) fn claim_topic(&self, topic: &str, mirror: &str) -> bool {
-        self.inner.catalog.claim(topic, mirror) && self.inner.taken.insert(topic.to_owned())
+        self.inner.common.catalog.claim(topic, mirror) && self.inner.runtimes.taken.insert(topic.to_owned())
     }
 
     /// The mirror that owns `topic` (the catalog's answer).
     pub(crate) fn claimed_by(&self, topic: &str) -> Option<String> {
-        self.inner.catalog.owner(topic)
+        self.inner.common.catalog.owner(topic)
     }
 
     /// Topics owned by `mirror`, sorted (the catalog's answer).
     pub(crate) fn claimed_topics(&self, mirror: &str) -> Vec<String> {
-        self.inner.catalog.topics_of(mirror)
+        self.inner.common.catalog.topics_of(mirror)
     }
 
     /// Forgets a topic of a deleted mirror: it is an ordinary topic again (the catalog keeps
     /// masking its fillers), and this term no longer runs it.
     pub(crate) fn forget_topic(&self, topic: &str) {
-        self.inner.catalog.remove(topic);
+        self.inner.common.catalog.remove(topic);
         self.forget_view(topic);
     }
 
     /// Forgets what this term runs or shows of `topic` (the catalog is left as it is).
     pub(crate) fn forget_view(&self, topic: &str) {
-        self.inner.taken.remove(topic);
-        if let Some((_, rt)) = self.inner.topics.remove(topic) {
+        let runtimes = &self.inner.runtimes;
+        runtimes.taken.remove(topic);
+        if let Some((_, rt)) = runtimes.topics.remove(topic) {
             for p in 0..rt.partitions as i32 {
-                self.inner.status.remove(&(rt.mirror.clone(), topic.to_owned(), p));
+                self.inner.common.status.remove(&(rt.mirror.clone(), topic.to_owned(), p));
             }
-            self.inner.runtimes.send_modify(|n| *n = n.wrapping_add(1));
+            runtimes.changes.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
 
     /// A receiver that sees every later change of the term's running topics.
     pub(crate) fn runtime_changes(&self) -> watch::Receiver<u64> {
-        self.inner.runtimes.subscribe()
+        self.inner.runtimes.changes.subscribe()
     }
 
     pub(crate) fn notifier(&self, name: &str) -> Arc<Notify> {
-        self.inner.wake.entry(name.to_owned()).or_insert_with(|| Arc::new(Notify::new())).clone()
+        self.inner
+            .definitions
+            .wake
+            .entry(name.to_owned())
+            .or_insert_with(|| Arc::new(Notify::new()))
+            .clone()
     }
 
     fn wake(&self, name: &str) {
-        if let Some(n) = self.inner.wake.get(name) {
+        if let Some(n) = self.inner.definitions.wake.get(name) {
             n.notify_one();
         }
     }
 
-    pub(crate) fn inner_launcher(&self) -> Option<Arc<dyn Fn(MirrorConfig) + Send + Sync>> {
-        self.inner.launcher.get().cloned()
-    }
-
-    pub(crate) fn set_launcher(&self, launch: Arc<dyn Fn(MirrorConfig) + Send + Sync>) {
-        let _ = self.inner.launcher.set(launch);
-    }
-
-    pub(crate) fn set_final_sync(&self, f: FinalSync) {
-        let _ = self.inner.final_sync.set(f);
+    /// Hands `command` to the term's command loop; false if the term has none (a follower's,
+    /// an engine that is off) or it is gone.
+    async fn command(&self, command: TermCommand) -> bool {
+        let Some(tx) = self.inner.commands.as_ref().and_then(mpsc::WeakSender::upgrade) else {
+            return false;
+        };
+        tx.send(command).await.is_ok()
     }
 
     /// Where metadata sync reports.
     pub(crate) fn sync_board(&self) -> &SyncBoard {
-        &self.inner.sync
-    }
-
-    /// Metadata sync status of mirror `name` per kind (last run, groups synced, errors).
-    pub fn sync_status(&self, name: &str) -> Vec<(SyncKind, SyncStatus)> {
-        self.inner.sync.get(name)
-    }
-
-    /// Metadata sync status of every mirror.
-    pub fn sync_snapshot(&self) -> Vec<((String, SyncKind), SyncStatus)> {
-        self.inner.sync.snapshot()
+        &self.inner.common.sync
     }
 
     /// Running topics of `mirror` whose desired state is `desired`, sorted.
     pub(crate) fn topics_in_state(&self, mirror: &str, desired: Desired) -> Vec<String> {
         let mut out: Vec<String> = self
             .inner
+            .runtimes
             .topics
             .iter()
             .filter(|t| t.mirror == mirror && *t.desired.borrow() == desired)
@@ -375,22 +382,14 @@ impl Control {
         out
     }
 
-    pub(crate) fn set_forwarding(&self, forwarding: crate::ha::forward::Forwarding) {
-        let _ = self.inner.forwarding.set(forwarding);
-    }
-
     /// The instance's forwarding of management requests (`auto` only).
-    pub(crate) fn forwarding(&self) -> Option<crate::ha::forward::Forwarding> {
-        self.inner.forwarding.get().cloned()
+    pub(crate) fn forwarding(&self) -> Option<Forwarding> {
+        self.inner.forwarding.clone()
     }
 
-    pub(crate) fn set_sources(&self, sources: Arc<Sources>) {
-        let _ = self.inner.sources.set(sources);
-    }
-
-    /// The shared client of mirror `def`'s source (a client of its own before boot).
+    /// The shared client of mirror `def`'s source (a client of its own without the term's).
     pub(crate) fn source_client(&self, def: &MirrorConfig) -> crate::cluster::client::ClusterClient {
-        match self.inner.sources.get() {
+        match &self.inner.sources {
             Some(sources) => sources.client(def),
             None => crate::cluster::client::ClusterClient::source_of(def, SOURCE_TIMEOUT),
         }
@@ -398,64 +397,44 @@ impl Control {
 
     /// Drops the source clients no remaining mirror uses (after a delete).
     pub(crate) fn release_unused_sources(&self) {
-        if let Some(sources) = self.inner.sources.get() {
-            let remaining: Vec<MirrorConfig> = self.inner.mirrors.iter().map(|m| m.value().clone()).collect();
+        if let Some(sources) = &self.inner.sources {
+            let remaining: Vec<MirrorConfig> = self.inner.definitions.mirrors.iter().map(|m| m.value().clone()).collect();
             sources.keep_only(&remaining);
         }
     }
 
     pub(crate) fn store(&self) -> Option<Arc<StateStore>> {
-        self.inner.store.get().cloned()
+        self.inner.store.clone()
     }
 
     /// The state store once the engine has booted, waiting at most `BOOT_WAIT` (a request can
     /// arrive while the state topic is still being read).
     pub(crate) async fn booted_store(&self) -> Option<Arc<StateStore>> {
-        if self.wait_booted().await { self.store() } else { None }
+        if !self.inner.waits_for_boot {
+            return None;
+        }
+        if self.inner.common.booted.wait(BOOT_WAIT).await { self.store() } else { None }
     }
 
     /// Marks the stored state as loaded (every stored mirror known, its topics registered).
     pub(crate) fn mark_booted(&self) {
-        self.inner.booted.open();
-    }
-
-    /// Records why booting is stuck (`None`: it is not, or no longer).
-    pub(crate) fn set_boot_problem(&self, problem: Option<String>) {
-        *self.inner.boot_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = problem;
-    }
-
-    /// Why the engine has not booted yet, when the last attempt to open its state topic failed.
-    pub fn boot_problem(&self) -> Option<String> {
-        self.inner.boot_problem.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
-    }
-
-    /// Whether the stored state is loaded: until then "no such mirror" may be wrong.
-    pub fn is_booted(&self) -> bool {
-        self.inner.booted.is_open()
-    }
-
-    /// Waits (at most `BOOT_WAIT`) until the stored state is loaded; whether it is.
-    pub async fn wait_booted(&self) -> bool {
-        self.inner.booted.wait(BOOT_WAIT).await
-    }
-
-    /// Waits at most `limit` for the stored state to be loaded; `true` once it is.
-    pub async fn wait_booted_for(&self, limit: std::time::Duration) -> bool {
-        self.inner.booted.wait(limit).await
+        self.inner.common.booted.open();
     }
 
     pub(crate) fn catalog(&self) -> &Catalog {
-        &self.inner.catalog
+        &self.inner.common.catalog
     }
 
     pub(crate) fn add_topic(&self, topic: &str, rt: TopicRuntime) {
-        self.inner.topics.insert(topic.to_owned(), rt);
-        self.inner.runtimes.send_modify(|n| *n = n.wrapping_add(1));
+        let runtimes = &self.inner.runtimes;
+        runtimes.topics.insert(topic.to_owned(), rt);
+        runtimes.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// `(partitions, desired)` of a running mirror topic of `mirror`.
     pub(crate) fn topic_shape(&self, topic: &str, mirror: &str) -> Option<(usize, Desired)> {
         self.inner
+            .runtimes
             .topics
             .get(topic)
             .filter(|rt| rt.mirror == mirror)
@@ -465,7 +444,7 @@ impl Control {
     /// Records that `topic` now has `partitions` and starts the copy tasks of the new ones
     /// (when the topic is mirroring).
     pub(crate) fn grow_topic(&self, topic: &str, partitions: usize) {
-        let Some(mut rt) = self.inner.topics.get_mut(topic) else { return };
+        let Some(mut rt) = self.inner.runtimes.topics.get_mut(topic) else { return };
         let old = rt.partitions;
         rt.partitions = partitions.max(old);
         let mirroring = *rt.desired.borrow() == Desired::Mirroring;
@@ -479,9 +458,10 @@ impl Control {
     }
 
     /// Every known mirror with its topics, by name.
-    pub fn list(&self) -> Vec<MirrorListing> {
+    pub(crate) fn list(&self) -> Vec<MirrorListing> {
         let mut out: Vec<MirrorListing> = self
             .inner
+            .definitions
             .mirrors
             .iter()
             .map(|m| MirrorListing {
@@ -495,15 +475,15 @@ impl Control {
     }
 
     /// Whether `name` is a known mirror.
-    pub fn has_mirror(&self, name: &str) -> bool {
-        self.inner.mirrors.contains_key(name)
+    pub(crate) fn has_mirror(&self, name: &str) -> bool {
+        self.inner.definitions.mirrors.contains_key(name)
     }
 
     /// Per topic, per partition status of mirror `name` (topic-level failures as partition -1).
-    pub fn describe(&self, name: &str) -> Vec<(String, Vec<PartitionDetail>)> {
+    pub(crate) fn describe(&self, name: &str) -> Vec<(String, Vec<PartitionDetail>)> {
         let mut topics: Vec<(String, Vec<PartitionDetail>)> = Vec::new();
-        let mut entries = self.inner.status.snapshot();
-        if let Some(views) = self.inner.views.get() {
+        let mut entries = self.inner.common.status.snapshot();
+        if let Some(views) = self.views() {
             // Shared work: partitions as the members recorded them; topic-level problems
             // (partition -1) are this engine's own.
             entries.retain(|((_, _, p), _)| *p < 0);
@@ -524,13 +504,36 @@ impl Control {
 
     /// The desired state of a mirror topic, if it is one (a stored topic not taken up yet
     /// since boot: what the state topic records).
-    pub fn desired(&self, topic: &str) -> Option<Desired> {
-        if let Some(rt) = self.inner.topics.get(topic) {
+    pub(crate) fn desired(&self, topic: &str) -> Option<Desired> {
+        if let Some(rt) = self.inner.runtimes.topics.get(topic) {
             return Some(*rt.desired.borrow());
         }
         self.claimed_by(topic)?;
-        self.store()?.topic_owner(topic).map(|o| Desired::parse(&o.desired))
+        self.store()?.topic_owner(topic).map(|o| o.desired_state())
     }
+}
+
+/// A follower's control with nothing else behind it (tests).
+#[cfg(test)]
+pub(crate) fn follower_for_tests(status: StatusBoard, catalog: Catalog) -> TermControl {
+    let parts = TermParts {
+        role: Role::Follower { state_topic: "__state".into() },
+        ..TermParts::none(Vec::new())
+    };
+    term_for_tests(status, catalog, parts)
+}
+
+/// An engine term's control with `parts` and a fresh handle's boards (tests).
+#[cfg(test)]
+pub(crate) fn term_for_tests(status: StatusBoard, catalog: Catalog, parts: TermParts) -> TermControl {
+    let common = Arc::new(Common {
+        status,
+        sync: SyncBoard::default(),
+        catalog,
+        booted: BootGate::default(),
+        boot_problem: std::sync::Mutex::new(None),
+    });
+    TermControl::with(common, parts, true)
 }
 
 /// `servers` as shown to users: the user-info part of an address with `@` (stored before such

@@ -5,9 +5,9 @@
 
 use kmp_config::MirrorConfig;
 
-use crate::control::{Control, codes, shown_servers};
+use crate::control::{TermControl, codes, shown_servers};
 use crate::error::MirrorError;
-use crate::state::records::MirrorRecord;
+use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
 
 use codes::{INVALID_CONFIG, INVALID_REQUEST};
@@ -109,10 +109,10 @@ pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-impl Control {
+impl TermControl {
     /// The mirror's configs as KIP-1279 names them (DescribeConfigs on resource type 64):
     /// `(name, value, sensitive)`; a secret's value is never returned (`None`, sensitive).
-    pub fn mirror_configs(&self, name: &str) -> Option<Vec<(String, Option<String>, bool)>> {
+    pub(crate) fn mirror_configs(&self, name: &str) -> Option<Vec<(String, Option<String>, bool)>> {
         let d = self.definition(name)?;
         let mut out: Vec<(String, Option<String>, bool)> = [
             ("bootstrap.servers", shown_servers(&d.source_bootstrap_servers)),
@@ -144,7 +144,7 @@ impl Control {
     /// IncrementalAlterConfigs on a mirror: `(name, operation, value)` with Kafka's operations
     /// (0 SET, 1 DELETE, 2 APPEND, 3 SUBTRACT). Mirrors declared in the config file are changed
     /// there, not here. Returns the error code and message.
-    pub async fn alter_mirror(&self, name: &str, ops: &[(String, i8, Option<String>)]) -> (i16, Option<String>) {
+    pub(crate) async fn alter_mirror(&self, name: &str, ops: &[(String, i8, Option<String>)]) -> (i16, Option<String>) {
         let _ = self.booted_store().await;
         let Some(def) = self.definition(name) else {
             return (codes::UNKNOWN_CLUSTER_MIRROR, Some(format!("cluster mirror {name} does not exist")));
@@ -156,8 +156,8 @@ impl Control {
             .mirrors()
             .into_iter()
             .find(|m| m.definition.name == name)
-            .map_or("api".to_owned(), |m| m.origin);
-        if origin == "config" {
+            .map_or(Origin::Api.into(), |m| m.origin);
+        if origin.is(Origin::Config) {
             return (
                 INVALID_REQUEST,
                 Some(format!("cluster mirror {name} is declared in the proxy's config file; change it there")),

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use super::{BOOT_WAIT, Control, HALT_TIMEOUT, LOADING, TopicResult, codes};
+use tokio::sync::oneshot;
+
+use super::{BOOT_WAIT, HALT_TIMEOUT, LOADING, TermCommand, TermControl, TopicResult, codes};
 use crate::state::records::Desired;
 use crate::state::status::PartitionState;
 
-impl Control {
+impl TermControl {
     /// Pauses topics: copying stops, they stay read-only.
-    pub async fn pause_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
+    pub(crate) async fn pause_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
         let mut out = Vec::new();
         for t in topics {
             out.push(self.transition(mirror, t, Desired::Paused).await);
@@ -23,7 +25,7 @@ impl Control {
     }
 
     /// Resumes paused topics.
-    pub async fn resume_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
+    pub(crate) async fn resume_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
         let mut out = Vec::new();
         for t in topics {
             out.push(self.transition(mirror, t, Desired::Mirroring).await);
@@ -36,7 +38,7 @@ impl Control {
     /// `graceful`, first waits (at most that long) until every partition is
     /// mirroring with no lag; if it does not get there (still lagging, paused, failed) the topic
     /// is left as it was and the result says so (REQUEST_TIMED_OUT).
-    pub async fn stop_topics(&self, mirror: &str, topics: &[String], graceful: Option<Duration>) -> Vec<TopicResult> {
+    pub(crate) async fn stop_topics(&self, mirror: &str, topics: &[String], graceful: Option<Duration>) -> Vec<TopicResult> {
         let (mut out, mut halted) = (Vec::new(), Vec::new());
         for t in topics {
             if let Some(limit) = graceful
@@ -47,7 +49,7 @@ impl Control {
             }
             let r = self.transition(mirror, t, Desired::Stopped).await;
             // Stopped now, or earlier without becoming writable (recording that failed).
-            if r.error_code == codes::NONE && self.inner.catalog.is_read_only(t) {
+            if r.error_code == codes::NONE && self.catalog().is_read_only(t) {
                 halted.push((out.len(), t.clone()));
             }
             out.push(r);
@@ -55,8 +57,15 @@ impl Control {
         if !halted.is_empty() {
             // Copying has settled: the groups' latest source positions go over (one pass for
             // every topic stopped now) before producers may write to the topics.
-            if let Some(sync) = self.inner.final_sync.get() {
-                sync(mirror.to_owned(), halted.iter().map(|(_, t)| t.clone()).collect()).await;
+            let (done, synced) = oneshot::channel();
+            let topics = halted.iter().map(|(_, t)| t.clone()).collect();
+            let sync = TermCommand::FinalSync {
+                mirror: mirror.to_owned(),
+                topics,
+                done,
+            };
+            if self.command(sync).await {
+                let _ = synced.await;
             }
             for (i, t) in &halted {
                 // Recorded first: proxies following the state topic open the topic from this
@@ -69,7 +78,7 @@ impl Control {
                     );
                     continue;
                 }
-                self.inner.catalog.set_writable(t, true);
+                self.catalog().set_writable(t, true);
             }
         }
         out
@@ -77,7 +86,7 @@ impl Control {
 
     /// Records in the state topic that clients may write to `topic` (its stop has finished).
     async fn record_writable(&self, topic: &str) -> Result<(), crate::error::MirrorError> {
-        let Some(store) = self.inner.store.get() else { return Ok(()) };
+        let Some(store) = self.inner.store.as_ref() else { return Ok(()) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
         record.writable = Some(true);
         store.put_topic(topic, &record).await
@@ -98,9 +107,9 @@ impl Control {
         }
         let deadline = tokio::time::Instant::now() + BOOT_WAIT;
         // Subscribed before looking, so a change between the look and the wait is not missed.
-        let (mut runtimes, mut owners) = (self.runtime_changes(), self.inner.catalog.changes());
+        let (mut runtimes, mut owners) = (self.runtime_changes(), self.catalog().changes());
         loop {
-            match self.inner.topics.get(topic) {
+            match self.inner.runtimes.topics.get(topic) {
                 Some(rt) if rt.mirror == mirror => return Ok((*rt.desired.borrow(), rt.partitions)),
                 // Owned and being prepared — a stored topic is registered from boot, before the
                 // mirror's discovery loop takes it up after a restart.
@@ -162,15 +171,15 @@ impl Control {
                 // Shared work: a pause or stop recorded before whose barrier did not pass (the
                 // request timed out, or the active instance changed since) passes one now, so no
                 // member still copies the topic.
-                let unsettled = self.inner.unsettled.contains(topic) || (to == Desired::Stopped && self.inner.catalog.is_read_only(topic));
-                if let Some(barrier) = self.inner.barrier.get()
+                let unsettled = self.inner.runtimes.unsettled.contains(topic) || (to == Desired::Stopped && self.catalog().is_read_only(topic));
+                if let Some(barrier) = self.barrier()
                     && to != Desired::Mirroring
                     && unsettled
                 {
                     if !barrier.again(HALT_TIMEOUT).await {
                         return Self::not_handed_over(topic);
                     }
-                    self.inner.unsettled.remove(topic);
+                    self.inner.runtimes.unsettled.remove(topic);
                 }
                 return TopicResult::ok(topic);
             }
@@ -195,12 +204,12 @@ impl Control {
             Ok(at) => at,
             Err(e) => return TopicResult::err(topic, codes::COORDINATOR_NOT_AVAILABLE, format!("cannot record the new state of {topic}: {e}")),
         };
-        let Some(rt) = self.inner.topics.get(topic) else {
+        let Some(rt) = self.inner.runtimes.topics.get(topic) else {
             return TopicResult::ok(topic);
         };
         let _ = rt.desired.send(to);
         info!(%topic, from = from.as_str(), to = to.as_str(), "mirror topic state change");
-        if let Some(barrier) = self.inner.barrier.get() {
+        if let Some(barrier) = self.barrier() {
             drop(rt);
             return self.shared_transition(barrier, topic, to, recorded).await;
         }
@@ -219,7 +228,7 @@ impl Control {
         // Partitions without a running copy task (paused, failed) take the new state at once;
         // running ones halt themselves (in-flight writes settle) and report it.
         for p in 0..partitions as i32 {
-            self.inner.status.update(&(mirror.to_owned(), topic.to_owned(), p), |s| {
+            self.inner.common.status.update(&(mirror.to_owned(), topic.to_owned(), p), |s| {
                 if matches!(s.state, PartitionState::Paused | PartitionState::Failed) {
                     s.state = target;
                 }
@@ -246,12 +255,12 @@ impl Control {
         // (whose record changed nothing) asks here, so a generation after `recorded` comes.
         barrier.reassign();
         if to == Desired::Mirroring {
-            self.inner.unsettled.remove(topic);
+            self.inner.runtimes.unsettled.remove(topic);
             return TopicResult::ok(topic);
         }
-        self.inner.unsettled.insert(topic.to_owned());
+        self.inner.runtimes.unsettled.insert(topic.to_owned());
         if barrier.pass(recorded, HALT_TIMEOUT).await {
-            self.inner.unsettled.remove(topic);
+            self.inner.runtimes.unsettled.remove(topic);
             return TopicResult::ok(topic);
         }
         warn!(%topic, "no new generation of the engine group within the halt timeout");
@@ -270,10 +279,10 @@ impl Control {
     /// woken by the board's state changes; whether they did.
     async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
         let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
-        let mut changes = self.inner.status.state_changes();
+        let mut changes = self.inner.common.status.state_changes();
         loop {
             let done = (0..partitions as i32).all(|p| {
-                let s = self.inner.status.get(&(mirror.to_owned(), topic.to_owned(), p));
+                let s = self.inner.common.status.get(&(mirror.to_owned(), topic.to_owned(), p));
                 s.is_some_and(|s| s.state == target)
             });
             if done {
@@ -288,9 +297,9 @@ impl Control {
     /// Records the topic's new desired state; when it was recorded (see `put_topic_recorded`).
     async fn persist(&self, topic: &str, to: Desired) -> Result<tokio::time::Instant, crate::error::MirrorError> {
         let now = tokio::time::Instant::now();
-        let Some(store) = self.inner.store.get() else { return Ok(now) };
+        let Some(store) = self.inner.store.as_ref() else { return Ok(now) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(now) };
-        record.desired = to.as_str().to_owned();
+        record.desired = to.into();
         // Writable only once a stop has finished (`record_writable`), never on the request.
         record.writable = Some(false);
         store.put_topic_recorded(topic, &record).await

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
 use crate::cluster::client::ClusterClient;
-use crate::control::Control;
+use crate::control::handle::Control;
 use crate::engine::worker::Worker;
 use crate::engine::{Engine, EngineLinks, follow_with, start_term};
 use crate::follow::follower::FollowProgress;
@@ -382,6 +382,7 @@ impl Supervisor {
             Part::Whole(lease.clone())
         };
         let (stop, stopped) = watch::channel(false);
+        let views = self.follower.as_ref().map(|f| f.control.status_board().clone());
         let engine = start_term(
             &self.config,
             self.mirrors.clone(),
@@ -389,11 +390,9 @@ impl Supervisor {
             self.topics.clone(),
             part,
             Some(self.forwarding.clone()),
+            views,
             stopped,
         );
-        if let Some(f) = &self.follower {
-            engine.control.set_views(f.control.status_board().clone());
-        }
         self.slot.set(engine.clone());
         self.view.send_modify(|v| {
             v.active = true;

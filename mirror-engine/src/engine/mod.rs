@@ -14,8 +14,8 @@ use tokio::sync::watch;
 use tracing::{Instrument, info_span};
 
 use crate::cluster::client::ClusterClient;
-use crate::context::Shared;
-use crate::control::Control;
+use crate::control::handle::Control;
+use crate::control::{Role, TermParts};
 use crate::copy::budget::Budget;
 use crate::copy::produce::mux::{ProduceSettings, Producers};
 use crate::copy::sources::Sources;
@@ -66,23 +66,21 @@ impl Engine {
         &self.control
     }
 
-    /// A disabled engine: no mirrors, nothing stored to load (so it counts as booted).
+    /// A disabled engine: no mirrors, nothing stored to load (so it counts as booted; its
+    /// term control is never built, so management answers as an engine without a store).
     pub fn idle(engine: &EngineConfig) -> Self {
-        let e = Self::unbooted(engine);
+        let e = Self::unbooted_with(engine, Catalog::default(), Vec::new());
         e.control.mark_booted();
         e
     }
 
-    fn unbooted(engine: &EngineConfig) -> Self {
-        Self::unbooted_with(engine, Catalog::default())
-    }
-
     /// An engine not booted yet that enforces through `topics` (shared across the terms of an
-    /// elected instance, so nothing becomes writable while one term hands over to the next).
-    fn unbooted_with(engine: &EngineConfig, topics: Catalog) -> Self {
+    /// elected instance, so nothing becomes writable while one term hands over to the next);
+    /// `source_allow` bounds API-created mirrors' sources.
+    fn unbooted_with(engine: &EngineConfig, topics: Catalog, source_allow: Vec<String>) -> Self {
         let (_, done) = watch::channel(());
         let status = StatusBoard::default();
-        let control = Control::new(status.clone(), topics.clone());
+        let control = Control::new(status.clone(), topics.clone(), source_allow);
         Self {
             status,
             budget: Budget::new(engine.max_buffer_bytes),
@@ -106,7 +104,7 @@ impl Engine {
 /// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
 /// repointed through the API; `mirrors` (the config file's) are not checked against it.
 pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, Catalog::default(), Part::Whole(Lease::forever()), None, stop)
+    start_term(engine, mirrors, links, Catalog::default(), Part::Whole(Lease::forever()), None, None, stop)
 }
 
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
@@ -126,7 +124,8 @@ pub struct EngineLinks {
 /// Starts the engine as [`start`] does, enforcing through `topics`, doing `part` of the work and
 /// writing only while its lease holds (one term of an elected instance, or a lone engine's whole
 /// life); with `forwarding`, it also answers the management requests standbys forward
-/// (`ha::forward`).
+/// (`ha::forward`); with `views` (shared work), describe shows the members' partitions from it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start_term(
     engine: &EngineConfig,
     mirrors: Vec<MirrorConfig>,
@@ -134,6 +133,7 @@ pub(crate) fn start_term(
     topics: Catalog,
     part: Part,
     forwarding: Option<Forwarding>,
+    views: Option<StatusBoard>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
     let EngineLinks {
@@ -145,18 +145,11 @@ pub(crate) fn start_term(
     let (done_tx, done) = watch::channel(());
     let handle = Engine {
         done,
-        ..Engine::unbooted_with(engine, topics)
+        ..Engine::unbooted_with(engine, topics, source_allow.clone())
     };
-    handle.control.set_source_allow(source_allow);
-    if let Some(f) = forwarding {
-        handle.control.set_forwarding(f);
-    }
     let destination = ClusterClient::with_security("destination", destination_bootstrap, timeout, Ok(destination_security));
     let lease = part.lease();
-    if let Some(b) = part.barrier() {
-        handle.control.set_barrier(b.clone());
-    }
-    let shared = Shared {
+    let booting = term::Booting {
         destination: destination.clone(),
         status: handle.status.clone(),
         budget: handle.budget.clone(),
@@ -168,9 +161,12 @@ pub(crate) fn start_term(
         part,
         stop,
         sources: Arc::new(Sources::new(handle.budget.clone(), timeout)),
+        source_allow,
+        forwarding,
+        views,
     };
     let (state_topic, flush) = (engine.state_topic.clone(), Duration::from_millis(engine.state_flush_interval_ms));
-    tokio::spawn(term::boot(shared, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
+    tokio::spawn(term::boot(booting, state_topic, flush, mirrors, done_tx).instrument(info_span!("mirror-engine")));
     handle
 }
 
@@ -194,13 +190,18 @@ pub(crate) fn follow_with(
     held_back: Option<watch::Receiver<bool>>,
     stop: watch::Receiver<bool>,
 ) -> Engine {
-    let mut handle = Engine::unbooted_with(engine, topics);
+    let mut handle = Engine::unbooted_with(engine, topics, Vec::new());
     let (views, topics) = (StatusBoard::default(), handle.topics.clone());
-    handle.control = Control::new(views, topics.clone());
-    handle.control.set_follower(&engine.state_topic);
-    if let Some(f) = forwarding {
-        handle.control.set_forwarding(f);
-    }
+    handle.control = Control::new(views, topics.clone(), Vec::new());
+    // A follower's control is built at once: it has no store to open.
+    let control = handle.control.build(TermParts {
+        role: Role::Follower {
+            state_topic: engine.state_topic.clone(),
+        },
+        forwarding,
+        ..TermParts::none(Vec::new())
+    });
+    handle.control.publish(control.clone(), None);
     let (progress, watched) = watch::channel(FollowProgress {
         topic: engine.state_topic.clone(),
         high_watermark: -1,
@@ -211,7 +212,7 @@ pub(crate) fn follow_with(
         destination,
         topic: engine.state_topic.clone(),
         catalog: topics,
-        control: handle.control.clone(),
+        control,
         progress,
         held_back,
     };

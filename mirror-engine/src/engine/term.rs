@@ -1,24 +1,37 @@
-//! One engine term's boot: opening the state topic, loading what it records into the catalog
-//! and the control, launching the mirrors (or, for a term that only copies its share,
-//! [`boot_worker`]) and writing progress back ([`spawn_persist`]). What every mirror of the term
-//! shares is `context`'s. Starting and stopping terms belongs to `engine` (a lone engine) and
-//! `engine::auto` (an elected one); what a mirror does once launched to `mirrors`.
+//! One engine term's boot: opening the state topic, loading what it records into the catalog,
+//! building the term's control with what it acts on and publishing it to the proxy's handle,
+//! launching the mirrors (or, for a term that only copies its share, [`boot_worker`]) and writing
+//! progress back ([`spawn_persist`]); then the term's command loop ([`run_commands`]), which
+//! carries out what its control asks (launch a created mirror, run a stop's last group offset
+//! sync). What every mirror of the term shares is `context`'s. Starting and stopping terms
+//! belongs to `engine` (a lone engine) and `engine::auto` (an elected one); what a mirror does
+//! once launched to `mirrors`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kmp_config::MirrorConfig;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info, warn};
 
+use crate::cluster::client::ClusterClient;
 use crate::context::Shared;
+use crate::control::handle::Control;
 use crate::control::settings as mirror_settings;
+use crate::control::{Role, TermCommand, TermParts};
+use crate::copy::budget::Budget;
+use crate::copy::produce::mux::Producers;
 use crate::copy::produce::producer_id;
+use crate::copy::sources::Sources;
 use crate::error::MirrorError;
 use crate::follow::follower as follow;
-use crate::ha::forward;
+use crate::ha::forward::{self, Forwarding};
+use crate::ha::share::Part;
+use crate::lease::Lease;
 use crate::mirrors::discovery as mirrors;
-use crate::state::records::MirrorRecord;
+use crate::state::catalog::Catalog;
+use crate::state::records::{MirrorRecord, Origin};
+use crate::state::status::StatusBoard;
 use crate::state::store::StateStore;
 use crate::sync;
 
@@ -26,8 +39,69 @@ use crate::sync;
 /// (then it is looked up in the background).
 const STATE_TOPIC_ID_WAIT: Duration = Duration::from_secs(10);
 
+/// What a term has before its state store is open: what [`Shared`] will hold but the term's
+/// control, the proxy's handle the control is published to, and the control's parts known at
+/// the start.
+pub(crate) struct Booting {
+    pub(crate) destination: ClusterClient,
+    pub(crate) status: StatusBoard,
+    pub(crate) budget: Budget,
+    pub(crate) topics: Catalog,
+    /// The proxy's handle of this term.
+    pub(crate) control: Control,
+    pub(crate) max_in_flight: usize,
+    pub(crate) producers: Producers,
+    pub(crate) lease: Lease,
+    pub(crate) part: Part,
+    pub(crate) stop: watch::Receiver<bool>,
+    pub(crate) sources: Arc<Sources>,
+    /// `security.mirror_source_allow`.
+    pub(crate) source_allow: Vec<String>,
+    /// Management requests forwarded between instances (`auto` only).
+    pub(crate) forwarding: Option<Forwarding>,
+    /// With shared work: the members' partitions as the follower beside this term reads them.
+    pub(crate) views: Option<StatusBoard>,
+}
+
+impl Booting {
+    /// The term's control, built now that `store` is open, published to the handle; and what
+    /// every mirror of the term shares. The control's commands go to the returned receiver.
+    fn build(self, store: &Arc<StateStore>) -> (Shared, mpsc::Receiver<TermCommand>) {
+        let (commands, received) = mpsc::channel(16);
+        // A term that only copies answers no management request, so it has no sources of
+        // control's own (as before: its control never used them).
+        let sources = (!self.part.works_only()).then(|| self.sources.clone());
+        let control = self.control.build(TermParts {
+            store: Some(store.clone()),
+            sources,
+            source_allow: self.source_allow,
+            role: Role::Engine {
+                barrier: self.part.barrier().cloned(),
+                views: self.views,
+            },
+            forwarding: self.forwarding,
+            commands: Some(commands.clone()),
+        });
+        self.control.publish(control.clone(), Some(commands));
+        let shared = Shared {
+            destination: self.destination,
+            status: self.status,
+            budget: self.budget,
+            topics: self.topics,
+            control,
+            max_in_flight: self.max_in_flight,
+            producers: self.producers,
+            lease: self.lease,
+            part: self.part,
+            stop: self.stop,
+            sources: self.sources,
+        };
+        (shared, received)
+    }
+}
+
 /// `done` is dropped when the final state is written (or the engine stops before starting).
-pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
+pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
     let mut backoff = Duration::from_millis(200);
     let store = loop {
         let opened = async {
@@ -70,7 +144,10 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     };
     info!(topic = %state_topic, mirrors = store.mirrors().len(), "mirror state loaded");
     if shared.part.works_only() {
-        return boot_worker(shared, store, flush, mirrors, done);
+        let (handle, (shared, commands)) = (shared.control.clone(), shared.build(&store));
+        // Nothing sends a worker's control commands (it answers no management request).
+        drop(commands);
+        return boot_worker(shared, &handle, store, flush, mirrors, done);
     }
     if let Some(b) = shared.part.barrier() {
         let b = b.clone();
@@ -78,11 +155,9 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     }
     // The state topic's id before the proxy lets requests through (it refuses the topic by id
     // too): the topic exists now, so its id is normally known at once.
-    if tokio::time::timeout(STATE_TOPIC_ID_WAIT, learn_state_topic_id(shared.clone(), state_topic.clone()))
-        .await
-        .is_err()
-    {
-        tokio::spawn(learn_state_topic_id(shared.clone(), state_topic.clone()).in_current_span());
+    let learn = || learn_state_topic_id(shared.destination.clone(), shared.topics.clone(), shared.stop.clone(), state_topic.clone());
+    if tokio::time::timeout(STATE_TOPIC_ID_WAIT, learn()).await.is_err() {
+        tokio::spawn(learn().in_current_span());
     }
     // The catalog becomes what the loaded state says: a claim an earlier term left while
     // preparing is claimed again if still wanted, a topic no longer recorded is forgotten. Topics
@@ -109,24 +184,15 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
     );
     tokio::spawn(ids.in_current_span());
     record_definitions(&store, &mirrors).await;
-    shared.control.set_store(store.clone());
-    shared.control.set_sources(shared.sources.clone());
+    let handle = shared.control.clone();
+    let (shared, commands) = shared.build(&store);
     spawn_persist(&shared, &store, flush, done);
-    let (launch_shared, launch_store) = (shared.clone(), store.clone());
-    let span = tracing::Span::current();
-    let sync_shared = shared.clone();
-    shared.control.set_final_sync(Arc::new(move |mirror, topics| {
-        Box::pin(sync::final_group_sync(sync_shared.clone(), mirror, topics))
-    }));
-    shared.control.set_launcher(Arc::new(move |def| {
-        let _entered = span.enter();
-        mirrors::launch(&launch_shared, &launch_store, def);
-    }));
+    tokio::spawn(run_commands(shared.clone(), store.clone(), commands).in_current_span());
     // Mirrors created through the API (stored) and declared in the config come up alike.
     let created: Vec<MirrorConfig> = store
         .mirrors()
         .into_iter()
-        .filter(|r| r.origin == "api" && !mirrors.iter().any(|m| m.name == r.definition.name))
+        .filter(|r| r.origin.is(Origin::Api) && !mirrors.iter().any(|m| m.name == r.definition.name))
         .map(|r| r.definition)
         // Stored before the allow-list existed or changed since: such a mirror is not started
         // (its topics stay registered and read-only) until the list allows its source again. It
@@ -157,17 +223,40 @@ pub(crate) async fn boot(shared: Shared, state_topic: String, flush: Duration, m
         tokio::spawn(serve.in_current_span());
     }
     // Every stored and declared mirror is known, every stored mirror topic registered.
-    shared.control.mark_booted();
+    handle.mark_booted();
     info!("mirror engine booted");
+}
+
+/// The term's command loop: carries out what the term's control asks, until the proxy's handle
+/// of the term (which holds the channel's strong end) is gone.
+async fn run_commands(shared: Shared, store: Arc<StateStore>, mut commands: mpsc::Receiver<TermCommand>) {
+    while let Some(command) = commands.recv().await {
+        match command {
+            TermCommand::Launch { def, done } => {
+                mirrors::launch(&shared, &store, *def);
+                let _ = done.send(());
+            }
+            TermCommand::FinalSync { mirror, topics, done } => {
+                // Concurrent stops sync concurrently, as when each ran its pass itself.
+                let shared = shared.clone();
+                tokio::spawn(
+                    async move {
+                        sync::final_group_sync(shared, mirror, topics).await;
+                        let _ = done.send(());
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+    }
 }
 
 /// Boots a term that only copies its share (`Part::Work`): every stored and declared mirror's
 /// stored topics, as the state topic recorded them when the generation began; it creates no
 /// topic, answers no management request and syncs nothing.
-fn boot_worker(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
-    shared.control.set_store(store.clone());
+fn boot_worker(shared: Shared, handle: &Control, store: Arc<StateStore>, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
     spawn_persist(&shared, &store, flush, done);
-    let stored = store.mirrors().into_iter().filter(|r| r.origin == "api").map(|r| r.definition);
+    let stored = store.mirrors().into_iter().filter(|r| r.origin.is(Origin::Api)).map(|r| r.definition);
     let mut all: Vec<MirrorConfig> = mirrors;
     for def in stored {
         if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
@@ -177,7 +266,7 @@ fn boot_worker(shared: Shared, store: Arc<StateStore>, flush: Duration, mirrors:
     for def in all {
         mirrors::launch(&shared, &store, def);
     }
-    shared.control.mark_booted();
+    handle.mark_booted();
     info!("mirror worker booted");
 }
 
@@ -196,17 +285,17 @@ pub(crate) fn spawn_persist(shared: &Shared, store: &Arc<StateStore>, flush: Dur
 
 /// Looks up the state topic's destination id (Fetch v13+ and DeleteTopics name topics by id),
 /// retrying while the destination is unreachable.
-async fn learn_state_topic_id(shared: Shared, topic: String) {
+async fn learn_state_topic_id(destination: ClusterClient, topics: Catalog, stop: watch::Receiver<bool>, topic: String) {
     let mut backoff = Duration::from_millis(200);
     loop {
-        match shared.destination.topic_ids().await {
+        match destination.topic_ids().await {
             Ok(ids) => match ids.get(&topic) {
-                Some(id) => return shared.topics.set_state_topic_id(*id),
+                Some(id) => return topics.set_state_topic_id(*id),
                 None => warn!(%topic, "the state topic has no id in the destination's metadata yet; retrying"),
             },
             Err(e) => warn!(error = %e, "cannot read the state topic's id yet; retrying"),
         }
-        let mut stop = shared.stop.clone();
+        let mut stop = stop.clone();
         tokio::select! {
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.changed() => return,
@@ -219,7 +308,7 @@ async fn learn_state_topic_id(shared: Shared, topic: String) {
 async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
     for m in mirrors {
         let r = MirrorRecord {
-            origin: "config".into(),
+            origin: Origin::Config.into(),
             definition: m.clone(),
         };
         if let Err(e) = store.put_mirror(&r).await {
@@ -229,7 +318,7 @@ async fn record_definitions(store: &StateStore, mirrors: &[MirrorConfig]) {
     for stale in store
         .mirrors()
         .into_iter()
-        .filter(|r| r.origin == "config" && !mirrors.iter().any(|m| m.name == r.definition.name))
+        .filter(|r| r.origin.is(Origin::Config) && !mirrors.iter().any(|m| m.name == r.definition.name))
     {
         info!(mirror = %stale.definition.name, "mirror no longer in the config; removing its stored definition (its topics stay)");
         if let Err(e) = store.delete_mirror(&stale.definition.name).await {

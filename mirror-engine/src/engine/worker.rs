@@ -56,6 +56,7 @@ impl Worker {
                 Catalog::default(),
                 Part::Work(share.clone()),
                 None,
+                None,
                 stopped,
             )
         });

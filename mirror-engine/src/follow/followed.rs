@@ -1,7 +1,7 @@
 //! A follower's view of the state topic (sans-io): each entry read from it — `mirror/…`,
 //! `topic/…`, `former/…`, `partition/…/…` (see `state`) — is applied to what the rest of the proxy
 //! consults: the instance's catalog of mirror topics (`catalog`, which the Produce and
-//! Fetch filters ask), and the list / describe views of `Control`. Nothing polls: a change is visible
+//! Fetch filters ask), and the list / describe views of the follower's `TermControl`. Nothing polls: a change is visible
 //! to every connection as soon as it is applied here.
 //!
 //! The entries come from the destination cluster, so each one is checked before it is used:
@@ -14,9 +14,8 @@ use std::collections::HashMap;
 
 use tracing::{debug, warn};
 
-use crate::control::Control;
+use crate::control::TermControl;
 use crate::follow::writes::CatalogWrites;
-use crate::state::records::Desired;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, TopicRecord, id_from_hex};
 use crate::state::store::parse_value;
 
@@ -34,7 +33,7 @@ pub(crate) enum Applied {
 
 /// The followed state, applied entry by entry.
 pub(crate) struct FollowedState {
-    control: Control,
+    control: TermControl,
     /// What this follower writes into the instance's catalog (held while a term runs beside it).
     writes: CatalogWrites,
     /// `(topic, partition)` → mirror of the partition records shown (for their tombstones).
@@ -48,13 +47,13 @@ fn legal_name(name: &str) -> bool {
 
 impl FollowedState {
     #[cfg(test)]
-    pub(crate) fn new(control: Control) -> Self {
+    pub(crate) fn new(control: TermControl) -> Self {
         Self::held_back_by(control, None)
     }
 
     /// A followed state whose catalog writes wait while `held_back` says an engine term of this
     /// instance runs (see `follow::writes`).
-    pub(crate) fn held_back_by(control: Control, held_back: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
+    pub(crate) fn held_back_by(control: TermControl, held_back: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
         Self {
             writes: CatalogWrites::new(control.catalog().clone(), held_back),
             control,
@@ -128,8 +127,11 @@ impl FollowedState {
         if !legal_name(&record.mirror) || record.partitions > MAX_PARTITIONS {
             return Applied::Ignored(format!("mirror {:?} with {} partitions is not believable", record.mirror, record.partitions));
         }
+        if let crate::state::records::Stored::Unknown(other) = &record.desired {
+            warn!(key, desired = %other, "the stored desired state is not one this version knows; shown as mirroring");
+        }
         self.control
-            .show_followed_topic(topic, &record.mirror, record.partitions, Desired::parse(&record.desired));
+            .show_followed_topic(topic, &record.mirror, record.partitions, record.desired_state());
         self.writes.topic(topic, Some((&record.mirror, record.is_writable())));
         Applied::Changed
     }
@@ -188,12 +190,12 @@ impl FollowedState {
 mod tests {
     use super::*;
     use crate::state::catalog::Catalog;
+    use crate::state::records::Desired;
     use crate::state::status::{PartitionState, StatusBoard};
 
-    fn followed() -> (FollowedState, Catalog, Control) {
+    fn followed() -> (FollowedState, Catalog, TermControl) {
         let registry = Catalog::default();
-        let control = Control::new(StatusBoard::default(), registry.clone());
-        control.set_follower("__state");
+        let control = crate::control::follower_for_tests(StatusBoard::default(), registry.clone());
         (FollowedState::new(control.clone()), registry, control)
     }
 

@@ -24,7 +24,7 @@ use crate::backoff::Backoff;
 use crate::cluster::client::{ClusterClient, TopicLayout, offsets};
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::cluster::links::Lane;
-use crate::control::Control;
+use crate::control::TermControl;
 use crate::error::MirrorError;
 use crate::follow::followed::FollowedState;
 use crate::state::catalog::Catalog;
@@ -75,7 +75,7 @@ pub(crate) struct Follower {
     pub(crate) destination: ClusterClient,
     pub(crate) topic: String,
     pub(crate) catalog: Catalog,
-    pub(crate) control: Control,
+    pub(crate) control: TermControl,
     pub(crate) progress: watch::Sender<FollowProgress>,
     /// True while an engine term of this instance runs: the catalog writes wait.
     pub(crate) held_back: Option<watch::Receiver<bool>>,
@@ -264,7 +264,7 @@ impl Follower {
     }
 
     /// The stored state is known: ids of its topics are looked up once (bounded), then writes
-    /// are let through (`Control::is_booted`).
+    /// are let through (the handle's `Control::is_booted`).
     async fn loaded(&self, ids: &Notify) {
         if self.progress.borrow().loaded {
             return;
@@ -347,7 +347,7 @@ mod tests {
     #[test]
     fn batches_move_the_position_and_entries_below_it_are_not_applied_twice() {
         let registry = Catalog::default();
-        let mut state = FollowedState::new(Control::new(StatusBoard::default(), registry.clone()));
+        let mut state = FollowedState::new(crate::control::follower_for_tests(StatusBoard::default(), registry.clone()));
         let mut cursor = Cursor::new();
         cursor.next = Some(5);
         let (a, b) = (topic("dr"), topic("dr"));
@@ -362,7 +362,7 @@ mod tests {
     #[test]
     fn a_re_read_from_the_start_removes_what_it_no_longer_finds() {
         let registry = Catalog::default();
-        let mut state = FollowedState::new(Control::new(StatusBoard::default(), registry.clone()));
+        let mut state = FollowedState::new(crate::control::follower_for_tests(StatusBoard::default(), registry.clone()));
         let mut cursor = Cursor::new();
         cursor.next = Some(0);
         let t = topic("dr");

@@ -17,7 +17,7 @@ use crate::copy::fresh_topic;
 use crate::copy::partition::{PartitionTask, SourceTopicId};
 use crate::error::MirrorError;
 use crate::state::records::Desired;
-use crate::state::records::{TopicRecord, id_from_hex, id_to_hex};
+use crate::state::records::{How, Named, Stored, TopicRecord, id_from_hex, id_to_hex};
 use crate::state::status::{PartitionState, now_ms};
 use crate::topics::create::{self as topics, Prepared};
 
@@ -141,8 +141,8 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
             let source_id = owner.as_ref().and_then(|o| id_from_hex(&o.source_topic_id)).or(Some(source_id));
             return Ok(taken(n, source_id));
         }
-        Prepared::Created(_) => "created",
-        Prepared::AdoptedEmpty(_) => "adopted",
+        Prepared::Created(_) => How::Created,
+        Prepared::AdoptedEmpty(_) => How::Adopted,
     };
     // Read-only now; what landed before (a writer that reached the destination directly) is
     // not the mirror's: those partitions are stored FAILED before the topic is recorded.
@@ -157,13 +157,13 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         back_off(&ctx.shared.stop, backoff).await?;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-    info!(how, partitions = prepared.partitions(), "destination topic is the mirror's");
+    info!(how = how.as_str(), partitions = prepared.partitions(), "destination topic is the mirror's");
     let record = TopicRecord {
         mirror: m.name.clone(),
         partitions: prepared.partitions(),
         how: how.into(),
         at_ms: now_ms(),
-        desired: Desired::Mirroring.as_str().into(),
+        desired: Desired::Mirroring.into(),
         source_topic_id: id_to_hex(source_id),
         writable: Some(false),
     };
@@ -272,7 +272,11 @@ fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usi
 /// says: copying (mirroring), or not copying and read-only (paused) or writable (stopped).
 fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
     let Ready { partitions, source_id, fresh } = ready;
-    let desired = ctx.store.topic_owner(topic).map_or(Desired::Mirroring, |r| Desired::parse(&r.desired));
+    let stored = ctx.store.topic_owner(topic);
+    if let Some(Stored::Unknown(other)) = stored.as_ref().map(|r| &r.desired) {
+        warn!(desired = %other, "the stored desired state is not one this version knows; copying as for mirroring");
+    }
+    let desired = stored.map_or(Desired::Mirroring, |r| r.desired_state());
     let (tx, rx) = watch::channel(desired);
     let identity = SourceTopicId::default();
     if let Some(id) = source_id {

@@ -23,8 +23,8 @@ use crate::state::status::{PartitionState, PartitionStatus};
 /// A mirror definition as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MirrorRecord {
-    /// `config` (declared in the config file) — the admin APIs will add `api`.
-    pub origin: String,
+    /// Where the definition came from: the config file or the management API.
+    pub origin: Stored<Origin>,
     pub definition: MirrorConfig,
 }
 
@@ -33,12 +33,12 @@ pub struct MirrorRecord {
 pub struct TopicRecord {
     pub mirror: String,
     pub partitions: usize,
-    /// `created` (the engine created it) or `adopted` (it existed and was empty).
-    pub how: String,
+    /// Whether the engine created the topic or adopted it (it existed and was empty).
+    pub how: Stored<How>,
     pub at_ms: i64,
     /// What the operator asked for: `mirroring` (default), `paused` or `stopped`.
     #[serde(default = "mirroring")]
-    pub desired: String,
+    pub desired: Stored<Desired>,
     /// The source topic's id (32 hex digits) when the mirror took it up; a source topic of the
     /// same name with another id is a different topic (deleted and recreated). Empty in records
     /// written before ids were kept: learned at the next contact.
@@ -48,7 +48,7 @@ pub struct TopicRecord {
     /// (failover) has finished — copying halted, in-flight writes settled, the last group offset
     /// sync done — so proxies that follow the state topic open it no earlier; every other state
     /// change records `false`. Absent in records written before followers existed: then
-    /// `desired == "stopped"` decides (see [`TopicRecord::is_writable`]).
+    /// `desired == stopped` decides (see [`TopicRecord::is_writable`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<bool>,
 }
@@ -56,7 +56,18 @@ pub struct TopicRecord {
 impl TopicRecord {
     /// Whether clients may write to the topic, as the engine recorded it.
     pub fn is_writable(&self) -> bool {
-        self.writable.unwrap_or(self.desired == "stopped")
+        self.writable.unwrap_or(self.desired == Stored::Known(Desired::Stopped))
+    }
+
+    /// The desired state the engine acts on: a value this version does not know (written by
+    /// another version) is acted on as `mirroring`, as every earlier version did; it stays in
+    /// the record as written ([`Stored::Unknown`]), and the engine logs it where it takes the
+    /// topic up.
+    pub fn desired_state(&self) -> Desired {
+        match &self.desired {
+            Stored::Known(d) => *d,
+            Stored::Unknown(_) => Desired::Mirroring,
+        }
     }
 }
 
@@ -86,8 +97,8 @@ pub fn id_from_hex(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-fn mirroring() -> String {
-    "mirroring".to_owned()
+fn mirroring() -> Stored<Desired> {
+    Stored::Known(Desired::Mirroring)
 }
 
 /// State and progress of one mirrored partition.
@@ -141,6 +152,63 @@ impl PartitionRecord {
     }
 }
 
+/// A value of an enumerated field of a stored record (the state topic holds it as a JSON
+/// string): one this version knows, or the text another version wrote. An unknown value is kept
+/// exactly as written — a record this version re-writes carries it on unchanged — and it is
+/// never mistaken for a known one; what the engine does with it is decided where the field is
+/// used (e.g. [`TopicRecord::desired_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stored<T> {
+    Known(T),
+    Unknown(String),
+}
+
+impl<T: Named> Stored<T> {
+    /// Whether the stored value is `value`.
+    pub fn is(&self, value: T) -> bool {
+        matches!(self, Self::Known(v) if *v == value)
+    }
+
+    /// The stored text.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Known(v) => v.as_str(),
+            Self::Unknown(s) => s,
+        }
+    }
+}
+
+impl<T> From<T> for Stored<T> {
+    fn from(value: T) -> Self {
+        Self::Known(value)
+    }
+}
+
+impl<T: Named> Serialize for Stored<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de, T: Named> Deserialize<'de> for Stored<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Ok(match T::from_name(&text) {
+            Some(v) => Self::Known(v),
+            None => Self::Unknown(text),
+        })
+    }
+}
+
+/// An enumerated value with the name the state topic stores it under.
+pub trait Named: Copy + Eq + Sized + 'static {
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+    fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.as_str() == name)
+    }
+}
+
 /// What the operator wants a mirror topic to do (stored as [`TopicRecord::desired`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Desired {
@@ -157,12 +225,49 @@ impl Desired {
             Self::Stopped => "stopped",
         }
     }
+}
 
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "paused" => Self::Paused,
-            "stopped" => Self::Stopped,
-            _ => Self::Mirroring,
+impl Named for Desired {
+    const ALL: &'static [Self] = &[Self::Mirroring, Self::Paused, Self::Stopped];
+    fn as_str(self) -> &'static str {
+        Desired::as_str(self)
+    }
+}
+
+/// Where a mirror definition came from (stored as [`MirrorRecord::origin`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Declared in the proxy's config file (changed there, dropped when no longer declared).
+    Config,
+    /// Created through the management API (CreateClusterMirror, REST).
+    Api,
+}
+
+impl Named for Origin {
+    const ALL: &'static [Self] = &[Self::Config, Self::Api];
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Config => "config",
+            Self::Api => "api",
+        }
+    }
+}
+
+/// How a destination topic became a mirror's (stored as [`TopicRecord::how`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The engine created it.
+    Created,
+    /// It existed and was empty.
+    Adopted,
+}
+
+impl Named for How {
+    const ALL: &'static [Self] = &[Self::Created, Self::Adopted];
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::Adopted => "adopted",
         }
     }
 }
@@ -186,7 +291,7 @@ mod tests {
         assert_eq!(id_from_hex(""), None, "records written before ids were kept");
         assert_eq!(id_from_hex("zz"), None);
         let old: TopicRecord = serde_json::from_str(r#"{"mirror":"m","partitions":2,"how":"created","at_ms":1}"#).unwrap();
-        assert_eq!((old.desired.as_str(), old.source_topic_id.as_str()), ("mirroring", ""));
+        assert_eq!((old.desired_state(), old.source_topic_id.as_str()), (Desired::Mirroring, ""));
         assert!(!old.is_writable());
     }
 
@@ -205,5 +310,68 @@ mod tests {
         assert!(rec(&format!(r#"{{{base},"desired":"stopped","writable":true}}"#)).is_writable());
         let json = serde_json::to_string(&rec(&format!("{{{base}}}"))).unwrap();
         assert!(!json.contains("writable"), "an unset flag is not written: {json}");
+    }
+
+    /// Records exactly as the version before the typed fields wrote them.
+    const WRITTEN: [&str; 5] = [
+        r#"{"mirror":"m","partitions":3,"how":"created","at_ms":1700000000000,"desired":"mirroring","source_topic_id":"00112233445566778899aabbccddeeff","writable":false}"#,
+        r#"{"mirror":"m","partitions":3,"how":"adopted","at_ms":1700000000000,"desired":"paused","source_topic_id":"00112233445566778899aabbccddeeff"}"#,
+        r#"{"mirror":"m","partitions":3,"how":"created","at_ms":1700000000000,"desired":"stopped","source_topic_id":"00112233445566778899aabbccddeeff","writable":true}"#,
+        r#"{"origin":"config","definition":{"name":"m","source_bootstrap_servers":["src:9092"],"topics":[],"include":[],"exclude":[],"topic_refresh_interval_ms":10000,"start_position":"earliest","replication_factor":-1,"max_filler_batch_records":20000,"max_fill_offsets":100000000,"fetch_max_bytes":1048576,"group_offset_sync_interval_ms":10000,"groups_include":[".*"],"groups_exclude":[],"topic_config_sync_interval_ms":10000,"topic_config_exclude":["min.insync.replicas","unclean.leader.election.enable","leader.replication.throttled.replicas","follower.replication.throttled.replicas","remote.storage.enable","local.retention.ms","local.retention.bytes","confluent\\..*"]}}"#,
+        r#"{"origin":"api","definition":{"name":"m","source_bootstrap_servers":["src:9092"],"topics":[],"include":[],"exclude":[],"topic_refresh_interval_ms":10000,"start_position":"earliest","replication_factor":-1,"max_filler_batch_records":20000,"max_fill_offsets":100000000,"fetch_max_bytes":1048576,"group_offset_sync_interval_ms":10000,"groups_include":[".*"],"groups_exclude":[],"topic_config_sync_interval_ms":10000,"topic_config_exclude":["min.insync.replicas","unclean.leader.election.enable","leader.replication.throttled.replicas","follower.replication.throttled.replicas","remote.storage.enable","local.retention.ms","local.retention.bytes","confluent\\..*"]}}"#,
+    ];
+
+    #[test]
+    fn records_written_before_the_typed_fields_round_trip_byte_for_byte() {
+        for json in &WRITTEN[..3] {
+            let r: TopicRecord = serde_json::from_str(json).unwrap();
+            assert!(matches!((&r.how, &r.desired), (Stored::Known(_), Stored::Known(_))), "{json}");
+            assert_eq!(serde_json::to_string(&r).unwrap(), *json);
+        }
+        for json in &WRITTEN[3..] {
+            let r: MirrorRecord = serde_json::from_str(json).unwrap();
+            assert!(matches!(r.origin, Stored::Known(_)), "{json}");
+            assert_eq!(serde_json::to_string(&r).unwrap(), *json);
+        }
+        let topic = |how: How, desired: Desired, writable| TopicRecord {
+            mirror: "m".into(),
+            partitions: 3,
+            how: how.into(),
+            at_ms: 1_700_000_000_000,
+            desired: desired.into(),
+            source_topic_id: "00112233445566778899aabbccddeeff".into(),
+            writable,
+        };
+        // What this version writes for each known value is what the last one wrote.
+        assert_eq!(
+            serde_json::to_string(&topic(How::Created, Desired::Mirroring, Some(false))).unwrap(),
+            WRITTEN[0]
+        );
+        assert_eq!(serde_json::to_string(&topic(How::Adopted, Desired::Paused, None)).unwrap(), WRITTEN[1]);
+        assert_eq!(serde_json::to_string(&topic(How::Created, Desired::Stopped, Some(true))).unwrap(), WRITTEN[2]);
+        let mirror = |origin: Origin| MirrorRecord {
+            origin: origin.into(),
+            definition: MirrorConfig::new("m", vec!["src:9092".into()]),
+        };
+        assert_eq!(serde_json::to_string(&mirror(Origin::Config)).unwrap(), WRITTEN[3]);
+        assert_eq!(serde_json::to_string(&mirror(Origin::Api)).unwrap(), WRITTEN[4]);
+    }
+
+    #[test]
+    fn an_unknown_stored_value_is_kept_as_written_and_never_taken_for_a_known_one() {
+        let json = r#"{"mirror":"m","partitions":1,"how":"restored","at_ms":1,"desired":"draining","source_topic_id":""}"#;
+        let r: TopicRecord = serde_json::from_str(json).unwrap();
+        assert_eq!(r.desired, Stored::Unknown("draining".into()));
+        assert_eq!(r.how, Stored::Unknown("restored".into()));
+        assert!(!r.desired.is(Desired::Mirroring) && !r.is_writable());
+        assert_eq!(r.desired_state(), Desired::Mirroring, "acted on as every earlier version did");
+        assert_eq!(serde_json::to_string(&r).unwrap(), json, "re-written unchanged");
+        let m: MirrorRecord = serde_json::from_str(r#"{"origin":"operator","definition":{"name":"m","source_bootstrap_servers":["s:1"]}}"#).unwrap();
+        assert!(!m.origin.is(Origin::Api) && !m.origin.is(Origin::Config));
+        assert_eq!(m.origin.as_str(), "operator");
+        assert!(
+            serde_json::from_str::<TopicRecord>(r#"{"mirror":"m","partitions":1,"how":7,"at_ms":1}"#).is_err(),
+            "not a string: unreadable as before"
+        );
     }
 }

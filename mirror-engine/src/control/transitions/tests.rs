@@ -7,15 +7,18 @@ use std::sync::Arc;
 use kmp_config::MirrorConfig;
 use tokio::sync::watch;
 
-use super::super::TopicRuntime;
+use super::super::{TermParts, TopicRuntime, term_for_tests};
 use super::*;
 use crate::state::catalog::Catalog;
 use crate::state::status::StatusBoard;
 use crate::state::store::StateStore;
 
-fn term(catalog: &Catalog) -> Control {
-    let control = Control::new(StatusBoard::default(), catalog.clone());
-    control.set_store(Arc::new(StateStore::empty_for_tests()));
+fn term(catalog: &Catalog) -> TermControl {
+    let parts = TermParts {
+        store: Some(Arc::new(StateStore::empty_for_tests())),
+        ..TermParts::none(Vec::new())
+    };
+    let control = term_for_tests(StatusBoard::default(), catalog.clone(), parts);
     control.add_mirror(MirrorConfig::new("m1", vec!["source:9092".into()]));
     control.mark_booted();
     control
