@@ -294,7 +294,7 @@ def workspace_figures():
                 continue
             name, code, rest = m.group(1), int(m.group(2)), m.group(3)
             named = table.get(name) == code or any(table.get(w) == code for w in re.findall(r"[A-Z_]{4,}", rest))
-            if named or (code in table.values() and name.endswith("_CODE")):
+            if code != 0 and (named or (code in table.values() and name.endswith("_CODE"))):
                 redeclared.append(f"{os.path.relpath(f, REPO)}:{n} {name}")
     return {
         "backoff loops": backoff,

@@ -2,6 +2,7 @@
 //! moved) and the ones that turn a partition FAILED.
 
 use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::ResponseError;
 
 /// Why a partition could not make progress.
 #[derive(Debug, thiserror::Error)]
@@ -58,27 +59,27 @@ pub enum MirrorError {
 }
 
 /// Kafka error codes that clear up by themselves (leader moves, restarts, timeouts).
-const RETRIABLE: &[i16] = &[
-    3,  // UNKNOWN_TOPIC_OR_PARTITION (metadata not propagated yet)
-    5,  // LEADER_NOT_AVAILABLE
-    6,  // NOT_LEADER_OR_FOLLOWER
-    7,  // REQUEST_TIMED_OUT
-    8,  // BROKER_NOT_AVAILABLE
-    13, // NETWORK_EXCEPTION
-    14, // COORDINATOR_LOAD_IN_PROGRESS
-    15, // COORDINATOR_NOT_AVAILABLE
-    19, // NOT_ENOUGH_REPLICAS
-    20, // NOT_ENOUGH_REPLICAS_AFTER_APPEND
-    41, // NOT_CONTROLLER
-    45, // OUT_OF_ORDER_SEQUENCE_NUMBER (producer is re-initialised)
-    51, // CONCURRENT_TRANSACTIONS
-    56, // KAFKA_STORAGE_ERROR
-    70, // FETCH_SESSION_ID_NOT_FOUND
-    71, // INVALID_FETCH_SESSION_EPOCH
-    74, // FENCED_LEADER_EPOCH
-    75, // UNKNOWN_LEADER_EPOCH
-    78, // OFFSET_NOT_AVAILABLE (a new leader's high watermark not caught up yet)
-    89, // THROTTLING_QUOTA_EXCEEDED
+const RETRIABLE: &[ResponseError] = &[
+    ResponseError::UnknownTopicOrPartition, // metadata not propagated yet
+    ResponseError::LeaderNotAvailable,
+    ResponseError::NotLeaderOrFollower,
+    ResponseError::RequestTimedOut,
+    ResponseError::BrokerNotAvailable,
+    ResponseError::NetworkException,
+    ResponseError::CoordinatorLoadInProgress,
+    ResponseError::CoordinatorNotAvailable,
+    ResponseError::NotEnoughReplicas,
+    ResponseError::NotEnoughReplicasAfterAppend,
+    ResponseError::NotController,
+    ResponseError::OutOfOrderSequenceNumber, // producer is re-initialised
+    ResponseError::ConcurrentTransactions,
+    ResponseError::KafkaStorageError,
+    ResponseError::FetchSessionIdNotFound,
+    ResponseError::InvalidFetchSessionEpoch,
+    ResponseError::FencedLeaderEpoch,
+    ResponseError::UnknownLeaderEpoch,
+    ResponseError::OffsetNotAvailable, // a new leader's high watermark not caught up yet
+    ResponseError::ThrottlingQuotaExceeded,
 ];
 
 /// What every reachability failure of a source shows: a refused connection, one closed or timed
@@ -169,7 +170,7 @@ impl MirrorError {
     pub fn is_retriable(&self) -> bool {
         match self {
             Self::Source(_) | Self::Destination(_) | Self::Fenced => true,
-            Self::Broker { code, .. } => RETRIABLE.contains(code),
+            Self::Broker { code, .. } => RETRIABLE.iter().any(|e| e.code() == *code),
             Self::OffsetMismatch { .. }
             | Self::DestinationConflict { .. }
             | Self::SourceTopicDeleted(_)

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use kmp_config::{MirrorConfig, PropsOrigin};
 use kmp_protocol::ProtocolError;
 use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kmp_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kmp_protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
@@ -265,7 +266,7 @@ impl ClusterClient {
         let brokers = resp.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host.as_str(), b.port))).collect();
         let Some(t) = resp.topics.iter().find(|t| t.name.as_ref().is_some_and(|n| n.0.as_str() == topic)) else {
             return Ok(TopicLayout {
-                error_code: 3,
+                error_code: ResponseError::UnknownTopicOrPartition.code(),
                 partitions: Vec::new(),
                 brokers,
                 topic_id: [0; 16],
@@ -366,7 +367,7 @@ impl ClusterClient {
         let addr = layout.brokers.get(&leader).ok_or(MirrorError::Broker {
             side: self.side,
             what: format!("leader of {topic}-{partition}"),
-            code: 5, // LEADER_NOT_AVAILABLE
+            code: ResponseError::LeaderNotAvailable.code(),
         })?;
         Ok((addr.clone(), epoch))
     }
@@ -443,7 +444,11 @@ pub(crate) async fn list_offset(
             what: what(),
             code: p.error_code,
         }),
-        None => Err(MirrorError::Broker { side, what: what(), code: 3 }),
+        None => Err(MirrorError::Broker {
+            side,
+            what: what(),
+            code: ResponseError::UnknownTopicOrPartition.code(),
+        }),
     }
 }
 
@@ -466,13 +471,21 @@ pub async fn leader_log_end(side: &'static str, conn: &SharedConnection, topic: 
     match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition == partition) {
         Some(p) if p.error_code == 0 && p.leader_epoch == leader_epoch && p.end_offset >= 0 => Ok(p.end_offset),
         // The epoch moved on between the metadata and this request: look the leader up again.
-        Some(p) if p.error_code == 0 => Err(MirrorError::Broker { side, what: what(), code: 74 }),
+        Some(p) if p.error_code == 0 => Err(MirrorError::Broker {
+            side,
+            what: what(),
+            code: ResponseError::FencedLeaderEpoch.code(),
+        }),
         Some(p) => Err(MirrorError::Broker {
             side,
             what: what(),
             code: p.error_code,
         }),
-        None => Err(MirrorError::Broker { side, what: what(), code: 3 }),
+        None => Err(MirrorError::Broker {
+            side,
+            what: what(),
+            code: ResponseError::UnknownTopicOrPartition.code(),
+        }),
     }
 }
 

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, BatchHeader};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kmp_protocol::kafka_protocol::messages::fetch_response::PartitionData;
 use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
@@ -85,7 +86,7 @@ pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, 
         .ok_or_else(|| MirrorError::Broker {
             side,
             what: format!("fetch {topic}-{partition}"),
-            code: 3,
+            code: ResponseError::UnknownTopicOrPartition.code(),
         })?;
     parse(side, topic, offset, part)
 }

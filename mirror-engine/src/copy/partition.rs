@@ -5,6 +5,7 @@
 //! transient failures with exponential backoff. A non-retriable error turns this partition
 //! FAILED; the others keep going.
 
+use kmp_protocol::kafka_protocol::ResponseError;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -62,10 +63,10 @@ pub struct PartitionTask {
     pub expect_empty: bool,
 }
 
-const OFFSET_OUT_OF_RANGE: i16 = 1;
-const MESSAGE_TOO_LARGE: i16 = 10;
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-const UNKNOWN_TOPIC_ID: i16 = 100;
+const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
+const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
 /// How long the destination high watermark must stay unchanged before the engine trusts it as
 /// the log end (a write of a previous run may still be replicating; see `settled_offsets`).
 const SETTLE: Duration = Duration::from_millis(700);
@@ -605,7 +606,7 @@ async fn settled_offsets(conn: &kmp_protocol::shared_client::SharedConnection, t
                         "{topic}-{partition}: the leader holds offsets up to {end} beyond the high watermark {} (an in-sync replica down?); waiting before writing",
                         now.1
                     ),
-                    code: 7, // REQUEST_TIMED_OUT: retried with backoff
+                    code: ResponseError::RequestTimedOut.code(), // retried with backoff
                 });
             }
         }

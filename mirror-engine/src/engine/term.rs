@@ -14,6 +14,7 @@ use kmp_config::MirrorConfig;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info, warn};
 
+use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::context::Shared;
 use crate::control::handle::Control;
@@ -102,7 +103,7 @@ impl Booting {
 
 /// `done` is dropped when the final state is written (or the engine stops before starting).
 pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, mirrors: Vec<MirrorConfig>, done: watch::Sender<()>) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     let store = loop {
         let opened = async {
             let store = StateStore::open(shared.destination.clone(), &state_topic, shared.lease.clone()).await?;
@@ -135,10 +136,9 @@ pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, 
                     .set_boot_problem(Some(format!("cannot open the mirror state topic {state_topic}: {e}{named}")));
                 let mut stop = shared.stop.clone();
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.next_pause()) => {}
                     _ = stop.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
     };
@@ -286,7 +286,7 @@ pub(crate) fn spawn_persist(shared: &Shared, store: &Arc<StateStore>, flush: Dur
 /// Looks up the state topic's destination id (Fetch v13+ and DeleteTopics name topics by id),
 /// retrying while the destination is unreachable.
 async fn learn_state_topic_id(destination: ClusterClient, topics: Catalog, stop: watch::Receiver<bool>, topic: String) {
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match destination.topic_ids().await {
             Ok(ids) => match ids.get(&topic) {
@@ -297,10 +297,9 @@ async fn learn_state_topic_id(destination: ClusterClient, topics: Catalog, stop:
         }
         let mut stop = stop.clone();
         tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(backoff.next_pause()) => {}
             _ = stop.changed() => return,
         }
-        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

@@ -13,6 +13,7 @@
 //! as the last error) rather than skipping what it may say. Destination topic ids (Produce v13+
 //! and Fetch v13+ name topics by id) are looked up for every topic the state names.
 
+use kmp_protocol::kafka_protocol::ResponseError;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,8 +43,8 @@ const ABSENT_RECHECK: Duration = Duration::from_secs(1);
 /// destination's broker session timeout, so a longer pause would add directly to the time until
 /// a failover is seen.
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-const OFFSET_OUT_OF_RANGE: i16 = 1;
+const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
+const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
 
 /// Where the follower stands; published after every answer and failure.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

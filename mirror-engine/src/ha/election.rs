@@ -13,6 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
 use kmp_protocol::client::Connection;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kmp_protocol::kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kmp_protocol::kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
@@ -41,10 +42,10 @@ const HEARTBEAT_VERSION: i16 = 4;
 pub const ELECTION_CLIENT_ID: &str = "kafka-mirror-proxy-election";
 const LEAVE_VERSION: i16 = 5;
 
-const ILLEGAL_GENERATION: i16 = 22;
-const UNKNOWN_MEMBER_ID: i16 = 25;
-const REBALANCE_IN_PROGRESS: i16 = 27;
-const MEMBER_ID_REQUIRED: i16 = 79;
+const ILLEGAL_GENERATION: i16 = ResponseError::IllegalGeneration.code();
+const UNKNOWN_MEMBER_ID: i16 = ResponseError::UnknownMemberId.code();
+const REBALANCE_IN_PROGRESS: i16 = ResponseError::RebalanceInProgress.code();
+const MEMBER_ID_REQUIRED: i16 = ResponseError::MemberIdRequired.code();
 
 /// How much longer than the rebalance timeout a JoinGroup may stay unanswered.
 const JOIN_MARGIN: Duration = Duration::from_secs(5);
@@ -124,7 +125,12 @@ pub(crate) async fn run(
             backoff.reset();
         }
         // Coordinator moving or still loading: expected around broker restarts.
-        if matches!(e, MirrorError::Broker { code: 14..=16, .. }) {
+        let moving = [
+            ResponseError::CoordinatorLoadInProgress,
+            ResponseError::CoordinatorNotAvailable,
+            ResponseError::NotCoordinator,
+        ];
+        if matches!(e, MirrorError::Broker { code, .. } if moving.iter().any(|c| c.code() == code)) {
             debug!(error = %e, backoff = ?backoff.peek(), "engine election: coordinator not ready; retrying");
         } else {
             warn!(error = %e, group = %member.settings.group_id, backoff = ?backoff.peek(), "engine election: lost the group coordinator; rejoining");
@@ -293,7 +299,7 @@ impl Member {
             None => Err(MirrorError::Broker {
                 side: "destination",
                 what: "FindCoordinator".into(),
-                code: 15,
+                code: ResponseError::CoordinatorNotAvailable.code(),
             }),
         }
     }

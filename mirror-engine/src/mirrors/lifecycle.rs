@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+use crate::backoff::Backoff;
 use crate::context::TopicContext;
 use crate::control;
 use crate::copy::fresh_topic;
@@ -103,7 +104,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         return Ok(taken(o.partitions, id_from_hex(&o.source_topic_id)));
     }
     let filter = crate::topics::configs::ConfigFilter::new(&m.topic_config_exclude)?;
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     // While the topic cannot be prepared (source or destination unreachable, credentials refused)
     // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
     let topic_key = (m.name.clone(), topic.to_owned(), -1);
@@ -121,8 +122,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
                     s.last_error = Some(why.clone());
                 });
                 last_error = why;
-                back_off(&ctx.shared.stop, backoff).await?;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                back_off(&ctx.shared.stop, backoff.next_pause()).await?;
             }
             Err(e) => {
                 // Not created by this preparation: an existing topic that is not the mirror's
@@ -147,15 +147,14 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
     // Read-only now; what landed before (a writer that reached the destination directly) is
     // not the mirror's: those partitions are stored FAILED before the topic is recorded.
     let forged = fresh_topic::verify_empty(&ctx.shared.destination, topic, prepared.partitions(), &ctx.shared.stop).await?;
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match fresh_topic::record_forged(&ctx.store, &m.name, topic, &forged).await {
             Ok(()) => break,
             Err(MirrorError::Fenced) => return Err(MirrorError::Fenced),
             Err(e) => warn!(error = %e, "cannot record the partitions holding forged writes yet; retrying"),
         }
-        back_off(&ctx.shared.stop, backoff).await?;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        back_off(&ctx.shared.stop, backoff.next_pause()).await?;
     }
     info!(how = how.as_str(), partitions = prepared.partitions(), "destination topic is the mirror's");
     let record = TopicRecord {
@@ -168,15 +167,14 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         writable: Some(false),
     };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
-    let mut backoff = Duration::from_millis(200);
+    let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match ctx.store.put_topic(topic, &record).await {
             Ok(()) => break,
             Err(MirrorError::Fenced) => return Err(MirrorError::Fenced),
             Err(e) => warn!(error = %e, "cannot record topic ownership yet; retrying"),
         }
-        back_off(&ctx.shared.stop, backoff).await?;
-        backoff = (backoff * 2).min(Duration::from_secs(5));
+        back_off(&ctx.shared.stop, backoff.next_pause()).await?;
     }
     Ok(Ready {
         partitions: prepared.partitions(),
@@ -245,7 +243,7 @@ async fn register_topic_id(ctx: &TopicContext, topic: &str, known: [u8; 16]) {
     if known != [0; 16] {
         return;
     }
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     for _ in 0..40 {
         match ctx.shared.destination.layout(topic).await {
             Ok(l) if l.error_code == 0 && l.topic_id != [0; 16] => {
@@ -255,8 +253,7 @@ async fn register_topic_id(ctx: &TopicContext, topic: &str, known: [u8; 16]) {
             Ok(_) => {}
             Err(e) => warn!(error = %e, "cannot read the destination topic id yet"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(1));
+        tokio::time::sleep(backoff.next_pause()).await;
     }
     warn!("destination topic id still unknown; Produce requests naming the topic by id are not checked");
 }
@@ -338,15 +335,14 @@ fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
     let (ctx, topic) = (ctx.clone(), topic.to_owned());
     tokio::spawn(
         async move {
-            let mut backoff = Duration::from_millis(200);
+            let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
             while let Err(e) = ctx.store.put_topic(&topic, &record).await {
                 warn!(error = %e, "cannot record the stopped topic as writable yet; it stays read-only until then");
                 let mut stop = ctx.shared.stop.clone();
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.next_pause()) => {}
                     _ = stop.changed() => return,
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             ctx.shared.topics.set_writable(&topic, true);
         }

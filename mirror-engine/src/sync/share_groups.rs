@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use kmp_config::MirrorConfig;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::alter_share_group_offsets_request::{AlterShareGroupOffsetsRequestPartition, AlterShareGroupOffsetsRequestTopic};
 use kmp_protocol::kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
 use kmp_protocol::kafka_protocol::messages::{AlterShareGroupOffsetsRequest, DescribeShareGroupOffsetsRequest, GroupId, TopicName};
@@ -25,7 +26,7 @@ use crate::topics::select::GroupFilter;
 type StartOffsets = BTreeMap<(String, i32), i64>;
 
 /// AlterShareGroupOffsets errors meaning the group has members on the destination.
-const GROUP_NOT_EMPTY: i16 = 68;
+const GROUP_NOT_EMPTY: i16 = ResponseError::NonEmptyGroup.code();
 
 /// Start offsets of the share groups in `coords` (DescribeShareGroupOffsets v0 per coordinator,
 /// every topic); partitions without a start offset yet are left out.

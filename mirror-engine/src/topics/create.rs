@@ -4,6 +4,7 @@
 //! recompressed, CreateTime with unbounded timestamp windows so old records are accepted).
 //! Keeping configs in sync later is `sync::configs`' job; per-partition copying is `copy::partition`'s.
 
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
 use kmp_protocol::kafka_protocol::messages::{CreateTopicsRequest, IncrementalAlterConfigsRequest, TopicName};
@@ -13,7 +14,7 @@ use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::topics::configs::{self as topic_configs, ConfigFilter, FORCED_CONFIGS};
 
-pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub(crate) const TOPIC_ALREADY_EXISTS: i16 = ResponseError::TopicAlreadyExists.code();
 
 /// Partitions created or added by one CreateTopics / CreatePartitions request. A KRaft controller
 /// refuses an operation that writes more than 10,000 metadata records (one per partition, plus

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kmp_protocol::ProtocolError;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kmp_protocol::kafka_protocol::messages::{BrokerId, FetchRequest};
 use tokio::sync::{mpsc, oneshot};
@@ -32,8 +33,8 @@ use crate::copy::fetch::growth::GrowthShare;
 use crate::copy::throttle::Throttle;
 use crate::error::MirrorError;
 
-const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
-const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+const FETCH_SESSION_ID_NOT_FOUND: i16 = ResponseError::FetchSessionIdNotFound.code();
+const INVALID_FETCH_SESSION_EPOCH: i16 = ResponseError::InvalidFetchSessionEpoch.code();
 /// How long a partition that just received data counts as "coming back soon" (it keeps polls
 /// short so it does not wait behind a long poll for idle partitions).
 const BUSY_FOR: Duration = Duration::from_secs(1);

@@ -6,6 +6,7 @@
 //! belong to `partition`; sending to `sink`.
 
 use kmp_protocol::batch::BatchHeader;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::shared_client::SharedConnection;
 
 use crate::cluster::fetch::{FetchAt, fetch};
@@ -15,7 +16,7 @@ use crate::error::MirrorError;
 /// Bytes asked for per read-back Fetch (a larger single batch still comes whole).
 const READ_BYTES: i32 = 8 << 20;
 /// REQUEST_TIMED_OUT: the read-back is retried with the attempt.
-const RETRY_LATER: i16 = 7;
+const RETRY_LATER: i16 = ResponseError::RequestTimedOut.code();
 
 /// Where the uncertain batches of `topic`-`partition` are read back.
 pub(crate) struct ReadBack<'a> {

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{ProduceRequest, TopicName};
 use kmp_protocol::produce_frame::{self, PartitionRecords, RecordsBlob};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -313,7 +314,7 @@ fn dispatch(batch: Vec<Item>, resp: Result<kmp_protocol::kafka_protocol::message
         let answer = answers.remove(&(i.topic.clone(), i.partition)).ok_or_else(|| MirrorError::Broker {
             side: "destination",
             what: format!("produce to {}-{}: no answer for the partition", i.topic.0.as_str(), i.partition),
-            code: 3,
+            code: ResponseError::UnknownTopicOrPartition.code(),
         });
         let _ = i.reply.send(answer);
     }

@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 use kmp_protocol::batch::{self, ProducerFields};
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
 use kmp_protocol::kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
@@ -218,7 +219,7 @@ impl PartitionSink {
             None => Err(MirrorError::Broker {
                 side: "destination",
                 what: format!("DeleteRecords before {offset}"),
-                code: 3,
+                code: ResponseError::UnknownTopicOrPartition.code(),
             }),
         }
     }
