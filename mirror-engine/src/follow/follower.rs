@@ -22,15 +22,13 @@ use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
 use crate::backoff::Backoff;
-use crate::cluster::client::{ClusterClient, TopicLayout, offsets};
-use crate::cluster::fetch::{FetchAt, fetch};
-use crate::cluster::links::Lane;
+use crate::cluster::client::ClusterClient;
 use crate::control::TermControl;
 use crate::error::MirrorError;
 use crate::follow::followed::FollowedState;
 use crate::state::catalog::Catalog;
+use crate::state::reader::StateReader;
 use crate::state::status::now_ms;
-use crate::state::store::decode_entries;
 
 /// How long one Fetch waits at the end of the state topic for a new record.
 const LONG_POLL_MS: i32 = 500;
@@ -91,8 +89,6 @@ struct Cursor {
     reread: Option<(i64, HashSet<String>)>,
     /// Before the first load: the end to reach.
     load_target: Option<i64>,
-    /// Where the state topic's partition is, while reading it works.
-    layout: Option<Arc<TopicLayout>>,
 }
 
 impl Cursor {
@@ -102,7 +98,6 @@ impl Cursor {
             live: HashSet::new(),
             reread: None,
             load_target: None,
-            layout: None,
         }
     }
 
@@ -143,12 +138,13 @@ impl Follower {
         tokio::spawn(learn_ids(self.destination.clone(), self.catalog.clone(), ids.clone(), stop.clone()));
         let mut state = FollowedState::held_back_by(self.control.clone(), self.held_back.clone());
         let mut cursor = Cursor::new();
+        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone());
         let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         // Never changes when nothing holds the writes back.
         let mut held_back = self.held_back.clone().unwrap_or_else(|| watch::channel(false).1);
         loop {
             let step = tokio::select! {
-                r = self.step(&mut state, &mut cursor, &ids) => r,
+                r = self.step(&mut state, &mut cursor, &mut reader, &ids) => r,
                 _ = stop.changed() => return,
                 // A term beside this follower ended: what was held applies now, not at the
                 // next record. (A step cut short here is read again: the cursor moves only
@@ -165,7 +161,7 @@ impl Follower {
                 }
                 Ok(Some(pause)) => pause,
                 Err(e) => {
-                    cursor.layout = None;
+                    reader.forget_layout();
                     let why = e.to_string();
                     if self.progress.borrow().error.as_ref() != Some(&why) {
                         warn!(topic = %self.topic, error = %why, "cannot read the mirror state topic; retrying");
@@ -183,15 +179,10 @@ impl Follower {
     }
 
     /// One Fetch (or one look for a missing topic); `Some(pause)` to wait before the next.
-    async fn step(&self, state: &mut FollowedState, cursor: &mut Cursor, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
-        let d = &self.destination;
+    async fn step(&self, state: &mut FollowedState, cursor: &mut Cursor, reader: &mut StateReader, ids: &Notify) -> Result<Option<Duration>, MirrorError> {
         // The layout is kept while reads succeed (one Metadata request per leader change, not
         // per poll); any failure drops it.
-        let layout = match &cursor.layout {
-            Some(l) => l.clone(),
-            None => d.layout(&self.topic).await?,
-        };
-        cursor.layout = (layout.error_code == 0).then(|| layout.clone());
+        let layout = reader.layout().await?;
         if layout.error_code == UNKNOWN_TOPIC_OR_PARTITION {
             // No state topic yet (the engine creates it on its first start): nothing is a mirror
             // topic. Looked for again every second.
@@ -207,11 +198,10 @@ impl Follower {
             // Refused to clients by id too (Fetch and Produce v13+), as on the engine instance.
             self.catalog.set_state_topic_id(layout.topic_id);
         }
-        let (addr, epoch) = d.leader_in(&layout, &self.topic, 0)?;
         let next = match cursor.next {
             Some(n) => n,
             None => {
-                let (start, end) = offsets("destination", &d.link(&addr, Lane::Control).await?, &self.topic, 0).await?;
+                let (start, end) = reader.bounds().await?;
                 if self.progress.borrow().loaded {
                     cursor.reread = Some((end, cursor.live.clone()));
                 } else {
@@ -221,18 +211,7 @@ impl Follower {
                 start
             }
         };
-        let conn = d.link(&addr, Lane::Fetch(0)).await?;
-        let at = FetchAt {
-            side: "destination",
-            topic: &self.topic,
-            topic_id: layout.topic_id,
-            partition: 0,
-            offset: next,
-            leader_epoch: epoch,
-            max_bytes: FETCH_BYTES,
-            max_wait_ms: LONG_POLL_MS,
-        };
-        let fetched = match fetch(&conn, at).await {
+        let fetched = match reader.read(next, FETCH_BYTES, LONG_POLL_MS).await {
             Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
                 warn!(topic = %self.topic, offset = next, "state topic position out of range; reading it again from its start");
                 cursor.next = None;
@@ -240,15 +219,16 @@ impl Follower {
             }
             r => r?,
         };
-        for (header, batch) in &fetched.batches {
-            cursor.apply_batch(state, decode_entries(batch)?, header.next_offset());
+        let read_any = !fetched.batches.is_empty();
+        for (batch_end, entries) in fetched.batches {
+            cursor.apply_batch(state, entries?, batch_end);
         }
         let position = cursor.next.unwrap_or(next);
         if cursor.reread.is_some() {
             // A re-read whose end is where it started (nothing left to read) is complete too.
             cursor.apply_batch(state, Vec::new(), position);
         }
-        if !fetched.batches.is_empty() && !self.catalog.topics_without_id().is_empty() {
+        if read_any && !self.catalog.topics_without_id().is_empty() {
             ids.notify_one();
         }
         if cursor.load_target.is_some_and(|end| position >= end) {

@@ -31,11 +31,10 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
-use crate::cluster::fetch::{FetchAt, fetch};
-use crate::cluster::links::Lane;
 use crate::error::MirrorError;
+use crate::state::reader::StateReader;
 use crate::state::records::{REQUEST_PREFIX, RESPONSE_PREFIX};
-use crate::state::store::{RequestsAtLoad, StateStore, append, decode_entries};
+use crate::state::store::{RequestsAtLoad, StateStore, append};
 
 /// Largest request frame forwarded or served (mirror requests are small).
 pub const MAX_FORWARDED_BYTES: usize = 1 << 20;
@@ -222,23 +221,9 @@ pub(crate) async fn serve(
     let mut next = at_load.from.max(0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     info!(%topic, from = next, "answering management requests forwarded by standbys");
+    let mut reader = StateReader::new(destination, topic.clone());
     loop {
-        let read = async {
-            let layout = destination.layout(&topic).await?;
-            let (addr, epoch) = destination.leader_in(&layout, &topic, 0)?;
-            let conn = destination.link(&addr, Lane::Fetch(0)).await?;
-            let at = FetchAt {
-                side: "destination",
-                topic: &topic,
-                topic_id: layout.topic_id,
-                partition: 0,
-                offset: next,
-                leader_epoch: epoch,
-                max_bytes: 4 << 20,
-                max_wait_ms: LONG_POLL_MS,
-            };
-            fetch(&conn, at).await
-        };
+        let read = reader.read(next, 4 << 20, LONG_POLL_MS);
         let fetched = tokio::select! {
             r = read => r,
             _ = stop.changed() => return,
@@ -247,8 +232,8 @@ pub(crate) async fn serve(
             Ok(f) => {
                 backoff.reset();
                 let before = next;
-                for (header, batch) in &f.batches {
-                    let entries = match decode_entries(batch) {
+                for (batch_end, entries) in f.batches {
+                    let entries = match entries {
                         Ok(e) => e,
                         Err(e) => {
                             warn!(error = %e, offset = next, "undecodable state batch skipped while looking for forwarded requests");
@@ -263,7 +248,7 @@ pub(crate) async fn serve(
                             answer(&forwarding, &store, id, value);
                         }
                     }
-                    next = next.max(header.next_offset());
+                    next = next.max(batch_end);
                 }
                 if next == before {
                     // Nothing new (a long poll that ended empty, or a broker answering at once

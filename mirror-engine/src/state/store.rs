@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Mutex, watch};
 use tracing::warn;
 
+use super::reader::StateReader;
 use crate::backoff::Backoff;
-use crate::cluster::client::{ClusterClient, offsets};
-use crate::cluster::fetch::{FetchAt, fetch};
+use crate::cluster::client::ClusterClient;
 use crate::cluster::produce::{PRODUCE_VERSION, produce_request};
 use crate::error::MirrorError;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, REQUEST_PREFIX, RESPONSE_PREFIX, TopicRecord};
@@ -88,29 +88,20 @@ impl StateStore {
 
     /// Reads the state topic to its end; what it found of forwarded requests.
     async fn load(&self) -> Result<RequestsAtLoad, MirrorError> {
-        let layout = self.destination.layout(&self.topic).await?;
-        let (conn, epoch) = self.destination.leader_link_in(&layout, &self.topic, 0).await?;
-        let (start, end) = offsets("destination", &conn, &self.topic, 0).await?;
+        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone());
+        let (start, end) = reader.bounds().await?;
         let mut next = start;
         let mut entries = HashMap::new();
         // Offsets of the forwarded requests not answered (tombstoned) yet.
         let mut requests: HashMap<String, i64> = HashMap::new();
         while next < end {
-            let at = FetchAt {
-                side: "destination",
-                topic: &self.topic,
-                topic_id: layout.topic_id,
-                partition: 0,
-                offset: next,
-                leader_epoch: epoch,
-                max_bytes: 4 << 20,
-                max_wait_ms: 100,
-            };
-            let fetched = fetch(&conn, at).await?;
-            let Some((last, _)) = fetched.batches.last() else { break };
-            next = last.next_offset();
-            for (_, b) in &fetched.batches {
-                for (offset, key, value) in decode_entries(b)? {
+            let read = reader.read(next, 4 << 20, 100).await?;
+            if read.batches.is_empty() {
+                break;
+            }
+            next = read.next_offset(next);
+            for (_, batch) in read.batches {
+                for (offset, key, value) in batch? {
                     if key.starts_with(REQUEST_PREFIX) {
                         match value {
                             Some(_) => requests.insert(key.clone(), offset),
@@ -356,18 +347,6 @@ async fn produce_to(c: &mut Connection, topic: &str, blob: Bytes) -> Result<(), 
     Ok(())
 }
 
-/// The entries of one state-topic batch read from the destination: `(offset, key, value)`,
-/// `None` a tombstone. Control records and records whose key is missing or not UTF-8 are
-/// skipped; a batch that does not decode is an error (nothing of it is used). The engine's load
-/// and the follower read the state topic through this one function.
-pub(crate) fn decode_entries(batch: &Bytes) -> Result<Vec<(i64, String, Option<Bytes>)>, MirrorError> {
-    Ok(records::decode(batch)
-        .map_err(MirrorError::Destination)?
-        .into_iter()
-        .filter_map(|(offset, key, value)| Some((offset, String::from_utf8(key?.to_vec()).ok()?, value)))
-        .collect())
-}
-
 /// Parses a stored JSON value; `None` (logged) when it does not parse as `T`.
 pub(crate) fn parse_value<T: for<'de> Deserialize<'de>>(key: &str, raw: &[u8]) -> Option<T> {
     match serde_json::from_slice(raw) {
@@ -410,27 +389,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn state_batches_decode_to_keyed_entries_and_garbage_is_an_error_not_a_panic() {
-        let blob = records::encode(
-            &[
-                (Bytes::from_static(b"topic/t"), Some(Bytes::from_static(b"{}"))),
-                (Bytes::from_static(b"mirror/m"), None),
-            ],
-            7,
-        )
-        .unwrap();
-        let got = decode_entries(&blob).unwrap();
-        assert_eq!(
-            got,
-            vec![(0, "topic/t".to_owned(), Some(Bytes::from_static(b"{}"))), (1, "mirror/m".to_owned(), None)]
-        );
-        for cut in [1, 20, blob.len() - 1] {
-            assert!(decode_entries(&blob.slice(..cut)).is_err(), "a batch cut at {cut} bytes is refused");
-        }
-        let mut flipped = blob.to_vec();
-        let last = flipped.len() - 3;
-        flipped[last] ^= 0xff;
-        let _ = decode_entries(&Bytes::from(flipped)); // any answer, never a panic
+    fn unreadable_json_values_are_ignored_not_a_panic() {
         assert_eq!(parse_value::<TopicRecord>("topic/t", b"{not json"), None);
         assert_eq!(parse_value::<TopicRecord>("topic/t", b"[1,2]"), None);
     }
