@@ -17,7 +17,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kmp_common import KafkaCluster, ProxyProcess, classpath, free_port_block  # noqa: E402
+from kmp_common import KafkaCluster, ProxyProcess, classpath, free_port_block, running_cluster  # noqa: E402
+from kmp_common import NEWER_KAFKA, SASL_USERS, delete_topics  # noqa: E402
+import tier  # noqa: E402  (tests/harness/tier.py: the quick or long tier and its dials)
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +58,27 @@ def pytest_terminal_summary(terminalreporter):
     if kept:
         terminalreporter.write_sep("-", "kmp test directory")
         terminalreporter.write_line(kept)
+    if tier.DIALS:
+        terminalreporter.write_sep("-", f"kmp {tier.TIER} tier: dials of the tests that ran")
+        for name, (value, quick, long, env) in sorted(tier.DIALS.items()):
+            terminalreporter.write_line(f"{name} = {value} (quick {quick}, long {long}{f'; {env} overrides' if env else ''})")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the suite runs as two groups that
+    share nothing: tests/tls (its own two secure clusters) on one worker, tests/integration and
+    tests/security (the shared plain clusters and the clusters of other shapes) on the other. Each
+    worker is a pytest session of its own and starts only the clusters its tests ask for."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("tls" if item.nodeid.startswith("tls/") else "plain"))
+
+
+def pytest_report_header(config):
+    how = "tests/run.sh" if tier.TIER == "quick" else "tests/run.sh --long"
+    return (f"kmp tier: {tier.TIER} (KMP_TIER, set by {how}); tests marked long are "
+            f"{'deselected' if 'not long' in (config.option.markexpr or '') else 'selected'} by -m")
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +123,19 @@ def clusters_left_whole(request):
         pytest.fail("this test left the shared clusters degraded: " + "; ".join(problems), pytrace=False)
 
 
+@pytest.fixture
+def drop_topics(clusters):
+    """``drop_topics(name, ...)``: topics to delete, when the test ends, on both shared clusters
+    (a source topic and the mirror topic of the same name on the destination). The shared clusters
+    otherwise keep every topic to the end of the session, and each broker restart later in the
+    session recovers every log it holds; tests that create many partitions hand them here."""
+    names: list[str] = []
+    yield lambda *more: names.extend(more)
+    for cluster in clusters if names else ():
+        for problem in delete_topics(cluster.bootstrap, names):
+            print(f"deleting a topic on {cluster.name} after the test failed: {problem}")
+
+
 @pytest.fixture(scope="session")
 def destination(clusters) -> KafkaCluster:
     return clusters[1]
@@ -117,3 +153,28 @@ def proxy(destination, workdir):
 @pytest.fixture(scope="session")
 def kafka_classpath() -> str:
     return classpath()
+
+
+# ---- clusters of other shapes: one per shape, session-scoped and started when a test first asks -----
+# (a pytest session fixture is created only when a selected test uses it). A module gets a cluster
+# of its own only when a test destroys it (test_mirror_budget.py's SIGSTOPped destination,
+# test_mirror_sync.py's lost DR source, test_mirror_source_link.py's source behind a latency relay).
+
+
+
+@pytest.fixture(scope="session")
+def sasl_cluster(workdir):
+    """A 1-broker cluster whose only listener is SASL_PLAINTEXT/PLAIN (users SASL_USERS):
+    test_sasl_passthrough.py and security/test_mirror_admin_sasl.py."""
+    with running_cluster("sasl", 1, workdir, sasl_users=SASL_USERS) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def newer_clusters(workdir):
+    """(source with 1 broker, destination with 3) of Kafka NEWER_KAFKA: test_newer_broker.py
+    (version clamping, clients through the proxy) and test_mirror_sync.py's share-group sync. Both
+    are long-tier tests, so the quick tier never starts these."""
+    with running_cluster("newer-source", 1, workdir, version=NEWER_KAFKA) as source, \
+            running_cluster("newer-destination", 3, workdir, version=NEWER_KAFKA) as destination:
+        yield source, destination

@@ -29,6 +29,12 @@ from kafka_cluster import KafkaCluster, classpath  # noqa: E402,F401  (classpath
 PROXY_BIN = Path(os.environ.get("KMP_PROXY_BIN", Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")).resolve() / "debug" / "kafka-mirror-proxy"))
 PROXY_READY_TIMEOUT_S = 30
 
+# SASL/PLAIN users of the session's sasl_cluster (tests/conftest.py): alice is listed as a mirror
+# admin in security/test_mirror_admin_sasl.py, mallory is not; test_sasl_passthrough.py logs in as alice.
+SASL_USERS = {"alice": "alice-secret", "mallory": "mallory-secret"}
+# The Kafka of the session's newer_clusters: beyond the proxy's audited version table, share groups GA.
+NEWER_KAFKA = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
+
 # API-created mirrors may only reach sources matching `security.mirror_source_allow` (empty by
 # default: none). The test clusters all live on loopback, so every proxy a test starts allows them
 # unless the test says otherwise (env={"KMP_MIRROR_SOURCE_ALLOW": ...}, or None to unset it).
@@ -203,3 +209,24 @@ def wait_for_leader(admin, topic: str, partition: int = 0, timeout: float = 30) 
             return parts[partition].leader
         time.sleep(0.1)
     raise TimeoutError(f"{topic}-{partition} has no leader after {timeout}s")
+
+
+def delete_topics(bootstrap: str, names, timeout: float = 60) -> list[str]:
+    """Deletes ``names`` on the cluster at ``bootstrap``, ignoring ones that do not exist; returns
+    a description of each deletion that failed otherwise (never raises: cleanup must not hide a
+    test's own failure)."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    problems = []
+    try:
+        futures = admin.delete_topics(list(names), operation_timeout=30, request_timeout=timeout)
+    except KafkaException as e:
+        return [f"{list(names)}: {e}"]
+    for name, f in futures.items():
+        try:
+            f.result(timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                problems.append(f"{name}: {e}")
+    return problems

@@ -291,3 +291,13 @@ class SourceLoad:
         self.thread.join(120)
         assert not self.thread.is_alive(), "the load thread finished"
         assert not self.errors, f"the source load never failed: {self.errors[:5]}"
+
+
+def chaos_actions(rng):
+    """The chaos tests' events, seeded: "kill" and "freeze" once each first (in a seeded order), so
+    even the quick tier's short window exercises both, then either at random."""
+    first = ["kill", "freeze"]
+    rng.shuffle(first)
+    yield from first
+    while True:
+        yield rng.choice(["kill", "freeze"])

@@ -31,6 +31,8 @@ from kmp_common import (  # noqa: E402,F401  (re-exported for `from conftest imp
 def pytest_addoption(parser):
     """Options of the randomized differential test (test_mirror_differential.py)."""
     group = parser.getgroup("kmp-differential", "randomized differential mirror test")
-    group.addoption("--seeds", type=int, default=20, help="run generated histories of seeds 1..N (default 20) plus the regression cases")
+    group.addoption("--seeds", type=int, default=None,
+                    help="run generated histories of seeds 1..N plus the regression cases (default by tier: quick 3 seeds "
+                         "that rotate by date, long seeds 1..200)")
     group.addoption("--seed", type=int, default=None, help="replay exactly one generated seed (no regression cases)")
     group.addoption("--first-seed", type=int, default=1, help="with --seeds N: run seeds F..F+N-1 (long runs in chunks)")

@@ -27,7 +27,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -35,8 +34,12 @@ from conftest import REPO, free_port, free_port_block, unique
 from kmp_common import wait_until
 from mirror import create, produce_plain, read_all, wait_caught_up
 
-# A cold build compiles the release binary (minutes on 2 cores); the module's first test pays it.
-pytestmark = pytest.mark.timeout(3000)
+# Long tier only (tests/run.sh --long): a cold build compiles the release binary (minutes on 2
+# cores); the module's first test pays it. podman and buildah are needed only here.
+pytestmark = [pytest.mark.long, pytest.mark.timeout(3000)]
+# Only this module reads YAML (docker/compose.yaml): without pyyaml it is skipped, saying so.
+yaml = pytest.importorskip("yaml", reason="pyyaml is not installed (pip install -r tests/requirements.txt): "
+                                          "the compose file check reads docker/compose.yaml with it")
 
 BUILD_SCRIPT = REPO / "docker" / "build-image.sh"
 IMAGE_MAX_BYTES = 50 * 1000 * 1000  # the target: at most 50 MB

@@ -15,8 +15,8 @@ B: members come and go under load (seeded): every 2-4 s an instance (the active 
    SIGKILLed and restarted, or SIGSTOPped past the session timeout and SIGCONTed; after each event
    the survivors' shares cover every partition again and every partition grows again (the stall
    per event is printed, and its longest per kind); at the end the destination equals the source
-   record for record at identical offsets with no partition FAILED. `KMP_CHAOS_SECONDS` (default
-   120) sets the length, `KMP_CHAOS_SEED` replays a seed.
+   record for record at identical offsets with no partition FAILED. `KMP_CHAOS_SECONDS` (quick
+   tier 20, long tier 120) sets the length, `KMP_CHAOS_SEED` replays a seed.
 """
 
 from __future__ import annotations
@@ -32,15 +32,17 @@ import time
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import unique
+import tier
 from kmp_common import wait_until
 from instances import (
     ELECTION_BOUND_S, INSTANCES, SESSION_TIMEOUT_MS, SourceLoad, TAKEOVER_BOUND_S, assert_same_log, auto_instances,
-    cli_describe_engine, compressed_data, partition_states, start_mirror, wait_one_active,
+    chaos_actions, cli_describe_engine, compressed_data, partition_states, start_mirror, wait_one_active,
 )
 from mirror import FILLER_KEY, call, create, high_watermarks, produce_one, produce_plain, read_all, wait_caught_up
 
 PARTITIONS = 6
-CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))
+# The chaos window: 20 s in the quick tier (at least one kill and one freeze), 120 s in the long.
+CHAOS_SECONDS = tier.dial("chaos seconds", quick=20.0, long=120.0, env="KMP_CHAOS_SECONDS")
 
 
 class StallWatch:
@@ -233,12 +235,13 @@ def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, 
         n = 0
         try:
             chaos_end = time.time() + CHAOS_SECONDS
-            while time.time() < chaos_end:
+            actions = chaos_actions(rng)
+            while time.time() < chaos_end or n < 2:  # a kill and a freeze at least
                 n += 1
                 time.sleep(rng.uniform(2, 4))
                 active, _ = wait_one_active(instances, f"one active before event {n} ({ctx})", TAKEOVER_BOUND_S)
                 victim = rng.choice(instances)  # the active one too: its management moves, the shares stay exact
-                action = rng.choice(["kill", "freeze"])
+                action = next(actions)
                 survivors = [i for i in instances if i is not victim]
                 hit = time.time()
                 if action == "kill":

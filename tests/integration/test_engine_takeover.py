@@ -9,7 +9,7 @@ B: chaos: under continuous source load the active is SIGKILLed (and restarted wi
    id) or SIGSTOPped past the session timeout (and SIGCONTed) every 3-6 s, seeded; per takeover the
    time until another instance is active and the replication stall are measured; at the end the
    destination equals the source record for record at identical offsets, nothing FAILED, and a woken
-   old active is a standby. `KMP_CHAOS_SECONDS` (default 120) sets the length, `KMP_CHAOS_SEED` replays
+   old active is a standby. `KMP_CHAOS_SECONDS` (quick tier 20, long tier 120) sets the length, `KMP_CHAOS_SEED` replays
    a seed.
 C: a failover (stop) through the active while clients produce to other topics through the standbys:
    the stopped topic becomes writable through every instance, the other producers never fail.
@@ -28,18 +28,20 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from conftest import unique
+import tier
 from kmp_common import wait_until
 from instances import (
     ELECTION_BOUND_S, INSTANCES, NOT_CONTROLLER, SESSION_TIMEOUT_MS, SourceLoad, TAKEOVER_BOUND_S,
-    WOKEN_STANDBY_BOUND_S, assert_same_log, auto_instances, cli_describe_engine, compressed_data, lists_topic,
-    partition_states, roles, start_mirror, wait_one_active,
+    WOKEN_STANDBY_BOUND_S, assert_same_log, auto_instances, chaos_actions, cli_describe_engine, compressed_data,
+    lists_topic, partition_states, roles, start_mirror, wait_one_active,
 )
 from mirror import (
     FILLER_KEY, call, create, high_watermarks, produce_one, produce_plain, produce_transactions, read_all,
     wait_caught_up,
 )
 
-CHAOS_SECONDS = float(os.environ.get("KMP_CHAOS_SECONDS", "120"))
+# The chaos window: 20 s in the quick tier (at least one kill and one freeze), 120 s in the long.
+CHAOS_SECONDS = tier.dial("chaos seconds", quick=20.0, long=120.0, env="KMP_CHAOS_SECONDS")
 
 
 def test_exactly_one_instance_is_active_and_every_instance_enforces_the_mirror(clusters, workdir):
@@ -132,11 +134,12 @@ def test_chaos_killing_and_freezing_the_active_keeps_the_mirror_identical_to_the
         generation = view[2]
         try:
             chaos_end = time.time() + CHAOS_SECONDS
-            while time.time() < chaos_end:
+            actions = chaos_actions(rng)
+            while time.time() < chaos_end or len(takeovers) < 2:  # a kill and a freeze at least
                 time.sleep(rng.uniform(3, 6))
                 victim, view = wait_one_active(instances, f"one active instance before the next event ({ctx})", TAKEOVER_BOUND_S)
                 generation = view[2]
-                action = rng.choice(["kill", "freeze"])
+                action = next(actions)
                 survivors = [i for i in instances if i is not victim]
                 if action == "kill":
                     victim.proxy.proc.kill()
@@ -184,9 +187,12 @@ def test_chaos_killing_and_freezing_the_active_keeps_the_mirror_identical_to_the
                                lambda: (v := victim.engine()) is not None and v[0] == "standby" and v[3] == 0, timeout=WOKEN_STANDBY_BOUND_S)
                     now_active, _ = wait_one_active(instances, f"still exactly one active after {victim.instance_id} woke ({ctx})", TAKEOVER_BOUND_S)
                     assert now_active is not victim, f"{victim.instance_id} took over again right after waking ({ctx})"
+            # The load aborts a third of its transactions at random: wait for one (fillers on the
+            # destination) rather than count on the window having been long enough.
+            wait_until(f"the source load aborted a transaction ({ctx})", lambda: load.transactions["aborted"] > 0, timeout=120)
         finally:
             load.stop()
-        assert takeovers, f"the chaos made at least one takeover ({ctx})"
+        assert {t[0] for t in takeovers} == {"kill", "freeze"}, f"the chaos killed and froze the active ({ctx}): {takeovers}"
         for action in ("kill", "freeze"):
             rows = [t for t in takeovers if t[0] == action]
             if rows:

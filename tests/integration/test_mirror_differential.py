@@ -5,16 +5,21 @@ too), compaction with the cleaner running, time retention, partitions added, mir
 the proxy killed with SIGKILL, a destination partition leader killed — each compared, through the
 proxy at both isolation levels, with what the source's consumers see (``differential/``).
 
-Seeds 1..N (``--seeds N``, default 20; ``--first-seed F`` starts at F) plus every history in
-``differential/regressions.json`` (not run twice when it is one of those seeds' history), one
-pytest case each; ``--seed S`` replays one seed. A failure prints the seed, the replay command, the
-diff, the full history and the execution log. One proxy (its own state topic) serves every case;
-each case has its own cluster mirror and topics.
+Every history in ``differential/regressions.json`` plus generated seeds, one pytest case each: in
+the quick tier 3 seeds out of 1..200 that rotate with the UTC date (a different three each day:
+67 days of quick runs cover what one long run does), in the long tier seeds 1..200
+(tests/harness/tier.py). ``--seeds N`` runs seeds 1..N instead (``--first-seed F`` starts at F);
+a regression is not run twice when it is one of those seeds' history; ``--seed S`` replays one
+seed. A failure prints the seed, the replay command, the diff, the full history and the execution
+log. One proxy (its own state topic) serves every case; each case has its own cluster mirror and topics.
 """
 
+import datetime
 import time
 
 import pytest
+
+import tier
 
 from conftest import PROXY_BIN, ProxyProcess
 from differential.history import generate
@@ -25,6 +30,18 @@ from differential.source_ops import close_shared_producers
 REPLAY = "flock /tmp/kmp-kafka.lock python3 -m pytest tests/integration/test_mirror_differential.py"
 
 
+LONG_SEEDS = 200
+QUICK_SEEDS = 3
+
+
+def tier_seeds() -> list[int]:
+    """Seeds 1..200 in the long tier; in the quick tier 3 of them chosen by the UTC date (day d
+    runs 3d+1..3d+3 modulo 200), printed in the case ids, so a failure names its seed."""
+    day = datetime.datetime.now(datetime.timezone.utc).date().toordinal()
+    quick = [1 + (day * QUICK_SEEDS + i) % LONG_SEEDS for i in range(QUICK_SEEDS)]
+    return tier.dial("differential seeds", quick=quick, long=range(1, LONG_SEEDS + 1))
+
+
 def pytest_generate_tests(metafunc):
     if "case" not in metafunc.fixturenames:
         return
@@ -32,8 +49,8 @@ def pytest_generate_tests(metafunc):
     if seed is not None:
         cases = [("seed", seed)]
     else:
-        first = metafunc.config.getoption("--first-seed")
-        seeds = range(first, first + metafunc.config.getoption("--seeds"))
+        count, first = metafunc.config.getoption("--seeds"), metafunc.config.getoption("--first-seed")
+        seeds = list(range(first, first + count)) if count is not None else tier_seeds()
         cases = [("seed", s) for s in seeds]
         same = duplicates(seeds)  # already run as their generated seed
         cases += [("regression", r["name"]) for r in REGRESSIONS if r["name"] not in same]

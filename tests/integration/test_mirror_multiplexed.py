@@ -3,8 +3,9 @@ one mirror reach the source broker over a fetch session and a control connection
 destination broker over a produce lane and a control connection; a partition whose destination
 log was written behind the mirror's back goes FAILED alone while the partitions sharing its
 Produce requests keep mirroring; killing a destination broker stalls only the partitions it led;
-and a 2,000-partition mirror under a steady writer, with 200 leaders moved and then a broker
-killed, stalls only the partitions involved and ends equal to the source."""
+and a large mirror (2,000 partitions in the long tier, 500 in the quick) under a steady writer,
+with a tenth of the leaders moved and then a broker killed, stalls only the partitions involved
+and ends equal to the source."""
 
 import re
 import signal
@@ -13,6 +14,7 @@ import time
 
 from confluent_kafka import Producer
 
+import tier
 from conftest import unique
 from kmp_common import established
 from mirror import create, high_watermarks, leader_of, mirroring_proxy, read_all, strip_fillers, wait_caught_up
@@ -43,10 +45,11 @@ def produce_each(bootstrap: str, topic: str, partitions: int, per_partition: int
     assert p.flush(60) == 0, "source records delivered"
 
 
-def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_stops_alone(clusters, workdir):
+def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_stops_alone(clusters, workdir, drop_topics):
     source, destination = clusters
     topic = unique("mux")
     create(source.bootstrap, topic, PARTITIONS)
+    drop_topics(topic)
     produce_each(source.bootstrap, topic, PARTITIONS, 3, "a")
     with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
@@ -86,10 +89,11 @@ def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_s
     assert dst_records == src_records, "every other partition equals the source record by record"
 
 
-def test_killing_a_destination_broker_stalls_only_the_partitions_it_led(clusters, workdir):
+def test_killing_a_destination_broker_stalls_only_the_partitions_it_led(clusters, workdir, drop_topics):
     source, destination = clusters
     topic, n = unique("mux-kill"), 60
     create(source.bootstrap, topic, n)
+    drop_topics(topic)
     produce_each(source.bootstrap, topic, n, 2, "a")
     stop = threading.Event()
 
@@ -138,10 +142,10 @@ def test_killing_a_destination_broker_stalls_only_the_partitions_it_led(clusters
     assert dst_records == src_records, "after the leaders moved back and forth, the destination equals the source"
 
 
-# --- 2,000 partitions: leaders killed and moved -------------------------------------------------
+# --- 2,000 partitions (500 in the quick tier): leaders killed and moved ---------------------------
 
-SCALE_PARTITIONS = 2000
-SCALE_MOVED = 200
+SCALE_PARTITIONS = tier.dial("partitions of the large mirror", quick=500, long=2000, env="KMP_SCALE_PARTITIONS")
+SCALE_MOVED = SCALE_PARTITIONS // 10  # leaders moved
 SCALE_ROUND_S = 1.0  # the background writer adds one record to every partition this often
 
 
@@ -307,9 +311,17 @@ def reassign(kafka_classpath: str, bootstrap: str, topic: str, replicas: dict[in
 
 def wait_layout(bootstrap: str, topic: str, ok, what: str, timeout: float) -> dict:
     """Polls the partition layout until ``ok(layout)`` returns no offending partitions."""
+    from confluent_kafka import KafkaError, KafkaException
     deadline = time.time() + timeout
     while True:
-        layout = partition_layout(bootstrap, topic)
+        try:
+            layout = partition_layout(bootstrap, topic)
+        except KafkaException as e:
+            # Right after CreateTopics the broker a describe reaches may not know the topic yet.
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.time() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
         bad = ok(layout)
         if not bad:
             return layout
@@ -317,14 +329,17 @@ def wait_layout(bootstrap: str, topic: str, ok, what: str, timeout: float) -> di
         time.sleep(0.5)
 
 
-def test_a_2000_partition_mirror_stalls_only_the_partitions_whose_leaders_were_moved_or_killed(clusters, workdir, kafka_classpath):
+def test_a_large_mirror_stalls_only_the_partitions_whose_leaders_were_moved_or_killed(clusters, workdir, kafka_classpath):
     """Issue: "a 2,000-partition mirror with some partitions' leaders killed and moved (only those
     partitions stall)", while a writer adds a record to every source partition every second. The
     destination topic the mirror creates gets the cluster's default replication factor (3 on the
     3-broker destination, min.insync.replicas 1): every broker holds a replica of every
     partition, so leadership can go anywhere.
 
-    Moved: 200 partitions led by two of the brokers get the other one of the two as preferred
+    SCALE_PARTITIONS partitions: 2,000 in the long tier, 500 in the quick (the same steps and
+    bounds; the quick tier's checks are the same, its broker recovers a quarter of the logs).
+
+    Moved: a tenth (200 of 2,000) of the partitions led by two of the brokers get the other one of the two as preferred
     replica (kafka-reassign-partitions) and their leadership moves there (preferred election).
     Those must resume on their new leader, and every other partition must keep advancing meanwhile.
 
@@ -343,7 +358,7 @@ def test_a_2000_partition_mirror_stalls_only_the_partitions_whose_leaders_were_m
 
     source, destination = clusters
     n = SCALE_PARTITIONS
-    topic = unique("mux-2000")
+    topic = unique(f"mux-{n}")
     started = time.time()
 
     def mark(what: str) -> None:
@@ -370,7 +385,7 @@ def test_a_2000_partition_mirror_stalls_only_the_partitions_whose_leaders_were_m
                 victim = max(set(leaders.values()), key=lambda b: sum(1 for v in leaders.values() if v == b))
                 movers = sorted({1, 2, 3} - {victim})
 
-                # --- moved: 200 partitions from one of `movers` to the other, alternately ---
+                # --- moved: SCALE_MOVED partitions from one of `movers` to the other, alternately ---
                 candidates = sorted(p for p, (leader, replicas, _) in layout.items() if leader in movers and leader == replicas[0])
                 assert len(candidates) >= SCALE_MOVED, f"{SCALE_MOVED} partitions to move among {len(candidates)} candidates"
                 moved = candidates[::len(candidates) // SCALE_MOVED][:SCALE_MOVED]
@@ -410,7 +425,7 @@ def test_a_2000_partition_mirror_stalls_only_the_partitions_whose_leaders_were_m
                 # move at once: its back-off starts afresh (it used to keep the 3-5 s the start-up
                 # retries had reached).
                 first = first_retry_backoffs(proxy.log()[log_before_move:], topic)
-                assert first, "moving 200 leaders made some partitions retry (the check below is not vacuous)"
+                assert first, f"moving {SCALE_MOVED} leaders made some partitions retry (the check below is not vacuous)"
                 slow = {p: b for p, b in first.items() if b != "100ms"}
                 assert not slow, f"{len(slow)} of {len(first)} partitions retried their first error after the move with a grown back-off: {dict(list(slow.items())[:10])}"
                 mark(f"moved {SCALE_MOVED} leaders in {moved_at - move_started:.1f} s, the {len(staying)} others advancing meanwhile; "

@@ -14,7 +14,6 @@
 Partition growth and deleted source topics are covered by test_mirror_faults.py."""
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -436,8 +435,8 @@ def test_source_topic_config_changes_reach_the_destination_within_two_intervals_
 
 SHARE_JAVA = REPO / "tests" / "clients" / "java" / "ShareCheck.java"
 # Kafka 4.1's preview share groups accept AlterShareGroupOffsets without applying it; from 4.2 on
-# share groups are GA (share.version finalized by default), so this test runs on a newer pair.
-SHARE_KAFKA = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
+# share groups are GA (share.version finalized by default), so this test runs on the session's
+# newer_clusters (Kafka KMP_NEWER_KAFKA_VERSION, 4.4.0 by default; tests/conftest.py).
 
 
 def share_check(kafka_classpath, *args: str) -> list[str]:
@@ -471,38 +470,38 @@ def produce_with_transactions(bootstrap: str, topic: str) -> None:
     assert plain.flush(30) == 0
 
 
-def test_share_groups_sync_their_start_offsets_and_never_see_fillers_through_the_proxy(workdir, kafka_classpath):
-    with running_cluster("share-source", 1, workdir, version=SHARE_KAFKA) as source, \
-            running_cluster("share-destination", 1, workdir, version=SHARE_KAFKA) as destination:
-        topic, group, txn_topic = unique("sync-share"), unique("sync-sg"), unique("sync-share-tx")
-        create(source.bootstrap, topic, 2)
-        produce_to_partitions(source.bootstrap, topic, 2, 100)
-        create(source.bootstrap, txn_topic, 1)
-        produce_with_transactions(source.bootstrap, txn_topic)
-        with syncing_proxy(source, destination, workdir, [topic, txn_topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
-            wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2, txn_topic: 1})
-            # Markers and aborted records are fillers on the destination; a share consumer
-            # through the proxy gets exactly the source's committed records.
-            want = [(r[1], r[2].hex()) for r in read_all(source.bootstrap, txn_topic, 1, "read_committed")]
-            assert len(want) == 25, want
-            lines = share_check(kafka_classpath, "consume", proxy.bootstrap, unique("share-px"), txn_topic, str(len(want)))
-            got = sorted((int(f[2]), f[3]) for f in (l.split() for l in lines if l.startswith("R ")))
-            assert got == sorted(want), f"share consumer through the proxy: {got}"
-            # A share group consumes on the source, then an operator moves its start offsets.
-            lines = share_check(kafka_classpath, "consume", source.bootstrap, group, topic, "50")
-            assert any(l.startswith("N ") and int(l.split()[1]) >= 50 for l in lines), lines
-            share_check(kafka_classpath, "alter", source.bootstrap, group, topic, "0:37,1:180")
-            want = {0: 37, 1: 100}  # 180 is past the destination's end: clamped to its high watermark
-            assert share_offsets(kafka_classpath, source.bootstrap, group, topic, 2) == {0: 37, 1: 180}
-            deadline, got = time.time() + 30, None
-            while time.time() < deadline:
-                got = share_offsets(kafka_classpath, destination.bootstrap, group, topic, 2)
-                if got == want:
-                    break
-                time.sleep(0.5)
-            assert got == want, f"the destination share group starts where the source's does, clamped: {got} vs {want}"
-            sync = describe_sync(proxy, "sync-share")["share_group_offsets"]
-            assert sync["applied_total"] >= 2 and sync["errors_total"] == 0, f"share group sync status: {sync}"
-        # The destination group really starts there: a share consumer gets offsets 37-99 of partition 0.
-        lines = share_check(kafka_classpath, "consume", destination.bootstrap, group, topic, "63")
-        assert "N 63" in lines, f"a share consumer on the destination resumed at the synced start offsets: {lines}"
+@pytest.mark.long  # the newer Kafka's clusters (tests/conftest.py newer_clusters) cost two cluster starts
+def test_share_groups_sync_their_start_offsets_and_never_see_fillers_through_the_proxy(newer_clusters, workdir, kafka_classpath):
+    source, destination = newer_clusters
+    topic, group, txn_topic = unique("sync-share"), unique("sync-sg"), unique("sync-share-tx")
+    create(source.bootstrap, topic, 2)
+    produce_to_partitions(source.bootstrap, topic, 2, 100)
+    create(source.bootstrap, txn_topic, 1)
+    produce_with_transactions(source.bootstrap, txn_topic)
+    with syncing_proxy(source, destination, workdir, [topic, txn_topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2, txn_topic: 1})
+        # Markers and aborted records are fillers on the destination; a share consumer
+        # through the proxy gets exactly the source's committed records.
+        want = [(r[1], r[2].hex()) for r in read_all(source.bootstrap, txn_topic, 1, "read_committed")]
+        assert len(want) == 25, want
+        lines = share_check(kafka_classpath, "consume", proxy.bootstrap, unique("share-px"), txn_topic, str(len(want)))
+        got = sorted((int(f[2]), f[3]) for f in (l.split() for l in lines if l.startswith("R ")))
+        assert got == sorted(want), f"share consumer through the proxy: {got}"
+        # A share group consumes on the source, then an operator moves its start offsets.
+        lines = share_check(kafka_classpath, "consume", source.bootstrap, group, topic, "50")
+        assert any(l.startswith("N ") and int(l.split()[1]) >= 50 for l in lines), lines
+        share_check(kafka_classpath, "alter", source.bootstrap, group, topic, "0:37,1:180")
+        want = {0: 37, 1: 100}  # 180 is past the destination's end: clamped to its high watermark
+        assert share_offsets(kafka_classpath, source.bootstrap, group, topic, 2) == {0: 37, 1: 180}
+        deadline, got = time.time() + 30, None
+        while time.time() < deadline:
+            got = share_offsets(kafka_classpath, destination.bootstrap, group, topic, 2)
+            if got == want:
+                break
+            time.sleep(0.5)
+        assert got == want, f"the destination share group starts where the source's does, clamped: {got} vs {want}"
+        sync = describe_sync(proxy, "sync-share")["share_group_offsets"]
+        assert sync["applied_total"] >= 2 and sync["errors_total"] == 0, f"share group sync status: {sync}"
+    # The destination group really starts there: a share consumer gets offsets 37-99 of partition 0.
+    lines = share_check(kafka_classpath, "consume", destination.bootstrap, group, topic, "63")
+    assert "N 63" in lines, f"a share consumer on the destination resumed at the synced start offsets: {lines}"

@@ -1,23 +1,27 @@
 """A broker newer than the audited table (Kafka 4.4) behind the proxy: it announces API versions
 the proxy has not audited, the proxy clamps them away, and both an old-table client (librdkafka)
-and the newer broker's own Java client work through it."""
+and the newer broker's own Java client work through it. Long tier (tests/run.sh --long)."""
 
-import os
 import subprocess
 
 import pytest
 
-from conftest import PROXY_BIN, REPO, ProxyProcess, running_cluster, unique
+from conftest import PROXY_BIN, REPO, ProxyProcess, unique
+from kmp_common import NEWER_KAFKA
 from kafka_cluster import classpath
 from client_scenarios import RECORDS, scenario
 
-NEWER = os.environ.get("KMP_NEWER_KAFKA_VERSION", "4.4.0")
+NEWER = NEWER_KAFKA
+
+# Long tier only: the newer Kafka's clusters (tests/conftest.py newer_clusters, shared with the
+# share-group sync of test_mirror_sync.py) cost two more cluster starts.
+pytestmark = pytest.mark.long
 
 
 @pytest.fixture(scope="module")
-def newer_cluster(workdir):
-    with running_cluster("newer", 3, workdir, version=NEWER) as cluster:
-        yield cluster
+def newer_cluster(newer_clusters):
+    """The 3-broker destination of the session's newer_clusters."""
+    return newer_clusters[1]
 
 
 def test_newer_broker_versions_are_clamped_and_clients_still_work(newer_cluster, workdir):

@@ -4,19 +4,13 @@ for a direct connection."""
 
 import time
 
-import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from conftest import ProxyProcess, running_cluster, unique
+from conftest import ProxyProcess, unique
 
-USERS = {"alice": "alice-secret"}
-
-
-@pytest.fixture(scope="module")
-def sasl_cluster(workdir):
-    with running_cluster("sasl", 1, workdir, sasl_users=USERS) as cluster:
-        yield cluster
+# sasl_cluster (tests/conftest.py): a 1-broker SASL/PLAIN-only cluster shared with
+# security/test_mirror_admin_sasl.py; its user alice has the password alice-secret.
 
 
 def conf(bootstrap: str, password: str) -> dict:

@@ -10,9 +10,12 @@ import resource
 import socket
 import struct
 
+import tier
 from sec_support import assert_alive, proc_status, running_proxy
 
-CLIENTS = 800  # below the default max_connections_per_ip (1,000)
+# Connections per fleet (below the default max_connections_per_ip, 1,000): 300 in the quick tier,
+# 800 in the long; a megabyte per connection would show as 300 MiB even in the quick one.
+CLIENTS = tier.dial("connections per fleet (connection memory)", quick=300, long=800, env="KMP_MEMORY_CLIENTS")
 PER_CONNECTION_BOUND_KB = 128
 WARM_FLEETS = 3
 # ApiVersions v0, correlation id 1, client id "mem".

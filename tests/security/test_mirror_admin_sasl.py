@@ -7,21 +7,16 @@ without it: an authorized DeleteClusterMirror of an unknown mirror answers UNKNO
 
 import socket
 
-import pytest
-
 import sec_wire as wire
-from kmp_common import running_cluster
+from kmp_common import SASL_USERS
 from sec_support import non_loopback_ipv4, running_proxy
 
-USERS = {"alice": "alice-secret", "mallory": "mallory-secret"}
 UNKNOWN_CLUSTER_MIRROR = 137
 NO_ENGINE = {"engine": {"enabled": False}, "listener": {"advertised_host": "127.0.0.1"}}
 
 
-@pytest.fixture(scope="module")
-def sasl_cluster(workdir):
-    with running_cluster("sec-sasl", 1, workdir, sasl_users=USERS) as cluster:
-        yield cluster
+# sasl_cluster (tests/conftest.py): a 1-broker SASL/PLAIN-only cluster shared with
+# integration/test_sasl_passthrough.py; users alice (alice-secret) and mallory (mallory-secret).
 
 
 def delete_mirror_after(ip: str, port: int, user: str | None, password: str | None = None) -> int:
@@ -48,7 +43,7 @@ def test_mirror_rpcs_between_sasl_handshake_and_authentication_are_refused(sasl_
         code = delete_mirror_after(ip, proxy.port, None)
         assert code == wire.CLUSTER_MIRROR_AUTHORIZATION_FAILED, (
             f"DeleteClusterMirror from {ip} after SaslHandshake but before SaslAuthenticate answered {code}, not 144")
-        code = delete_mirror_after(ip, proxy.port, "alice", USERS["alice"])
+        code = delete_mirror_after(ip, proxy.port, "alice", SASL_USERS["alice"])
         assert code == wire.CLUSTER_MIRROR_AUTHORIZATION_FAILED, (
             f"with no mirror_admin_principals configured, an authenticated remote principal must get 144, got {code}")
 
@@ -59,7 +54,7 @@ def test_a_listed_sasl_principal_may_manage_mirrors_and_others_may_not(sasl_clus
     with running_proxy(sasl_cluster, workdir, sections, listen_host="0.0.0.0") as proxy:
         code = delete_mirror_after(ip, proxy.port, None)
         assert code == wire.CLUSTER_MIRROR_AUTHORIZATION_FAILED, f"before SaslAuthenticate a listed principal's connection must get 144, got {code}"
-        code = delete_mirror_after(ip, proxy.port, "alice", USERS["alice"])
+        code = delete_mirror_after(ip, proxy.port, "alice", SASL_USERS["alice"])
         assert code == UNKNOWN_CLUSTER_MIRROR, f"alice (listed in mirror_admin_principals) must be served (137 for an unknown mirror), got {code}"
-        code = delete_mirror_after(ip, proxy.port, "mallory", USERS["mallory"])
+        code = delete_mirror_after(ip, proxy.port, "mallory", SASL_USERS["mallory"])
         assert code == wire.CLUSTER_MIRROR_AUTHORIZATION_FAILED, f"mallory (authenticated, not listed) must get 144, got {code}"

@@ -1,9 +1,10 @@
 """Issue 11, finding 11: right after a start, before the engine has read its state topic, the proxy
 does not yet know which topics are mirror topics. Requests that could write must wait (bounded)
 or be refused with a retriable error until it does — never reach the broker. The proxy is
-restarted 8 times while raw producers hammer the mirror topic's partition leader (and the
-bootstrap listener) through it from the moment its ports open: no produce is ever acknowledged,
-and the destination holds exactly the source's records at their offsets."""
+restarted again and again (2 times in the quick tier, 8 in the long) while raw producers hammer
+the mirror topic's partition leader (and the bootstrap listener) through it from the moment its
+ports open: no produce is ever acknowledged, and the destination holds exactly the source's
+records at their offsets."""
 
 import socket
 import threading
@@ -13,6 +14,7 @@ from collections import Counter
 from confluent_kafka.admin import AdminClient
 
 import sec_wire as wire
+import tier
 from sec_support import (
     log_excerpt,
     mirrored_topic,
@@ -24,7 +26,7 @@ from sec_support import (
     wait_until,
 )
 
-RESTARTS = 8
+RESTARTS = tier.dial("proxy restarts in the start-up window", quick=2, long=8, env="KMP_STARTUP_RESTARTS")
 
 
 class Hammer:
