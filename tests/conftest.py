@@ -64,17 +64,6 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.write_line(f"{name} = {value} (quick {quick}, long {long}{f'; {env} overrides' if env else ''})")
 
 
-def pytest_collection_modifyitems(config, items):
-    """With pytest-xdist (tests/run.sh: -n 2 --dist loadgroup) the suite runs as two groups that
-    share nothing: tests/tls (its own two secure clusters) on one worker, tests/integration and
-    tests/security (the shared plain clusters and the clusters of other shapes) on the other. Each
-    worker is a pytest session of its own and starts only the clusters its tests ask for."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("tls" if item.nodeid.startswith("tls/") else "plain"))
-
-
 def pytest_report_header(config):
     how = "tests/run.sh" if tier.TIER == "quick" else "tests/run.sh --long"
     return (f"kmp tier: {tier.TIER} (KMP_TIER, set by {how}); tests marked long are "

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 from pathlib import Path
@@ -41,13 +40,6 @@ def free_port_block(size: int) -> int:
     """
     global _cursor
     low, high = 10000, _ephemeral_low() - size
-    # Under pytest-xdist each worker process sweeps its own slice of the range, so two workers
-    # never hand out the same port.
-    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-    if worker.startswith("gw") and workers > 1:
-        span = (high + size - low) // workers
-        low = low + int(worker[2:]) * span
-        high = low + span - size
     assert high > low, f"the ephemeral range starts at {_ephemeral_low()}: no room for a block of {size} below it"
     if _cursor is None:
         _cursor = random.randrange(low, high)

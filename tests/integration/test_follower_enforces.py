@@ -15,7 +15,7 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
-from kmp_common import wait_until
+from kmp_common import java_command, wait_until
 from mirror import (
     FILLER_KEY, call, cli, cli_json, create, high_watermarks, leader_of, produce_one, produce_plain,
     produce_transactions, read_all, wait_caught_up,
@@ -82,7 +82,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         err_engine, _ = produce_one(engine.bootstrap, topic, 0)
         assert err_engine is not None and err_engine.code() == err.code(), f"same refusal as through the engine instance: {err_engine} vs {err}"
         # By topic id (Produce v13, Java 4.x): the follower looked the destination topic id up.
-        out = subprocess.run(["java", "-cp", kafka_classpath, str(JAVA), "produce", follower.bootstrap, topic], capture_output=True, text=True, timeout=200)
+        out = subprocess.run([*java_command(kafka_classpath, JAVA), "produce", follower.bootstrap, topic], capture_output=True, text=True, timeout=200)
         line = (out.stdout.strip().splitlines() or ["<no output> " + out.stderr[-2000:]])[-1]
         assert line.startswith("E ") and "TopicAuthorizationException" in line, f"the Java producer (topic ids) is refused through the follower: {line}"
         assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == high_watermarks(source.bootstrap, topic, PARTITIONS), \

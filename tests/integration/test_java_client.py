@@ -7,12 +7,13 @@ import subprocess
 import pytest
 
 from conftest import REPO, unique
+from kmp_common import java_command
 
 SCENARIO = REPO / "tests" / "clients" / "java" / "ClientScenario.java"
 
 
 def run_scenario(classpath: str, bootstrap: str, *args: str) -> str:
-    out = subprocess.run(["java", "-cp", classpath, str(SCENARIO), bootstrap, *args],
+    out = subprocess.run([*java_command(classpath, SCENARIO), bootstrap, *args],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "OK" in out.stdout, (
         f"Java scenario failed against {bootstrap} (exit {out.returncode}):\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire
 from conftest import ProxyProcess, unique
+from kmp_common import java_command
 from mirror import create, high_watermarks, mirror_config, produce_plain, produce_transactions, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -120,7 +121,7 @@ def test_consumers_through_the_proxy_never_see_fillers_and_advance_past_them(mir
     masked_before = proxy.metric("kmp_masked_fetch_responses_total")
     expected = len(read_all(source.bootstrap, topic, PARTITIONS, "read_committed")) + PARTITIONS
     runs = {
-        "java": lambda: consume_subprocess(["java", "-cp", kafka_classpath, str(JAVA), "consume", proxy.bootstrap, topic, str(PARTITIONS), isolation, str(expected)]),
+        "java": lambda: consume_subprocess([*java_command(kafka_classpath, JAVA), "consume", proxy.bootstrap, topic, str(PARTITIONS), isolation, str(expected)]),
         "franz-go": lambda: consume_subprocess([go_mirror_check, "consume", proxy.bootstrap, topic, str(PARTITIONS), isolation, str(expected)]),
         "librdkafka": lambda: consume_librdkafka(proxy.bootstrap, topic, isolation, expected),
         "kafka-python": lambda: consume_kafka_python(proxy.bootstrap, topic, isolation, expected),
@@ -166,7 +167,7 @@ def test_each_client_gets_a_fast_non_retriable_refusal_when_producing_to_a_mirro
     source, destination, proxy, topic = mirror
     before = high_watermarks(destination.bootstrap, topic, PARTITIONS)
 
-    out = subprocess.run(["java", "-cp", kafka_classpath, str(JAVA), "produce", proxy.bootstrap, topic], capture_output=True, text=True, timeout=200)
+    out = subprocess.run([*java_command(kafka_classpath, JAVA), "produce", proxy.bootstrap, topic], capture_output=True, text=True, timeout=200)
     line = out.stdout.strip().splitlines()[-1]
     assert line.startswith("E ") and "TopicAuthorizationException" in line, f"java: {line}"
     assert int(line.split()[1]) < REFUSAL_BUDGET_S * 1000, f"java failed fast: {line}"

@@ -35,7 +35,7 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 import kafka_wire
 from conftest import ProxyProcess, unique, wait_for_leader
-from kmp_common import wait_until
+from kmp_common import java_command, wait_until
 from mirror import call, create, mirror_config, produce_transactions, states, wait_caught_up
 from records import assert_same_records, batch_headers, fetch_v4_records, read_from, strip_fillers, watermarks
 
@@ -272,7 +272,7 @@ def consume_kafka_python(bootstrap: str, topic: str, isolation: str, expected: i
 def consume_java(kafka_classpath: str, bootstrap: str, topic: str, isolation: str, expected: int) -> tuple[list[tuple], int]:
     """Kafka 4.1's Java consumer (Fetch by topic id): (offset, key, value) — MirrorCheck prints no
     headers — and its final position."""
-    out = subprocess.run(["java", "-cp", kafka_classpath, str(MIRROR_CHECK), "consume", bootstrap, topic, "1", isolation, str(expected)],
+    out = subprocess.run([*java_command(kafka_classpath, MIRROR_CHECK), "consume", bootstrap, topic, "1", isolation, str(expected)],
                          capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, f"MirrorCheck failed:\n{out.stderr[-3000:]}"
 

@@ -27,6 +27,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    NewTopic)
 
 from conftest import PROXY_BIN, ProxyProcess, running_cluster, unique
+from kmp_common import java_command
 from mirror import call, create, high_watermarks, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +87,7 @@ def commit_on(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -
 
 
 def java(kafka_classpath, *args: str) -> list[str]:
-    out = subprocess.run(["java", "-cp", kafka_classpath, str(JAVA), *args], capture_output=True, text=True, timeout=150)
+    out = subprocess.run([*java_command(kafka_classpath, JAVA), *args], capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, f"GroupResume {args[0]} failed:\n{out.stderr[-3000:]}"
     return out.stdout.splitlines()
 
@@ -440,7 +441,7 @@ SHARE_JAVA = REPO / "tests" / "clients" / "java" / "ShareCheck.java"
 
 
 def share_check(kafka_classpath, *args: str) -> list[str]:
-    out = subprocess.run(["java", "-cp", kafka_classpath, str(SHARE_JAVA), *args], capture_output=True, text=True, timeout=150)
+    out = subprocess.run([*java_command(kafka_classpath, SHARE_JAVA), *args], capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, f"ShareCheck {args[0]} failed:\n{out.stdout}{out.stderr[-3000:]}"
     return out.stdout.splitlines()
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from conftest import PROXY_BIN, REPO, ProxyProcess, unique
-from kmp_common import NEWER_KAFKA
+from kmp_common import NEWER_KAFKA, java_command
 from kafka_cluster import classpath
 from client_scenarios import RECORDS, scenario
 
@@ -37,7 +37,7 @@ def test_newer_broker_versions_are_clamped_and_clients_still_work(newer_cluster,
         assert "has not audited" in proxy.log(), "the proxy warns about the unaudited upstream versions"
 
         assert scenario(proxy.bootstrap, unique("newer-rdk"), "zstd") == {"records": RECORDS, "rebalanced": True}
-        java = subprocess.run(["java", "-cp", classpath(NEWER), str(REPO / "tests/clients/java/ClientScenario.java"),
+        java = subprocess.run([*java_command(classpath(NEWER), REPO / "tests/clients/java/ClientScenario.java"),
                                proxy.bootstrap, unique("newer-java"), "lz4", "consumer", "txn"],
                               capture_output=True, text=True, timeout=300)
         assert java.returncode == 0 and "OK" in java.stdout, (

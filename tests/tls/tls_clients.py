@@ -22,7 +22,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from kmp_common import REPO
+from kmp_common import REPO, java_command
 
 JAVA_SCENARIO = REPO / "tests" / "clients" / "java" / "ClientScenario.java"
 GO_DIR = REPO / "tests" / "clients" / "go"
@@ -161,7 +161,7 @@ def run_java_scenario(classpath: str, bootstrap: str, auth: ClientAuth, props_di
     (asserting it succeeded)."""
     env = {**os.environ, "KMP_CLIENT_PROPS": str(auth.java_properties(props_dir)), "KMP_REPLICATION_FACTOR": str(replication)}
     args = [bootstrap, prefix, compression, group_protocol, *(["txn"] if txn else [])]
-    out = subprocess.run(["java", "-cp", classpath, str(JAVA_SCENARIO), *args], capture_output=True, text=True,
+    out = subprocess.run([*java_command(classpath, JAVA_SCENARIO), *args], capture_output=True, text=True,
                          timeout=timeout, env=env)
     ok = [line for line in out.stdout.splitlines() if line.startswith("OK")]
     assert out.returncode == 0 and ok, (
