@@ -4,6 +4,10 @@
 //! pipeline fillers and batches through the partition's idempotent producer, and retry
 //! transient failures with exponential backoff. A non-retriable error turns this partition
 //! FAILED; the others keep going.
+//!
+//! This file owns the task and its life: the attempts, their retries and failure, halting for a
+//! pause or a stop, and the counters it keeps. Where an attempt starts is `resume`'s; the steady
+//! copy loop of an attempt is `stream`'s.
 
 use kmp_protocol::kafka_protocol::ResponseError;
 use std::sync::{Arc, OnceLock};
@@ -13,21 +17,18 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
-use crate::cluster::client::{ClusterClient, leader_log_end, offsets};
-use crate::cluster::links::Lane;
-use crate::copy::answer_check;
-use crate::copy::budget::Reservation;
-use crate::copy::fetch::session::{FetchSessions, Heard, Wanted};
-use crate::copy::fetch::size::next_fetch_size;
-use crate::copy::fetch::stream::FetchStream;
-use crate::copy::plan::action::Action;
-use crate::copy::plan::{AbortTracker, Plan, plan_coalesced};
-use crate::copy::produce::landed::{self, ReadBack};
+use crate::cluster::client::ClusterClient;
+use crate::copy::fetch::session::{FetchSessions, Heard};
 use crate::copy::produce::mux::Producers;
 use crate::copy::produce::sink::{PartitionSink, Written};
 use crate::error::MirrorError;
 use crate::state::records::Desired;
 use crate::state::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
+
+mod resume;
+mod stream;
+
+use resume::settled_offsets;
 
 /// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set
 /// from the state topic, or by the first task that reaches the source.
@@ -63,38 +64,12 @@ pub struct PartitionTask {
     pub expect_empty: bool,
 }
 
-const OFFSET_OUT_OF_RANGE: i16 = ResponseError::OffsetOutOfRange.code();
 const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
-const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.code();
-const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
-/// How long the destination high watermark must stay unchanged before the engine trusts it as
-/// the log end (a write of a previous run may still be replicating; see `settled_offsets`).
-const SETTLE: Duration = Duration::from_millis(700);
-/// Longest wait for the destination high watermark to reach the leader's log end before the
-/// attempt fails (retriable) and reports why.
-const UNSETTLED_LIMIT: Duration = Duration::from_secs(45);
 const INITIAL_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// An attempt streaming this long without an error counts as healthy (its failure starts the
 /// back-off afresh).
 const HEALTHY_FOR: Duration = Duration::from_secs(10);
-
-/// After a fill moved the partition past offsets no answer covered (the source's log start
-/// moved): what was learnt before the jump is dropped. Fetches still in flight were asked before
-/// it (an answer to one would be cut to the new position and could hide an aborted transaction
-/// spanning it that no answer reported yet), and the abort state may name transactions whose
-/// markers lay in the deleted range. The next Fetch, asked at the new position, reports every
-/// aborted transaction spanning it again (Kafka returns those overlapping the fetched range).
-fn forget_before_jump(fetches: &mut FetchStream, aborts: &mut AbortTracker) {
-    fetches.reset();
-    *aborts = AbortTracker::default();
-}
-
-/// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
-/// same name (another id) since the mirror took up the one with id `known`.
-fn replaced(layout: &crate::cluster::client::TopicLayout, known: [u8; 16]) -> bool {
-    layout.error_code == UNKNOWN_TOPIC_OR_PARTITION || (layout.error_code == 0 && known != [0; 16] && layout.topic_id != known)
-}
 
 impl PartitionTask {
     /// Mirrors until `stop` is set, a non-retriable error, or `desired` leaves mirroring.
@@ -251,257 +226,6 @@ impl PartitionTask {
         });
     }
 
-    /// One attempt: settle the destination, check what the previous attempt left, then copy
-    /// through a new producer (left in `slot` for the caller to abandon when this ends).
-    async fn copy(&self, slot: &mut Option<PartitionSink>, uncertain: &mut Vec<Written>, heard: &Heard) -> Result<(), MirrorError> {
-        let (_, topic, partition) = &self.key;
-        let (topic, partition) = (topic.as_str(), *partition);
-        let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
-        let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
-        if self.expect_empty && uncertain.is_empty() && next > 0 {
-            return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next));
-        }
-        self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
-        uncertain.clear();
-        let producer = self.producers.identity()?;
-        let sink = slot.insert(PartitionSink::open(
-            dest_conn,
-            self.producers.clone(),
-            producer,
-            topic,
-            partition,
-            self.max_in_flight,
-        ));
-        self.stream(sink, dest_log_start, next, heard).await
-    }
-
-    /// Copies from `next` on through `sink` until an error (`heard`: when the source last
-    /// answered a Fetch for the partition, see `copy::fetch::session::Wanted::heard`).
-    async fn stream(&self, sink: &mut PartitionSink, mut dest_log_start: i64, mut next: i64, heard: &Heard) -> Result<(), MirrorError> {
-        let (_, topic, partition) = &self.key;
-        let (topic, partition) = (topic.as_str(), *partition);
-        let layout = self.source.layout(topic).await?;
-        let known = self.source_topic_id.get().copied();
-        if known.is_some_and(|id| replaced(&layout, id)) {
-            return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
-        }
-        let (leader, leader_epoch) = self.source.leader_in(&layout, topic, partition)?;
-        let topic_id = *self.source_topic_id.get_or_init(|| layout.topic_id);
-        // Aborted transactions reported by the answers so far, across answers. When a fill moves
-        // the partition past offsets no answer covered (the source's log start moved), it starts
-        // afresh: a transaction whose abort marker lay in the deleted range would otherwise leave
-        // its producer marked aborted, and that producer's later committed batches would become
-        // fillers. The next Fetch, at the new position, reports again every aborted transaction
-        // spanning it (Kafka returns those overlapping the fetched range).
-        let mut aborts = AbortTracker::default();
-        info!(next, leader_epoch, "mirroring from the destination's high watermark");
-        self.status.update(&self.key, |s| {
-            s.state = PartitionState::Mirroring;
-            s.destination_next_offset = next;
-            s.last_error = None;
-        });
-        // The previous Fetch's planned writes, with its data's share of the engine budget (held
-        // until the destination acknowledged all of it).
-        let mut pending: Option<(Plan, i64, Reservation)> = None;
-        // Bytes asked for: grows while catching up, shrinks while idle (`next_fetch_size`).
-        let mut want = self.fetch_max_bytes;
-        // Its place among the source's growing partitions (they share `fetch_grow_max_bytes`).
-        let mut growth = self.fetchers.growth().slot();
-        // The highest source high watermark and last stable offset answers reported.
-        let mut source_ends = (-1i64, -1i64);
-        let mut fetches = FetchStream::new(self.fetchers.clone(), &leader, &topic_id, partition, self.fetch_hedge_min_rtt);
-        // Whether `next` is the end of a batch the source gave (`answer_check`): not known at the
-        // start of an attempt (the destination may end inside a batch) nor after a fill.
-        let mut aligned = false;
-        loop {
-            let want_now = Wanted {
-                topic: topic.to_owned(),
-                topic_id,
-                partition,
-                offset: next,
-                leader_epoch,
-                max_bytes: want,
-                heard: Some(heard.clone()),
-            };
-            // The next Fetch (from the planned end of the previous one) runs while the previous
-            // one's batches are written and acknowledged, so a distant source or a large backlog
-            // keeps one Fetch in flight all the time. An idle partition's fetch waits until data
-            // arrives: a failed write must not wait for it (try_join returns on the error and
-            // withdraws the fetch).
-            let written = pending.take();
-            let (fetched, ()) = tokio::try_join!(async { Ok(fetches.next(&want_now).await) }, async {
-                if let Some((planned, log_start, room)) = written {
-                    self.write_planned(sink, planned, log_start, &mut dest_log_start).await?;
-                    let r = sink.flush().await;
-                    self.account(sink.take_acknowledged());
-                    drop(room);
-                    return r;
-                }
-                Ok(())
-            })?;
-            let fetched = match fetched {
-                Err(MirrorError::Broker {
-                    code: UNKNOWN_TOPIC_OR_PARTITION | UNKNOWN_TOPIC_ID,
-                    ..
-                }) if replaced(&*self.source.layout(topic).await?, topic_id) => {
-                    // The topic existed when this task started: it was deleted on the source, or
-                    // deleted and recreated (another topic under the same name).
-                    return Err(MirrorError::SourceTopicDeleted(topic.to_owned()));
-                }
-                Err(MirrorError::Broker { code: OFFSET_OUT_OF_RANGE, .. }) => {
-                    let src = self.source.link(&leader, Lane::Control).await?;
-                    let (start, end) = offsets("source", &src, topic, partition).await?;
-                    if next < start {
-                        // The source deleted this range (retention/DeleteRecords): fill it.
-                        next = self.fill(sink, next, start - next, 0).await?;
-                        forget_before_jump(&mut fetches, &mut aborts);
-                        aligned = false;
-                        continue;
-                    }
-                    return Err(MirrorError::Unsupported(format!(
-                        "destination is at offset {next} but the source ends at {end}: the source lost data (unclean election or recreated topic)"
-                    )));
-                }
-                other => other?,
-            };
-            let (fetched, room): (_, Reservation) = fetched;
-            // Before anything of the answer is planned or written: a source that relabels its
-            // batches or claims offsets it does not have fails the partition here.
-            let checked = answer_check::check(next, aligned, &fetched)?;
-            if next < fetched.log_start_offset && fetched.batches.is_empty() {
-                if fetched.log_start_offset - next > answer_check::CONFIRM_GAP {
-                    self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
-                }
-                next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
-                forget_before_jump(&mut fetches, &mut aborts);
-                aligned = false;
-                continue;
-            }
-            if let Some(end) = checked.confirm_end {
-                self.confirm_source(&leader, Claim::End(end)).await?;
-            }
-            let last_end = answer_check::last_end(&fetched);
-            aborts.extend(fetched.aborted.iter().copied());
-            let planned = plan_coalesced(next, fetched.batches, &mut aborts, self.coalesce_max_bytes)?;
-            if planned.reencoded > 0 || planned.coalesced > 0 {
-                self.status.update(&self.key, |s| {
-                    s.reencoded_batches += planned.reencoded;
-                    s.coalesced_batches += planned.coalesced;
-                });
-            }
-            let source_end = if fetched.last_stable_offset >= 0 {
-                fetched.last_stable_offset
-            } else {
-                fetched.high_watermark
-            };
-            let ceiling = growth.ceiling(self.fetch_grow_max_bytes, self.fetch_max_bytes);
-            // An answer that left data on the source: catching up, bound by bandwidth (one
-            // Fetch at a time, no duplicates). Sized by what the broker sent, duplicates included.
-            let behind = source_end > planned.next;
-            fetches.set_catching_up(behind);
-            want = next_fetch_size(want, fetches.answered_bytes(), behind, self.fetch_max_bytes, ceiling).min(ceiling);
-            growth.set_grown(want > self.fetch_max_bytes);
-            // With a second Fetch in flight, answers may reach the broker and come back out of
-            // order: the source's ends shown (and the lag derived from them) never go back
-            // within an attempt.
-            source_ends = (source_ends.0.max(fetched.high_watermark), source_ends.1.max(fetched.last_stable_offset));
-            self.status.update(&self.key, |s| {
-                // The progress watch may have read newer ends meanwhile (`progress_watch`).
-                s.source_high_watermark = s.source_high_watermark.max(source_ends.0);
-                s.source_last_stable_offset = s.source_last_stable_offset.max(source_ends.1);
-                s.source_ends_read_ms = now_ms();
-            });
-            next = planned.next;
-            aligned = answer_check::aligned_after(last_end, next, aligned);
-            pending = Some((planned, fetched.log_start_offset, room));
-        }
-    }
-
-    /// Confirms with the source leader's ListOffsets (on the control connection) what an answer
-    /// claims before the fillers it implies are written (`answer_check`).
-    async fn confirm_source(&self, leader: &str, claim: Claim) -> Result<(), MirrorError> {
-        let (_, topic, partition) = &self.key;
-        let src = self.source.link(leader, Lane::Control).await?;
-        let (start, end) = offsets("source", &src, topic, *partition).await?;
-        match claim {
-            Claim::End(e) if end < e => Err(MirrorError::SourceContradiction(format!(
-                "a Fetch answer holds data up to offset {e}, but ListOffsets says the source ends at {end}"
-            ))),
-            Claim::LogStart(s) if start < s => Err(MirrorError::SourceContradiction(format!(
-                "a Fetch answer says the log starts at {s}, but ListOffsets says {start}"
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    /// Writes one Fetch's planned actions (fillers, batches, re-encoded runs) through `sink`, then
-    /// follows the source's retention: its log start `source_log_start` moved past data the
-    /// destination keeps. Fails closed if the writes would not end where the plan said.
-    async fn write_planned(&self, sink: &mut PartitionSink, planned: Plan, source_log_start: i64, dest_log_start: &mut i64) -> Result<(), MirrorError> {
-        let planned_end = planned.next;
-        let mut next = planned.actions.first().map_or(planned_end, |a| a.range().0);
-        for action in planned.actions {
-            match action {
-                Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
-                Action::Write { base, header, batch } => {
-                    sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
-                    next = header.next_offset();
-                }
-                Action::Run {
-                    base,
-                    records,
-                    max_timestamp,
-                    batch,
-                } => {
-                    sink.write_batch(&batch, records, base, max_timestamp).await?;
-                    next = base + i64::from(records);
-                }
-            }
-        }
-        if next != planned_end {
-            return Err(MirrorError::Invariant(format!(
-                "the writes of a fetch ended at offset {next}, its plan at {planned_end}"
-            )));
-        }
-        let follow = source_log_start.min(next);
-        if follow > *dest_log_start {
-            sink.delete_records_before(follow).await?;
-            self.account(sink.take_acknowledged());
-            *dest_log_start = follow;
-        }
-        Ok(())
-    }
-
-    /// Checks on the destination (leader connection `conn`, leader epoch `epoch`) which batches of
-    /// a failed or cancelled attempt landed between the log start `log_start` and the settled log
-    /// end `end`, and accounts them;
-    /// fails closed if anything else is there (`landed`).
-    async fn account_landed(
-        &self,
-        conn: &kmp_protocol::shared_client::SharedConnection,
-        epoch: i32,
-        uncertain: Vec<Written>,
-        log_start: i64,
-        end: i64,
-    ) -> Result<(), MirrorError> {
-        if uncertain.is_empty() {
-            return Ok(());
-        }
-        let (_, topic, partition) = &self.key;
-        let topic_id = self.destination.layout(topic).await?.topic_id;
-        let at = ReadBack {
-            conn,
-            topic,
-            topic_id,
-            partition: *partition,
-            leader_epoch: epoch,
-        };
-        let landed = landed::verify(&at, uncertain, log_start, end).await?;
-        debug!(end, ?landed, "batches of the previous attempt found on the destination");
-        self.account(landed);
-        Ok(())
-    }
-
     /// Records and fillers this partition has written so far.
     fn written(&self) -> u64 {
         self.status.get(&self.key).map_or(0, |s| s.records_mirrored + s.filler_records)
@@ -527,45 +251,6 @@ impl PartitionTask {
             }
         });
     }
-
-    /// Sends `count` fillers from `base` in batches; returns the new planned log end.
-    async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
-        if count > self.max_fill_offsets {
-            return Err(MirrorError::FillTooLarge {
-                base,
-                count,
-                limit: self.max_fill_offsets,
-            });
-        }
-        let long = count > i64::from(self.max_filler_batch_records);
-        if long {
-            info!(base, count, "filling offsets without visible source data");
-            self.status.update(&self.key, |s| s.state = PartitionState::Filling);
-        }
-        let mut next = base;
-        let end = base + count;
-        while next < end {
-            let n = (end - next).min(i64::from(self.max_filler_batch_records)) as i32;
-            sink.write_fillers(n, timestamp, next).await?;
-            next += i64::from(n);
-            self.account(sink.take_acknowledged());
-        }
-        if long {
-            sink.flush().await?;
-            self.account(sink.take_acknowledged());
-            self.status.update(&self.key, |s| s.state = PartitionState::Mirroring);
-        }
-        Ok(next)
-    }
-}
-
-/// What a Fetch answer claimed that ListOffsets must confirm.
-#[derive(Debug, Clone, Copy)]
-enum Claim {
-    /// The source holds data up to this offset.
-    End(i64),
-    /// The source's log starts here (the offsets before it become fillers).
-    LogStart(i64),
 }
 
 /// Aborts a spawned task when dropped (the task's owner ended, however it ended).
@@ -574,42 +259,5 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
-    }
-}
-
-/// `(log start, high watermark)` once the high watermark has stopped moving and equals the
-/// leader's log end. After a crash or a retried write, a batch the previous producer sent may
-/// still be on its way to the followers: the leader has it but the high watermark does not yet —
-/// for up to `replica.lag.time.max.ms` when an in-sync follower is down. Writing before it
-/// settles would place the next batch after that one and break the identical-offset invariant,
-/// so the engine waits (bounded by `UNSETTLED_LIMIT`, then retries with backoff).
-async fn settled_offsets(conn: &kmp_protocol::shared_client::SharedConnection, topic: &str, partition: i32, epoch: i32) -> Result<(i64, i64), MirrorError> {
-    let deadline = tokio::time::Instant::now() + UNSETTLED_LIMIT;
-    let mut last = offsets("destination", conn, topic, partition).await?;
-    loop {
-        tokio::time::sleep(SETTLE).await;
-        let now = offsets("destination", conn, topic, partition).await?;
-        if now == last {
-            // Epoch -1 (unknown) cannot be asked about; the high watermark alone then.
-            let end = if epoch >= 0 {
-                leader_log_end("destination", conn, topic, partition, epoch).await?
-            } else {
-                now.1
-            };
-            if end == now.1 {
-                return Ok(now);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(MirrorError::Broker {
-                    side: "destination",
-                    what: format!(
-                        "{topic}-{partition}: the leader holds offsets up to {end} beyond the high watermark {} (an in-sync replica down?); waiting before writing",
-                        now.1
-                    ),
-                    code: ResponseError::RequestTimedOut.code(), // retried with backoff
-                });
-            }
-        }
-        last = now;
     }
 }

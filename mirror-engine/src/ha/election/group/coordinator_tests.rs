@@ -10,6 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::*;
+use crate::ha::election::{Role, Sharing};
 
 /// A listener that takes every connection and reads it forever without writing a byte.
 async fn silent_coordinator() -> String {
