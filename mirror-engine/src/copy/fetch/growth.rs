@@ -12,7 +12,7 @@
 //! beyond their base size (never below the base). A distant source needs more bytes per round
 //! trip than one allowance to be read at bandwidth: the fetch sessions tell after each answer
 //! that moved data whether it was latency-bound (its transfer took less than a few round trips,
-//! `copy::fetch::session::RoundTrip`), and the total is doubled after a latency-bound answer and halved
+//! `copy::fetch::session::round_trip::RoundTrip`), and the total is doubled after a latency-bound answer and halved
 //! after another, between one allowance and one per grown partition (each partition then grows
 //! as far as it would alone). The total settles where answers take a few round trips to
 //! transfer. A single busy partition keeps the whole allowance in every case. What the sizes

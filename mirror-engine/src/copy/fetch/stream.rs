@@ -110,7 +110,7 @@ impl FetchStream {
     }
 
     /// Sends Fetch `i` for `want`. While hedging, both Fetches are staggered: the sessions keep
-    /// their requests half a round trip apart (`copy::fetch::session::Phase`), which keeps this
+    /// their requests half a round trip apart (`copy::fetch::session::broker::Phase`), which keeps this
     /// partition's two Fetches apart too.
     fn send(&mut self, i: usize, want: &Wanted) {
         let start = Instant::now();
