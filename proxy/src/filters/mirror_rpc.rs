@@ -19,11 +19,10 @@ use kmp_mirror_engine::{Control, PartitionState, TopicResult as EngineResult, co
 use kmp_protocol::ProtocolError;
 use kmp_protocol::mirror_api::{
     self as api, CreateRequest, DeleteRequest, DescribeRequest, DescribeResponse, DescribedMirror, EngineIdentity, ListResponse, ListedMirror, PartitionDetail,
-    PartitionProgress, SimpleResponse, SyncEntry, TopicResult, TopicsRequest, TopicsResponse, errors,
+    PartitionProgress, SimpleResponse, SyncEntry, TopicResult, TopicsRequest, TopicsResponse, error_body, error_response, errors,
 };
 
 use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
-use super::refuse::rpc::{error_body, error_response};
 use crate::error::ProxyError;
 
 /// The filter answering the mirror RPCs.
