@@ -12,7 +12,8 @@
 //!   gate and the catalog of mirror topics;
 //! - `copy/`: the copy path, fetch → plan → produce, one task per partition;
 //! - `ha/`: several instances — election, shared work, forwarded requests;
-//! - `control/`: pause, resume, stop, the mirror definitions and settings, the views;
+//! - `control/`: pause, resume, stop, the mirror definitions and settings, the views, and the
+//!   KIP-1279 mirror RPCs answered with them;
 //! - `context`: what every mirror of a term shares;
 //! - `follow/`: following the state topic on an instance that runs no mirrors;
 //! - `sync/`: metadata sync (group offsets, share-group offsets, topic configs);
@@ -39,6 +40,7 @@ pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
 pub use control::definitions::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub use control::handle::Control;
+pub use control::rpc::is_mutating as is_mutating_rpc;
 pub use control::{LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use copy::budget::Budget;
 pub use engine::auto::{ElectionView, EngineSlot, auto};
@@ -46,7 +48,7 @@ pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow, start};
 pub use error::MirrorError;
 pub use follow::follower::FollowProgress;
 pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
-pub use ha::forward::{ForwardError, Forwarding, RequestHandler};
+pub use ha::forward::{ForwardError, Forwarding};
 pub use ha::share::{Share, owner_index};
 pub use lease::Lease;
 pub use state::catalog::{Catalog, CatalogTopic};

@@ -77,7 +77,6 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     } else {
         EngineSlot::fixed(kmp_mirror_engine::start(&config.engine, config.mirrors.clone(), links, stop_rx.clone()))
     };
-    crate::filters::mirror_rpc::answer_forwarded_requests(&mirrors);
     let shared = Arc::new(Shared {
         cluster: ClusterView::new(
             config.listener.effective_advertised_host(),

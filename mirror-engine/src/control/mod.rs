@@ -1,11 +1,10 @@
 //! Operator control of mirror topics at runtime — pause, resume, stop (failover) — and the
 //! list/describe views, shared by every management front end (Kafka RPCs, REST). Per topic the
-//! operator sets a *desired* state; it is persisted in the state topic first, then the
-//! partition tasks follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error
-//! codes. This folder owns the operations and their data: the state changes (`transitions`),
-//! the graceful stop's wait for copied data (`graceful`), the mirror definitions — create, start
-//! topics, delete (`definitions`) — and mirror settings shown and changed through the API
-//! (`settings`). Copying data belongs to `copy::partition`.
+//! operator sets a *desired* state, persisted in the state topic first, then the partition tasks
+//! follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error codes. This folder
+//! owns the operations and their data: the state changes (`transitions`), the graceful stop's wait
+//! (`graceful`), mirror definitions (`definitions`), the settings the API shows and changes
+//! (`settings`), and the KIP-1279 mirror RPCs answered with them (`rpc`). Copying is `copy`'s.
 //!
 //! Two objects: a term's [`TermControl`] (here), built by the term once its state store is open
 //! and handed everything it acts on — store, sources, allow-list, role, barrier, views,
@@ -25,6 +24,7 @@ pub(crate) mod definitions;
 pub(crate) mod graceful;
 pub(crate) mod handle;
 mod parts;
+pub(crate) mod rpc;
 pub(crate) mod settings;
 mod transitions;
 

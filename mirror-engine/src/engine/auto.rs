@@ -10,6 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use kmp_config::{EngineConfig, MirrorConfig};
+use kmp_protocol::mirror_api::EngineIdentity;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -19,7 +20,7 @@ use crate::engine::worker::Worker;
 use crate::engine::{Engine, EngineLinks, follow_with, start_term};
 use crate::follow::follower::FollowProgress;
 use crate::ha::election::{self, ElectionSettings, Role, Sharing};
-use crate::ha::forward::{ForwardError, Forwarding, RequestHandler};
+use crate::ha::forward::{ForwardError, Forwarding};
 use crate::ha::share::Part;
 use crate::ha::share::{Barrier, Share};
 use crate::lease::Lease;
@@ -82,14 +83,6 @@ impl EngineSlot {
         }
     }
 
-    /// Sets how this instance answers management requests other instances forward while it is
-    /// the active one (`auto` only; elsewhere nothing forwards).
-    pub fn answer_forwarded_with(&self, handler: RequestHandler) {
-        if let Some((f, _, _)) = &self.forwarding {
-            f.set_handler(handler);
-        }
-    }
-
     /// Whether a management request this instance cannot carry out (a standby) can be handed
     /// to the active instance.
     pub fn can_forward(&self) -> bool {
@@ -106,6 +99,39 @@ impl EngineSlot {
         match &self.forwarding {
             Some((f, destination, topic)) => f.forward(destination, topic, frame, crate::ha::forward::FORWARD_TIMEOUT).await,
             None => Err(ForwardError::NoAnswer(Duration::ZERO)),
+        }
+    }
+
+    /// Answers one mirror RPC request frame (prefix included) of this instance's clients with a
+    /// response frame (`control::rpc`), with the running engine's control and this instance's
+    /// identity in the describe answer. Who may send it is the proxy's to decide beforehand.
+    pub async fn answer(&self, frame: &bytes::Bytes) -> Result<bytes::Bytes, kmp_protocol::ProtocolError> {
+        crate::control::rpc::answer(frame, &self.control(), self.identity()).await
+    }
+
+    /// Which instance this is, for the describe answer.
+    fn identity(&self) -> EngineIdentity {
+        match self.election() {
+            Some(e) => EngineIdentity {
+                instance_id: e.instance_id,
+                role: "auto".into(),
+                active: e.active,
+                generation: e.generation,
+                active_instance: e.active_instance,
+                share: e
+                    .share
+                    .filter(|_| e.share_work)
+                    .map(|(index, members)| (i32::try_from(index).unwrap_or(i32::MAX), i32::try_from(members).unwrap_or(i32::MAX))),
+            },
+            None => {
+                let follower = self.control().follower_refusal().is_some();
+                EngineIdentity {
+                    role: if follower { "follower" } else { "engine" }.into(),
+                    active: !follower,
+                    generation: -1,
+                    ..Default::default()
+                }
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use crate::cluster::client::ClusterClient;
 use crate::context::Shared;
 use crate::control::handle::Control;
 use crate::control::settings as mirror_settings;
-use crate::control::{Role, TermCommand, TermParts};
+use crate::control::{Role, TermCommand, TermParts, rpc};
 use crate::copy::budget::Budget;
 use crate::copy::produce::mux::Producers;
 use crate::copy::produce::producer_id;
@@ -212,6 +212,8 @@ pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, 
         mirrors::launch(&shared, &store, def);
     }
     if let Some(forwarding) = shared.control.forwarding() {
+        // What standbys forward is answered as this term answers its own clients.
+        let control = handle.clone();
         let serve = forward::serve(
             forwarding,
             store.clone(),
@@ -219,6 +221,7 @@ pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, 
             state_topic.clone(),
             store.requests_at_load(),
             shared.stop.clone(),
+            move |frame| rpc::answer_for_standby(frame, control.clone()),
         );
         tokio::spawn(serve.in_current_span());
     }

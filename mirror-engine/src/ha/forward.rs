@@ -2,7 +2,7 @@
 //! a mutating mirror request (create, start, stop, pause, resume, delete) it receives is handed
 //! to the active instance through the state topic both already read — the standby appends
 //! `request/<id>` with the request frame, the active instance (which tails the topic from where
-//! it loaded it) answers it with the same handler its own clients reach and writes
+//! it loaded it) answers it as it answers its own clients and writes
 //! `response/<id>` with the response frame (lease-fenced like every other state write, and
 //! tombstoning the request), and the standby's follower delivers that answer to the waiting
 //! caller, then tombstones it. A request carries its caller's deadline: an instance that becomes
@@ -13,15 +13,14 @@
 //! Whoever can write the state topic can already change every mirror (the proxy refuses it to
 //! its clients; the destination's ACLs must keep everyone but the proxy's principal from writing
 //! it directly), so a request found there is trusted as much as the state itself; it is still
-//! checked (id shape, size) and decoded by the proxy's hostile-input decoders, carried out once
-//! however often it appears, and at most [`MAX_SERVED_AT_ONCE`] run at once. A request nobody
-//! answers (no active instance, or it died meanwhile, or too many ran at once) times out at the
-//! standby with a retriable error. What the requests do is the
-//! proxy's `mirror_rpc`; following the topic on a standby is `follow`.
+//! checked (id shape, size) and decoded by the protocol crate's hostile-input decoders, carried
+//! out once however often it appears, and at most [`MAX_SERVED_AT_ONCE`] run at once. A request
+//! nobody answers (no active instance, or it died meanwhile, or too many ran at once) times out
+//! at the standby with a retriable error. Answering a request is `control::rpc`'s (the term hands
+//! [`serve`] its `answer_for_standby`); following the topic on a standby is `follow`.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -45,12 +44,8 @@ const LONG_POLL_MS: i32 = 500;
 /// The pause after a tailing Fetch that brought nothing new.
 const IDLE_PAUSE: Duration = Duration::from_millis(20);
 
-/// Answers one request frame with a response frame (`None`: the frame is not a request this
-/// handler answers; the standby times out).
-pub type RequestHandler = Arc<dyn Fn(Bytes) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>> + Send + Sync>;
-
-/// One instance's forwarding: the callers waiting for answers (as a standby) and the handler
-/// that answers requests (as the active instance). Cheap to clone; shared by every term.
+/// One instance's forwarding: the callers waiting for answers (as a standby) and the requests
+/// being answered (as the active instance). Cheap to clone; shared by every term.
 #[derive(Clone, Default)]
 pub struct Forwarding {
     inner: Arc<Inner>,
@@ -58,7 +53,6 @@ pub struct Forwarding {
 
 struct Inner {
     pending: DashMap<String, oneshot::Sender<Bytes>>,
-    handler: OnceLock<RequestHandler>,
     /// Forwarded requests being carried out now (by id): one found twice runs once.
     serving: DashMap<String, ()>,
     /// Bounds how many forwarded requests run at once, whatever the state topic holds.
@@ -73,7 +67,6 @@ impl Default for Inner {
     fn default() -> Self {
         Self {
             pending: DashMap::new(),
-            handler: OnceLock::new(),
             serving: DashMap::new(),
             slots: Arc::new(tokio::sync::Semaphore::new(MAX_SERVED_AT_ONCE)),
         }
@@ -117,11 +110,6 @@ fn valid_id(id: &str) -> bool {
 }
 
 impl Forwarding {
-    /// Sets the handler the active instance answers forwarded requests with (once).
-    pub fn set_handler(&self, handler: RequestHandler) {
-        let _ = self.inner.handler.set(handler);
-    }
-
     /// A standby's follower read `response/<id>`: hands it to the caller waiting for it, if any.
     pub(crate) fn deliver(&self, id: &str, frame: &[u8]) {
         if let Some((_, waiting)) = self.inner.pending.remove(id) {
@@ -208,16 +196,21 @@ fn answers(request_head: &[u8], response: &[u8]) -> bool {
 }
 
 /// The active instance's side: reads `topic` from where the load says and answers every request
-/// found there with the handler (below the load's end only those it found unanswered), until
-/// `stop`.
-pub(crate) async fn serve(
+/// found there with `answer` (below the load's end only those it found unanswered), until
+/// `stop`. `answer` gives a request frame's response frame, `None` for a frame that is not a
+/// request this instance answers (the standby times out).
+pub(crate) async fn serve<A, F>(
     forwarding: Forwarding,
     store: Arc<StateStore>,
     destination: ClusterClient,
     topic: String,
     at_load: RequestsAtLoad,
     mut stop: watch::Receiver<bool>,
-) {
+    answer: A,
+) where
+    A: Fn(Bytes) -> F,
+    F: Future<Output = Option<Bytes>> + Send + 'static,
+{
     let mut next = at_load.from.max(0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     info!(%topic, from = next, "answering management requests forwarded by standbys");
@@ -245,7 +238,7 @@ pub(crate) async fn serve(
                             continue;
                         }
                         if let (Some(id), Some(value)) = (key.strip_prefix(REQUEST_PREFIX), value) {
-                            answer(&forwarding, &store, id, value);
+                            carry_out(&forwarding, &store, id, value, &answer);
                         }
                     }
                     next = next.max(batch_end);
@@ -278,7 +271,10 @@ fn parse_request(value: &Bytes) -> Option<(i64, Bytes)> {
 }
 
 /// Answers one forwarded request in its own task (a slow one never holds up the others).
-fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Bytes) {
+fn carry_out<F>(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Bytes, answer: impl Fn(Bytes) -> F)
+where
+    F: Future<Output = Option<Bytes>> + Send + 'static,
+{
     let parsed = parse_request(&value).filter(|_| valid_id(id));
     let Some((deadline, frame)) = parsed else {
         warn!(key = %format!("{REQUEST_PREFIX}{id}"), bytes = value.len(), "malformed forwarded request ignored");
@@ -288,16 +284,13 @@ fn answer(forwarding: &Forwarding, store: &Arc<StateStore>, id: &str, value: Byt
         debug!(%id, "forwarded request found after its caller gave up; not carried out");
         return;
     }
-    let Some(handler) = forwarding.inner.handler.get().cloned() else {
-        return;
-    };
     let Some(serving) = Serving::claim(&forwarding.inner, id) else {
         return;
     };
-    let (store, id) = (store.clone(), id.to_owned());
+    let (store, id, answered) = (store.clone(), id.to_owned(), answer(frame));
     tokio::spawn(async move {
         let _serving = serving;
-        let Some(response) = handler(frame).await else {
+        let Some(response) = answered.await else {
             warn!(%id, "forwarded request not answered: not a management request this instance answers");
             return;
         };

@@ -11,10 +11,12 @@
 //! (every message type is re-exported here, so callers keep using `mirror_api::X`). The
 //! messages themselves live in one submodule per RPC family: [`errors`] (error codes),
 //! `admin` (Create / Delete), `topics` (Start / Stop / Pause / Resume), `list`, `describe`, and
-//! `extensions` (the proxy's own tagged fields in Describe). No message layout belongs here.
+//! `extensions` (the proxy's own tagged fields in Describe), and `error_answer` (an error answer in
+//! the shape of an RPC's response). No message layout belongs here.
 
 mod admin;
 mod describe;
+mod error_answer;
 pub mod errors;
 mod extensions;
 mod list;
@@ -25,6 +27,7 @@ mod topics;
 pub use crate::compact::{Header, R, W, read_request, read_response, request_frame, response_frame};
 pub use admin::{CreateRequest, DeleteRequest, SimpleResponse};
 pub use describe::{DescribeRequest, DescribeResponse, DescribedMirror, PartitionDetail};
+pub use error_answer::{error_body, error_response};
 pub use extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
 pub use list::{ListResponse, ListedMirror};
 pub use topics::{TopicResult, TopicsRequest, TopicsResponse};

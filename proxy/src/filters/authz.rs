@@ -12,8 +12,8 @@ use kmp_protocol::mirror_api::{self, errors};
 
 use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
 use super::identity::SaslState;
+use super::refuse;
 use super::refuse::configs::{self, CLUSTER_MIRROR, is_config_api};
-use super::refuse::{self, rpc};
 use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
@@ -75,7 +75,7 @@ impl Filter for MirrorAdminAuthz {
             if mirror_api::is_answered(x.api_key) {
                 conn.shared.metrics.refused("mirror_admin_unauthorized", 1);
                 tracing::warn!(peer = %conn.peer, api_key = x.api_key, "mirror RPC refused: {why}");
-                return Ok(Flow::Answer(Some(rpc::error_response(x.api_key, x.correlation_id, code, &why))));
+                return Ok(Flow::Answer(Some(mirror_api::error_response(x.api_key, x.correlation_id, code, &why))));
             }
             let pick = |r: &configs::Resource<'_>| (r.kind == CLUSTER_MIRROR).then(|| why.clone());
             let decision = configs::refuse_any(x.frame(), x.api_key, x.api_version, code, &pick)?;

@@ -6,8 +6,8 @@
 //! ([`REFUSED_CODE`]). Below: `topics` decides and builds the refusal of the admin and
 //! transaction requests that would change a protected topic (with `layout` for the requests that
 //! recreate it or move its data), `produce` that of a Produce, `configs` that of config
-//! resources, `rpc` the error answer of a mirror RPC, `mirror` the read-only mirror topics as a protected set, and `text` bounds the refusal messages one
-//! answer carries.
+//! resources, `mirror` the read-only mirror topics as a protected set, and `text` bounds the
+//! refusal messages one answer carries (a mirror RPC's error answer is `mirror_api::error_response`).
 
 use std::collections::HashMap;
 
@@ -25,7 +25,6 @@ pub(crate) mod configs;
 pub(crate) mod layout;
 pub(crate) mod mirror;
 pub(crate) mod produce;
-pub(crate) mod rpc;
 pub(crate) mod text;
 pub(crate) mod topics;
 
