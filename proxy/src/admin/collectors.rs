@@ -1,6 +1,6 @@
-//! The mirror engine's, the state follower's and the engine election's families on `/metrics`,
-//! as prometheus-client collectors registered on the proxy's registry ([`Metrics`]): `/metrics`
-//! is one encode of that registry. Each collector reads its numbers at scrape time (the engine
+//! What the mirror engine's, the state follower's and the engine election's families on
+//! `/metrics` are made of: prometheus-client collectors on the proxy's registry (registered by
+//! `admin`), so `/metrics` is one encode of that registry. Each collector reads its numbers at scrape time (the engine
 //! owns them) and hands them to the encoder, which writes the text and escapes label values
 //! (mirror names come from a config file). What each family is lives beside its subject:
 //! `mirror_metrics`, `follower_status`, `election_status`. Names there get the registry's `kmp_`
@@ -8,13 +8,9 @@
 
 use std::fmt;
 
-use kmp_mirror_engine::EngineSlot;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::TypedMetric;
-
-use super::{election_status, follower_status, mirror_metrics};
-use crate::metrics::Metrics;
 
 /// Writes one scrape's families of a `T` read at scrape time.
 type Encode<T> = fn(&T, &mut DescriptorEncoder<'_>) -> fmt::Result;
@@ -50,27 +46,6 @@ impl<T: 'static> Collector for Scraped<T> {
             None => Ok(()),
         }
     }
-}
-
-/// Registers the engine's, the follower's and the election's collectors on `metrics`, in the
-/// order `/metrics` lists them; each asks `engines` at scrape time what this instance runs now
-/// (`engine.role = "auto"` switches between engine and follower). Once per proxy: the admin
-/// endpoint does it when it starts.
-pub(crate) fn register(metrics: &Metrics, engines: &EngineSlot) {
-    let slot = engines.clone();
-    metrics.register_collector(Box::new(Scraped::new(
-        "mirror engine",
-        move || Some(mirror_metrics::MirrorSample::of(&slot.copying())),
-        mirror_metrics::encode,
-    )));
-    let slot = engines.clone();
-    metrics.register_collector(Box::new(Scraped::new(
-        "state follower",
-        move || slot.follow().map(|f| (f.borrow().clone(), kmp_mirror_engine::now_ms())),
-        follower_status::encode,
-    )));
-    let slot = engines.clone();
-    metrics.register_collector(Box::new(Scraped::new("engine election", move || slot.election(), election_status::encode)));
 }
 
 /// One metric without labels, e.g. `single(e, "mirror_buffer_bytes", "…", ConstGauge::new(n))`.

@@ -75,7 +75,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, tls: Optio
     if let Ok(addr) = listener.local_addr() {
         info!(%addr, https = tls.is_some(), "admin endpoint listening");
     }
-    collectors::register(&shared.metrics, &shared.mirrors);
+    register_collectors(&shared.metrics, &shared.mirrors);
     let header_timeout = header_read_timeout(shared.config.limits.http_header_read_timeout_ms);
     let caps = AdminCaps::from_config(&shared.config.limits);
     accept_admin(listener, caps, stop, move |stream, peer| {
@@ -131,6 +131,31 @@ where
         });
     })
     .await;
+}
+
+/// Registers the engine's, the follower's and the election's collectors on `metrics`, in the
+/// order `/metrics` lists them; each asks `engines` at scrape time what this instance runs now
+/// (`engine.role = "auto"` switches between engine and follower). Once per proxy: the admin
+/// endpoint does it when it starts.
+pub(crate) fn register_collectors(metrics: &crate::metrics::Metrics, engines: &kmp_mirror_engine::EngineSlot) {
+    let slot = engines.clone();
+    metrics.register_collector(Box::new(collectors::Scraped::new(
+        "mirror engine",
+        move || Some(mirror_metrics::MirrorSample::of(&slot.copying())),
+        mirror_metrics::encode,
+    )));
+    let slot = engines.clone();
+    metrics.register_collector(Box::new(collectors::Scraped::new(
+        "state follower",
+        move || slot.follow().map(|f| (f.borrow().clone(), kmp_mirror_engine::now_ms())),
+        follower_status::encode,
+    )));
+    let slot = engines.clone();
+    metrics.register_collector(Box::new(collectors::Scraped::new(
+        "engine election",
+        move || slot.election(),
+        election_status::encode,
+    )));
 }
 
 /// Serves one admin HTTP/1 connection on `io`: the header-read timeout (see [`http_builder`]),

@@ -124,7 +124,7 @@ fn election_view() -> ElectionView {
     }
 }
 
-/// The three collectors, reading the fixed scrape, in the order `register` adds them.
+/// The three collectors, reading the fixed scrape, in the order `admin::register_collectors` adds them.
 fn fixed_collectors() -> [Box<dyn prometheus_client::collector::Collector>; 3] {
     [
         Box::new(Scraped::new("mirror engine", || Some(mirror_sample()), mirror_metrics::encode)),
