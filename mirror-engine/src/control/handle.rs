@@ -11,11 +11,10 @@ use kmp_config::MirrorConfig;
 use tokio::sync::{mpsc, watch};
 
 use super::{BOOT_WAIT, Common, MirrorListing, PartitionDetail, TermCommand, TermControl, TermParts, TopicResult};
-use crate::state::boot_gate::BootGate;
 use crate::state::catalog::Catalog;
 use crate::state::records::Desired;
 use crate::state::status::StatusBoard;
-use crate::state::sync_status::{SyncBoard, SyncKind, SyncStatus};
+use crate::state::sync_status::{SyncKind, SyncStatus};
 
 /// Management of one engine term (or a follower's views), as the proxy sees it; cheap to clone.
 #[derive(Clone)]
@@ -49,13 +48,7 @@ impl Control {
     /// A handle whose term is not built yet; `source_allow` is what its stand-in checks a
     /// create against meanwhile.
     pub(crate) fn new(status: StatusBoard, catalog: Catalog, source_allow: Vec<String>) -> Self {
-        let common = Arc::new(Common {
-            status,
-            sync: SyncBoard::default(),
-            catalog,
-            booted: BootGate::default(),
-            boot_problem: std::sync::Mutex::new(None),
-        });
+        let common = Common::new(status, catalog);
         let stand_in = TermControl::with(common.clone(), TermParts::none(source_allow), false);
         Self {
             inner: Arc::new(Handle {

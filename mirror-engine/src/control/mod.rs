@@ -105,6 +105,19 @@ struct Common {
     boot_problem: std::sync::Mutex<Option<String>>,
 }
 
+impl Common {
+    /// Fresh boards and a closed boot gate over the instance's `status` board and `catalog`.
+    fn new(status: StatusBoard, catalog: Catalog) -> Arc<Self> {
+        Arc::new(Common {
+            status,
+            sync: SyncBoard::default(),
+            catalog,
+            booted: BootGate::default(),
+            boot_problem: std::sync::Mutex::new(None),
+        })
+    }
+}
+
 /// One term's control of its mirrors; cheap to clone. Built by the term once its state store
 /// is open (see the module doc).
 #[derive(Clone)]
@@ -526,14 +539,7 @@ pub(crate) fn follower_for_tests(status: StatusBoard, catalog: Catalog) -> TermC
 /// An engine term's control with `parts` and a fresh handle's boards (tests).
 #[cfg(test)]
 pub(crate) fn term_for_tests(status: StatusBoard, catalog: Catalog, parts: TermParts) -> TermControl {
-    let common = Arc::new(Common {
-        status,
-        sync: SyncBoard::default(),
-        catalog,
-        booted: BootGate::default(),
-        boot_problem: std::sync::Mutex::new(None),
-    });
-    TermControl::with(common, parts, true)
+    TermControl::with(Common::new(status, catalog), parts, true)
 }
 
 /// `servers` as shown to users: the user-info part of an address with `@` (stored before such
