@@ -17,9 +17,9 @@
 #     differential test's regression cases plus 3 seeds that rotate with the date instead of 200.
 #   * long (KMP_TIER=long): every test, every dial at full length; the `long` tests are the
 #     container image (built by the test itself with docker/build-image.sh; podman and buildah are
-#     needed only then), the .ci/run and README checks of test_fresh_install.py and the Kafka 4.4
-#     clusters. Afterwards the fresh-install proof (.ci/fresh-install-proof.sh: root, debootstrap
-#     and network) runs unless KMP_FRESH_INSTALL_PROOF=0.
+#     needed only then) and the Kafka 4.4 clusters (version clamping, share-group sync).
+#     Afterwards the fresh-install proof (.ci/fresh-install-proof.sh: root, debootstrap and
+#     network) runs unless KMP_FRESH_INSTALL_PROOF=0.
 # A dial's environment variable (KMP_CHAOS_SECONDS, ...) overrides the tier's value. Extra
 # arguments go to pytest after the tier's -m, so `tests/run.sh -m long` runs only the long tests
 # (with quick dials), and `python3 -m pytest tests/integration/test_x.py::test_y` (no -m) runs a
