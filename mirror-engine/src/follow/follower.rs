@@ -23,6 +23,7 @@ use tracing::{info, warn};
 
 use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
+use crate::cluster::links::Lane;
 use crate::control::TermControl;
 use crate::error::MirrorError;
 use crate::follow::followed::FollowedState;
@@ -138,7 +139,7 @@ impl Follower {
         tokio::spawn(learn_ids(self.destination.clone(), self.catalog.clone(), ids.clone(), stop.clone()));
         let mut state = FollowedState::held_back_by(self.control.clone(), self.held_back.clone());
         let mut cursor = Cursor::new();
-        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone());
+        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone(), Lane::Fetch(0));
         let mut backoff = Backoff::new(Duration::from_millis(100), MAX_BACKOFF);
         // Never changes when nothing holds the writes back.
         let mut held_back = self.held_back.clone().unwrap_or_else(|| watch::channel(false).1);

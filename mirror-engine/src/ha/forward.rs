@@ -30,6 +30,7 @@ use tracing::{debug, info, warn};
 
 use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
+use crate::cluster::links::Lane;
 use crate::error::MirrorError;
 use crate::state::reader::StateReader;
 use crate::state::records::{REQUEST_PREFIX, RESPONSE_PREFIX};
@@ -214,7 +215,7 @@ pub(crate) async fn serve<A, F>(
     let mut next = at_load.from.max(0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     info!(%topic, from = next, "answering management requests forwarded by standbys");
-    let mut reader = StateReader::new(destination, topic.clone());
+    let mut reader = StateReader::new(destination, topic.clone(), Lane::Fetch(0));
     loop {
         let read = reader.read(next, 4 << 20, LONG_POLL_MS);
         let fetched = tokio::select! {

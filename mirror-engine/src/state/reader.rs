@@ -41,14 +41,19 @@ pub(crate) struct StateReader {
     topic: String,
     /// Kept while reads succeed; any failure drops it, so the next read looks the leader up again.
     layout: Option<Arc<TopicLayout>>,
+    /// The connection to the leader that reads go on: a long-polling reader has its own
+    /// (`Lane::Fetch(0)`), a one-off read (the store's load) shares the control connection, so
+    /// it opens no extra connection to the broker.
+    lane: Lane,
 }
 
 impl StateReader {
-    pub(crate) fn new(destination: ClusterClient, topic: impl Into<String>) -> Self {
+    pub(crate) fn new(destination: ClusterClient, topic: impl Into<String>, lane: Lane) -> Self {
         Self {
             destination,
             topic: topic.into(),
             layout: None,
+            lane,
         }
     }
 
@@ -97,7 +102,7 @@ impl StateReader {
     async fn read_once(&mut self, offset: i64, max_bytes: i32, max_wait_ms: i32) -> Result<StateRead, MirrorError> {
         let layout = self.layout().await?;
         let (addr, epoch) = self.destination.leader_in(&layout, &self.topic, 0)?;
-        let conn = self.destination.link(&addr, Lane::Fetch(0)).await?;
+        let conn = self.destination.link(&addr, self.lane).await?;
         let at = FetchAt {
             side: "destination",
             topic: &self.topic,

@@ -21,6 +21,7 @@ use tracing::warn;
 use super::reader::StateReader;
 use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
+use crate::cluster::links::Lane;
 use crate::cluster::produce::{PRODUCE_VERSION, produce_request};
 use crate::error::MirrorError;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, REQUEST_PREFIX, RESPONSE_PREFIX, TopicRecord};
@@ -88,7 +89,7 @@ impl StateStore {
 
     /// Reads the state topic to its end; what it found of forwarded requests.
     async fn load(&self) -> Result<RequestsAtLoad, MirrorError> {
-        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone());
+        let mut reader = StateReader::new(self.destination.clone(), self.topic.clone(), Lane::Control);
         let (start, end) = reader.bounds().await?;
         let mut next = start;
         let mut entries = HashMap::new();
