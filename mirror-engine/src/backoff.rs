@@ -34,16 +34,6 @@ impl Backoff {
     pub fn reset(&mut self) {
         self.next = self.first;
     }
-
-    /// Sleeps the next pause, or returns `false` at once when `stop` changes (or its sender is
-    /// gone) first.
-    pub async fn sleep_unless<T>(&mut self, stop: &mut tokio::sync::watch::Receiver<T>) -> bool {
-        let pause = self.next_pause();
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => true,
-            _ = stop.changed() => false,
-        }
-    }
 }
 
 #[cfg(test)]
