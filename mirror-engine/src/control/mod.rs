@@ -20,6 +20,7 @@ use dashmap::{DashMap, DashSet};
 use kmp_config::MirrorConfig;
 use tokio::sync::{Notify, mpsc, watch};
 
+mod answers;
 pub(crate) mod definitions;
 pub(crate) mod graceful;
 pub(crate) mod handle;
@@ -28,6 +29,7 @@ pub(crate) mod rpc;
 pub(crate) mod settings;
 mod transitions;
 
+pub use answers::{MirrorListing, PartitionDetail, TopicResult};
 pub(crate) use parts::{Role, TermCommand, TermParts};
 
 use crate::copy::sources::Sources;
@@ -36,52 +38,12 @@ use crate::ha::share::Barrier;
 use crate::state::boot_gate::BootGate;
 use crate::state::catalog::Catalog;
 use crate::state::records::Desired;
-use crate::state::status::{PartitionStatus, StatusBoard};
+use crate::state::status::StatusBoard;
 use crate::state::store::StateStore;
 use crate::state::sync_status::SyncBoard;
 
 /// Kafka and KIP-1279 error codes of the control operations (one table, in the protocol crate).
 pub use kmp_protocol::mirror_api::errors as codes;
-
-/// The outcome of an operation for one topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicResult {
-    pub topic: String,
-    pub error_code: i16,
-    pub message: Option<String>,
-}
-
-impl TopicResult {
-    fn ok(topic: &str) -> Self {
-        Self {
-            topic: topic.to_owned(),
-            error_code: codes::NONE,
-            message: None,
-        }
-    }
-    fn err(topic: &str, error_code: i16, message: String) -> Self {
-        Self {
-            topic: topic.to_owned(),
-            error_code,
-            message: Some(message),
-        }
-    }
-}
-
-/// A mirror as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MirrorListing {
-    pub name: String,
-    pub source_bootstrap: String,
-    pub topics: Vec<String>,
-}
-
-/// One partition as described.
-#[derive(Debug, Clone)]
-pub struct PartitionDetail {
-    pub partition: i32,
-    pub status: PartitionStatus,
-}
 
 /// A running mirror topic.
 pub(crate) struct TopicRuntime {
