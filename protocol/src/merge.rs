@@ -102,5 +102,4 @@ pub fn merge(parts: &[Bytes], max_raw: usize) -> Result<Merged, ProtocolError> {
 }
 
 #[cfg(test)]
-#[path = "merge_tests.rs"]
 mod tests;

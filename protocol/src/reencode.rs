@@ -234,5 +234,4 @@ pub fn split_holes(batch: &Bytes, header: &BatchHeader) -> Result<Vec<Piece>, Pr
 }
 
 #[cfg(test)]
-#[path = "reencode_tests.rs"]
 mod tests;
