@@ -62,9 +62,13 @@ def _skip_tags(buf: bytes, i: int) -> int:
     return i
 
 
-def shift_fetch_batches(frame: bytearray, shift: int, shift_from: int) -> int:
+def shift_fetch_batches(frame: bytearray, shift: int, shift_from: int, stale_marks: bool = False) -> int:
     """Moves the base offset of every batch (at or after ``shift_from``) of a flexible Fetch
-    response frame (length prefix included) by ``shift``, in place; returns how many moved."""
+    response frame (length prefix included) by ``shift``, in place; returns how many moved (with
+    ``stale_marks``: how many partitions' marks were lowered). ``stale_marks`` lowers each
+    partition's high watermark and last stable offset to where its last batch begins, as a broker
+    that noted them just before that batch was committed answers (Kafka's ``readRecords`` reads
+    the marks before it reads the log)."""
     i = 4 + 4  # length, correlation id
     i = _skip_tags(frame, i)
     i += 4 + 2 + 4  # throttle, error, session id
@@ -74,7 +78,8 @@ def shift_fetch_batches(frame: bytearray, shift: int, shift_from: int) -> int:
         i += 16  # topic id
         parts, i = _uvarint(frame, i)
         for _ in range(max(parts - 1, 0)):
-            i += 4 + 2 + 8 + 8 + 8  # index, error, high watermark, last stable, log start
+            marks = i + 4 + 2  # index, error; then high watermark, last stable, log start
+            i += 4 + 2 + 8 + 8 + 8
             aborted, i = _uvarint(frame, i)
             for _ in range(max(aborted - 1, 0)):
                 i += 16
@@ -82,13 +87,17 @@ def shift_fetch_batches(frame: bytearray, shift: int, shift_from: int) -> int:
             i += 4  # preferred read replica
             size, i = _uvarint(frame, i)
             end = i + max(size - 1, 0)
-            j = i
+            j, last_base = i, None
             while j + 12 <= end:
                 base, length = struct.unpack_from(">qi", frame, j)
-                if base >= shift_from:
+                last_base = base
+                if shift and base >= shift_from:
                     struct.pack_into(">q", frame, j, base + shift)
                     moved += 1
                 j += 12 + length
+            if stale_marks and last_base is not None:
+                struct.pack_into(">qq", frame, marks, last_base, last_base)
+                moved += 1
             i = _skip_tags(frame, end)
         i = _skip_tags(frame, i)
     return moved
@@ -102,6 +111,8 @@ class FetchRelay(TcpServer):
         self.shift = 0
         self.shift_from = 0
         self.shifted_batches = 0
+        self.stale_marks = False  # lower each answer's marks to its last batch (shift_fetch_batches)
+        self.staled_answers = 0
         self.fetch_answers = 0
         super().__init__(self._serve)
 
@@ -141,6 +152,12 @@ class FetchRelay(TcpServer):
                         n = shift_fetch_batches(out, self.shift, self.shift_from)
                         with self.lock:
                             self.shifted_batches += n
+                        frame = bytes(out)
+                    if self.stale_marks:
+                        out = bytearray(frame)
+                        n = shift_fetch_batches(out, 0, 0, stale_marks=True)
+                        with self.lock:
+                            self.staled_answers += n
                         frame = bytes(out)
                     self._send(conn, frame)
                     continue

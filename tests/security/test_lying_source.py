@@ -6,7 +6,9 @@ offsets' records) and the partition stayed mirroring.
 A relay in front of the real source broker (``fetch_relay``) rewrites the base offsets of the
 batches in its Fetch answers. Now an answer whose batches do not start at or after the offset
 asked (other than the one batch holding it), or whose data lies beyond the end offsets the source
-reports, fails the partition with the reason before anything of it is written."""
+reports, fails the partition with the reason before anything of it is written. And a true answer
+that only looks like a lie is not refused: a broker notes a partition's high watermark before it
+reads the log, so a batch committed in between arrives beyond the answer's own high watermark."""
 
 from __future__ import annotations
 
@@ -64,3 +66,31 @@ def test_batches_relabelled_1000_offsets_back_fail_the_partition_and_are_not_wri
         assert st.get("state") == "failed", f"batches relabelled before the offset asked must fail the partition, got {st}"
         assert "cannot be true" in (st.get("last_error") or ""), f"the reason names the lie: {st}"
         assert destination_end(destination, topic) == 1500, "nothing of the lying answers was written"
+
+
+def test_batches_beyond_the_answers_own_high_watermark_are_confirmed_and_copied_not_refused(clusters, workdir):
+    """Seen in the quick tier under load: a hedged partition went FAILED on a batch over 2018..2020
+    in an answer whose high watermark said 2018. The relay lowers every answer's marks to where its
+    last batch begins; the source's ListOffsets shows the batch is there, so it is copied."""
+    source, destination = clusters
+    values = [f"s{i}".encode() for i in range(200)]
+    with relayed_mirror(clusters, workdir, "stale-marks", "stale", values) as (proxy, relay, name, topic):
+        relay.stale_marks = True
+
+        def caught_up_unless_failed() -> None:
+            wait_until(lambda: partition_status(proxy, name, topic).get("state") == "failed"
+                       or destination_end(destination, topic) == watermarks(source.bootstrap, topic, 1)[0][1],
+                       60, "the mirror caught up or failed")
+            st = partition_status(proxy, name, topic)
+            assert st.get("state") != "failed", f"a true answer with a stale high watermark failed the partition: {st}"
+
+        caught_up_unless_failed()
+        for n in range(5):  # more answers, each with its marks behind its last batch
+            produce_values(source.bootstrap, topic, [f"t{n}-{i}".encode() for i in range(50)])
+            caught_up_unless_failed()
+        st = partition_status(proxy, name, topic)
+        assert relay.staled_answers > 0, "the relay never lowered an answer's marks (the engine did not fetch through it)"
+        assert st.get("state") != "failed", f"a true answer with a stale high watermark failed the partition: {st}"
+        src = [(o, v) for _, o, _, v in read_records(source.bootstrap, topic, 1)]
+        dst = [(o, v) for _, o, _, v in read_records(destination.bootstrap, topic, 1)]
+        assert dst == src, f"the destination ({len(dst)} records) equals the source ({len(src)}) at the same offsets"

@@ -46,10 +46,21 @@ fn overlapping_or_out_of_order_batches_are_refused() {
 }
 
 #[test]
-fn a_batch_beyond_the_answers_own_high_watermark_is_refused_before_any_filler() {
-    let e = refused(check(30, true, &answer(30, 0, &[(5_000_030, 10)])));
-    assert!(e.contains("5000030") && e.contains("high watermark 30"), "{e}");
-    refused(check(30, true, &answer(10, 50, &[])));
+fn a_batch_beyond_the_answers_own_high_watermark_is_confirmed_with_list_offsets_before_anything_is_written() {
+    // A broker notes the high watermark before it reads: a batch committed in between comes with
+    // the older mark. True or not, ListOffsets must show the source holds it.
+    assert_eq!(
+        check(1998, true, &answer(2018, 0, &[(1998, 20), (2018, 2)])).ok(),
+        Some(Checked { confirm_end: Some(2020) }),
+        "a batch just beyond the answer's high watermark"
+    );
+    assert_eq!(
+        check(30, true, &answer(30, 0, &[(5_000_030, 10)])).ok(),
+        Some(Checked { confirm_end: Some(5_000_040) }),
+        "a batch far beyond it"
+    );
+    let e = refused(check(30, true, &answer(10, 50, &[])));
+    assert!(e.contains("log start 50") && e.contains("high watermark 10"), "{e}");
 }
 
 #[test]
