@@ -1,8 +1,8 @@
 """Bad input never hurts anyone else: malformed, oversized or unknown frames close only the
 connection that sent them, while another client keeps producing. Also: pipelined requests are
-answered in order, acks=0 produce works (no response is expected or invented)."""
+answered in order, acks=0 produce works (no response is expected or invented). Seeded random
+bytes on many connections need no broker: proxy/tests/hostile_frames.rs."""
 
-import os
 import random
 import socket
 import struct
@@ -81,23 +81,6 @@ def test_pipelined_requests_are_answered_in_order(proxy):
     got = [wire.read_response(s)[0] for _ in ids]
     s.close()
     assert got == ids, "responses come back in request order with their own correlation ids"
-
-
-def test_random_bytes_fuzzing_never_takes_the_proxy_down(proxy):
-    rng = random.Random(int(os.environ.get("KMP_FUZZ_SEED", "1234")))
-    for _ in range(200):
-        s = socket.create_connection(("127.0.0.1", proxy.port))
-        size = rng.choice([0, 1, 3, 4, 8, 12, 64, 1000])
-        head = struct.pack(">i", rng.choice([size, rng.randrange(-10, 10_000_000)]))
-        s.sendall(head + bytes(rng.randrange(256) for _ in range(size)))
-        s.close()
-    s = socket.create_connection(("127.0.0.1", proxy.port))
-    s.settimeout(10)
-    s.sendall(wire.api_versions_v0(5))
-    assert wire.read_response(s)[0] == 5, "the proxy still answers after 200 fuzzed connections"
-    s.close()
-    assert proxy.alive()
-
 
 def test_acks_zero_produce_needs_no_response_and_loses_nothing(proxy):
     """On loopback with no fault nothing may be lost: all 1000 records, in order, at offsets
