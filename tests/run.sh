@@ -39,7 +39,36 @@ cargo test --locked --workspace
 tests/harness/kafka-jars.sh >/dev/null   # fetch Kafka's jars once (cached) before the clock starts
 select=()
 [[ $tier == quick ]] && select=(-m "not long")
-python3 -m pytest tests/integration tests/security tests/tls "${select[@]}" "$@"
+# Two pytest processes at once, each with the clusters of its own tests and its own half of the
+# port range (tests/harness/ports.py): the plain client and engine suites (tests/integration), and
+# the TLS suite with the security suite and the differential histories (tests/tls, tests/security,
+# test_mirror_differential.py). They share nothing, and both spend most of their time waiting on
+# brokers (the load average of the serial run stayed near 1 on 2 cores), so side by side they take
+# about the time of the longer one. The second process's output is written to a log and printed
+# after the first's; the exit status is the worse of the two. Arguments that name tests (paths,
+# node ids) run in one process, as given; KMP_SERIAL=1 runs everything in one process.
+differential=tests/integration/test_mirror_differential.py
+names_tests=0
+for a in "$@"; do [[ $a == tests/* || $a == *.py || $a == *::* ]] && names_tests=1; done
+status=0
+if ((names_tests)); then
+  python3 -m pytest "${select[@]}" "$@" || status=$?
+elif [[ "${KMP_SERIAL:-0}" == 1 ]]; then
+  python3 -m pytest tests/integration tests/security tests/tls "${select[@]}" "$@" || status=$?
+else
+  tls_log=$(mktemp -t kmp-second-XXXXXX.log)
+  KMP_PORT_RANGE=21500-32000 python3 -m pytest tests/tls tests/security "$differential" "${select[@]}" "$@" >"$tls_log" 2>&1 &
+  tls_pid=$!
+  KMP_PORT_RANGE=10000-21499 python3 -m pytest tests/integration --ignore="$differential" "${select[@]}" "$@" || status=$?
+  tls_status=0
+  wait "$tls_pid" || tls_status=$?
+  echo "==> tests/run.sh: tests/tls, tests/security and $differential, run beside tests/integration (pytest exit status $tls_status)"
+  cat "$tls_log"
+  rm -f "$tls_log"
+  # 5 is pytest's "no tests collected": fine for one half when a -k or -m selects only the other
+  if ((status == 5 || status == 0)) && ((tls_status != 5)); then status=$tls_status; fi
+fi
+((status == 0)) || exit "$status"
 if [[ $tier == long && "${KMP_FRESH_INSTALL_PROOF:-1}" != 0 ]]; then
   if ((EUID != 0)) || ! command -v debootstrap >/dev/null; then
     echo "tests/run.sh --long: the fresh-install proof needs root and debootstrap (apt-get install debootstrap);" \

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -22,7 +23,24 @@ def _ephemeral_low() -> int:
 # this, two picks of one proxy (bootstrap and admin port, each checked free but not held) once
 # came out equal and the proxy failed to bind its admin listener ("Address already in use").
 # Random picks that merely avoid earlier ones fragment the range until no block of 101 fits.
+#
+# KMP_PORT_RANGE=LOW-HIGH narrows the sweep: tests/run.sh runs two pytest processes at once (the
+# plain suites and the TLS suite) and gives each its own half, so that one process cannot take a
+# port the other has just checked free.
 _cursor: int | None = None
+
+
+def _range(size: int) -> tuple[int, int]:
+    """The lowest and highest base port a block of ``size`` may start at."""
+    low, high = 10000, _ephemeral_low()
+    spec = os.environ.get("KMP_PORT_RANGE")
+    if spec:
+        try:
+            a, b = (int(x) for x in spec.split("-"))
+        except ValueError:
+            raise SystemExit(f"KMP_PORT_RANGE must be LOW-HIGH, not {spec!r}") from None
+        low, high = max(low, a), min(high, b)
+    return low, high - size
 
 
 def free_port() -> int:
@@ -39,8 +57,8 @@ def free_port_block(size: int) -> int:
     by a test exited with "Address already in use" on its controller port).
     """
     global _cursor
-    low, high = 10000, _ephemeral_low() - size
-    assert high > low, f"the ephemeral range starts at {_ephemeral_low()}: no room for a block of {size} below it"
+    low, high = _range(size)
+    assert high > low, f"ports {low}..{high + size} (below the ephemeral range, within KMP_PORT_RANGE): no room for a block of {size}"
     if _cursor is None:
         _cursor = random.randrange(low, high)
     for _ in range((high - low) // size + 1):
