@@ -32,6 +32,8 @@ use super::handle::Control;
 mod tests;
 mod views;
 
+pub use views::described_partition;
+
 /// Whether `api_key` is a mirror RPC that changes something (only the active instance may).
 pub fn is_mutating(api_key: i16) -> bool {
     api::is_answered(api_key) && !matches!(api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)

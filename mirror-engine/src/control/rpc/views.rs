@@ -7,9 +7,10 @@ use kmp_protocol::mirror_api::{
     DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, PartitionProgress, SyncEntry, TopicResult, errors,
 };
 
-use crate::control::TopicResult as EngineResult;
 use crate::control::handle::Control;
+use crate::control::{PartitionDetail as EnginePartition, TopicResult as EngineResult};
 use crate::state::status::{PartitionState, now_ms};
+
 /// One topic's result on the wire.
 pub(super) fn result(r: EngineResult) -> TopicResult {
     TopicResult {
@@ -61,31 +62,7 @@ pub(super) fn describe(control: &Control, req: &DescribeRequest) -> DescribeResp
                 .describe(&name)
                 .into_iter()
                 .map(|(topic, parts)| {
-                    let details = parts
-                        .into_iter()
-                        .map(|p| {
-                            let s = p.status;
-                            let (state, retry_attempt) = kip_state(s.state);
-                            let recent = s.rate.recent(now);
-                            let progress = PartitionProgress {
-                                records_mirrored: i64::try_from(s.records_mirrored).unwrap_or(i64::MAX),
-                                bytes_mirrored: i64::try_from(s.bytes_mirrored).unwrap_or(i64::MAX),
-                                window_ms: recent.span_ms,
-                                window_records: i64::try_from(recent.records).unwrap_or(i64::MAX),
-                                window_bytes: i64::try_from(recent.bytes).unwrap_or(i64::MAX),
-                            };
-                            PartitionDetail {
-                                partition_index: p.partition,
-                                source_offset: s.source_high_watermark,
-                                destination_offset: s.destination_next_offset,
-                                lag: if s.source_last_stable_offset < 0 { -1 } else { s.lag_records() },
-                                state_value: state.to_owned(),
-                                retry_attempt,
-                                error_message: s.last_error,
-                                progress: Some(progress),
-                            }
-                        })
-                        .collect();
+                    let details = parts.into_iter().map(|p| described_partition(p, now)).collect();
                     (topic, details)
                 })
                 .collect();
@@ -117,6 +94,32 @@ pub(super) fn describe(control: &Control, req: &DescribeRequest) -> DescribeResp
     DescribeResponse { mirrors, ..Default::default() }
 }
 
+/// The DescribeClusterMirrors entry of partition `p` at wall-clock time `now_ms` (for the rate
+/// window): the KIP's fields (lag -1 while the source's last stable offset is not known) and the
+/// proxy's progress extension.
+pub fn described_partition(p: EnginePartition, now_ms: i64) -> PartitionDetail {
+    let s = p.status;
+    let (state, retry_attempt) = kip_state(s.state);
+    let recent = s.rate.recent(now_ms);
+    let progress = PartitionProgress {
+        records_mirrored: i64::try_from(s.records_mirrored).unwrap_or(i64::MAX),
+        bytes_mirrored: i64::try_from(s.bytes_mirrored).unwrap_or(i64::MAX),
+        window_ms: recent.span_ms,
+        window_records: i64::try_from(recent.records).unwrap_or(i64::MAX),
+        window_bytes: i64::try_from(recent.bytes).unwrap_or(i64::MAX),
+    };
+    PartitionDetail {
+        partition_index: p.partition,
+        source_offset: s.source_high_watermark,
+        destination_offset: s.destination_next_offset,
+        lag: if s.source_last_stable_offset < 0 { -1 } else { s.lag_records() },
+        state_value: state.to_owned(),
+        retry_attempt,
+        error_message: s.last_error,
+        progress: Some(progress),
+    }
+}
+
 /// KIP-1279 state name and retry attempt (-1 = not retried) of an engine partition state.
 /// The broker-internal LOG_TRUNCATION / EPOCH_FENCING steps have no proxy equivalent; the
 /// engine's preparation reports the KIP's older name PREPARING.
@@ -131,5 +134,50 @@ fn kip_state(state: PartitionState) -> (&'static str, i16) {
         PartitionState::Paused => ("PAUSED", 0),
         PartitionState::Stopping => ("STOPPING", 0),
         PartitionState::Stopped => ("STOPPED", 0),
+    }
+}
+
+impl PartitionState {
+    /// The engine state a described partition's KIP-1279 state name and retry attempt stand for
+    /// (the inverse of [`kip_state`]; MIRRORING reads back as [`Self::Mirroring`], since the KIP
+    /// has no name for filling), `None` for a name this proxy never sends.
+    pub fn from_kip(name: &str, retry_attempt: i16) -> Option<Self> {
+        Some(match name {
+            "PREPARING" => Self::Preparing,
+            "MIRRORING" => Self::Mirroring,
+            "FAILED" if retry_attempt < 0 => Self::Failed,
+            "FAILED" => Self::Retrying,
+            "PAUSING" => Self::Pausing,
+            "PAUSED" => Self::Paused,
+            "STOPPING" => Self::Stopping,
+            "STOPPED" => Self::Stopped,
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_reads_back_from_its_kip_name_and_filling_as_mirroring() {
+        let all = [
+            PartitionState::Preparing,
+            PartitionState::Mirroring,
+            PartitionState::Filling,
+            PartitionState::Retrying,
+            PartitionState::Failed,
+            PartitionState::Pausing,
+            PartitionState::Paused,
+            PartitionState::Stopping,
+            PartitionState::Stopped,
+        ];
+        for state in all {
+            let (name, retry_attempt) = kip_state(state);
+            let back = if state == PartitionState::Filling { PartitionState::Mirroring } else { state };
+            assert_eq!(PartitionState::from_kip(name, retry_attempt), Some(back), "{name} {retry_attempt}");
+        }
+        assert_eq!(PartitionState::from_kip("LOG_TRUNCATION", 0), None, "a KIP step the proxy never reports");
     }
 }
