@@ -15,7 +15,8 @@
 //! * `filters/` — the request/response pipeline: the filter API, the chain, the shared refusal
 //!   helpers and one file (or folder) per policy or rewrite.
 //! * `admin/` — the admin HTTP endpoint: REST API, dashboard, `/metrics` text of the engine,
-//!   election and follower status, readiness.
+//!   election and follower status, readiness; and [`PartitionView`], the one serialized
+//!   partition view of REST, the dashboard and the binary's `mirrors --describe`.
 //!
 //! The binary's command line lives in `main.rs` and its `cli/` folder.
 
@@ -31,5 +32,6 @@ mod session;
 mod shared;
 mod upstream;
 
+pub use admin::PartitionView;
 pub use error::ProxyError;
 pub use server::{Listeners, serve};

@@ -2,7 +2,7 @@
 //! its `openapi.json` beside it), the dashboard (`dashboard`, its assets in `dashboard/`), the
 //! engine's, election's and follower's `/metrics` families (`collectors`, registered on the proxy's
 //! registry when the endpoint starts, with `mirror_metrics`, `election_status`, `follower_status`),
-//! their `/readyz` text, the partition view REST and the dashboard share (`partition_view`) and
+//! their `/readyz` text, the partition view REST, the dashboard and the CLI share (`partition_view`) and
 //! the connection caps (`admin_slots`). Routes: `/healthz` (the process is up), `/readyz` (the upstream
 //! cluster answered the last metadata refresh, every known broker's node listener is bound and the
 //! mirror engine has loaded its stored state, 503 with the reasons otherwise —
@@ -61,6 +61,8 @@ mod follower_status;
 mod mirror_metrics;
 mod partition_view;
 mod rest;
+
+pub use partition_view::PartitionView;
 
 /// First pause after a failed accept; doubles up to [`ACCEPT_BACKOFF_MAX`], reset by a success.
 const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(100);

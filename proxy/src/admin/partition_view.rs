@@ -1,34 +1,48 @@
-//! One mirrored partition as the admin endpoint shows it. REST describe (`GET /v1/mirrors/{name}`)
-//! and the dashboard's state document both serialize [`PartitionView`], so its field names are
-//! REST's, a public contract (`rest/openapi.json`, docs/, the tests and scripts that read it).
+//! One mirrored partition as the proxy shows it. REST describe (`GET /v1/mirrors/{name}`), the
+//! dashboard's state document and the `mirrors --describe` CLI all serialize [`PartitionView`],
+//! so its field names are REST's, a public contract (`rest/openapi.json`, docs/, the tests and
+//! scripts that read it). REST and the dashboard build it from the engine's partition
+//! ([`PartitionView::of`]); the CLI from a DescribeClusterMirrors partition entry
+//! ([`PartitionView::of_described`]), which carries less: what it lacks is shown as unknown.
 //! The dashboard's row ([`DashboardPartition`]) is that view plus what only the page shows: lag in
 //! seconds and replication latency.
 
-use kmp_mirror_engine::PartitionDetail;
+use std::borrow::Cow;
+
+use kmp_mirror_engine::{PartitionDetail, PartitionState, Recent};
+use kmp_protocol::mirror_api::PartitionDetail as DescribedPartition;
 use serde::Serialize;
 
+/// An offset that is not known (REST's value for a source end not read yet).
+const UNKNOWN_OFFSET: i64 = -1;
+
 /// A partition's state, offsets, lag, totals and recent copy rate (partition -1: the topic
-/// failed as a whole).
+/// failed as a whole). `null` marks a number the source of the view does not carry (REST and the
+/// dashboard always have them; DescribeClusterMirrors has no filler count, and an older proxy
+/// sends no copy progress at all).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub(crate) struct PartitionView {
-    pub(crate) partition: i32,
-    /// Lower case (`mirroring`, `paused`, `failed`, …).
-    pub(crate) state: &'static str,
+pub struct PartitionView {
+    pub partition: i32,
+    /// Lower case (`mirroring`, `paused`, `failed`, …). Read from DescribeClusterMirrors, a
+    /// filling partition shows as `mirroring` (the KIP has no name for it).
+    pub state: Cow<'static, str>,
     /// Source high watermark at the last fetch (-1 until known).
-    pub(crate) source_offset: i64,
-    pub(crate) source_last_stable_offset: i64,
+    pub source_offset: i64,
+    /// -1 until known; always -1 read from DescribeClusterMirrors, which does not carry it.
+    pub source_last_stable_offset: i64,
     /// Next destination offset (= the source offset copied up to).
-    pub(crate) destination_offset: i64,
-    /// Source last stable offset minus the destination's next offset, in records.
-    pub(crate) lag: i64,
-    pub(crate) records: u64,
-    pub(crate) fillers: u64,
-    pub(crate) bytes: u64,
-    pub(crate) records_per_sec: f64,
-    pub(crate) bytes_per_sec: f64,
+    pub destination_offset: i64,
+    /// Source last stable offset minus the destination's next offset, in records. While that
+    /// offset is not known REST shows 0 and DescribeClusterMirrors -1.
+    pub lag: i64,
+    pub records: Option<u64>,
+    pub fillers: Option<u64>,
+    pub bytes: Option<u64>,
+    pub records_per_sec: Option<f64>,
+    pub bytes_per_sec: Option<f64>,
     /// The span the two rates are measured over.
-    pub(crate) rate_window_ms: i64,
-    pub(crate) last_error: Option<String>,
+    pub rate_window_ms: Option<i64>,
+    pub last_error: Option<String>,
 }
 
 impl PartitionView {
@@ -38,18 +52,53 @@ impl PartitionView {
         let recent = s.rate.recent(now_ms);
         Self {
             partition: p.partition,
-            state: s.state.as_str(),
+            state: Cow::Borrowed(s.state.as_str()),
             source_offset: s.source_high_watermark,
             source_last_stable_offset: s.source_last_stable_offset,
             destination_offset: s.destination_next_offset,
             lag: s.lag_records(),
-            records: s.records_mirrored,
-            fillers: s.filler_records,
-            bytes: s.bytes_mirrored,
-            records_per_sec: recent.records_per_sec(),
-            bytes_per_sec: recent.bytes_per_sec(),
-            rate_window_ms: recent.span_ms,
+            records: Some(s.records_mirrored),
+            fillers: Some(s.filler_records),
+            bytes: Some(s.bytes_mirrored),
+            records_per_sec: Some(recent.records_per_sec()),
+            bytes_per_sec: Some(recent.bytes_per_sec()),
+            rate_window_ms: Some(recent.span_ms),
             last_error: s.last_error.clone(),
+        }
+    }
+
+    /// A partition entry of a DescribeClusterMirrors answer: its state (the KIP's name and retry
+    /// attempt read back as the engine's state; a name this proxy never sends, lower-cased),
+    /// offsets, lag, error and, from the proxy's progress extension, totals and the rate window
+    /// (the rates computed as the engine computes them). The source's last stable offset is -1
+    /// and the filler count `null`: the RPC does not carry them; without the extension (an older
+    /// proxy), or with a negative count in it, those numbers are `null` too.
+    pub fn of_described(p: &DescribedPartition) -> Self {
+        let state =
+            PartitionState::from_kip(&p.state_value, p.retry_attempt).map_or_else(|| Cow::Owned(p.state_value.to_lowercase()), |s| Cow::Borrowed(s.as_str()));
+        let count = |n: i64| u64::try_from(n).ok();
+        let progress = p.progress.as_ref();
+        let recent = progress.and_then(|g| {
+            Some(Recent {
+                span_ms: g.window_ms,
+                records: count(g.window_records)?,
+                bytes: count(g.window_bytes)?,
+            })
+        });
+        Self {
+            partition: p.partition_index,
+            state,
+            source_offset: p.source_offset,
+            source_last_stable_offset: UNKNOWN_OFFSET,
+            destination_offset: p.destination_offset,
+            lag: p.lag,
+            records: progress.and_then(|g| count(g.records_mirrored)),
+            fillers: None,
+            bytes: progress.and_then(|g| count(g.bytes_mirrored)),
+            records_per_sec: recent.map(|r| r.records_per_sec()),
+            bytes_per_sec: recent.map(|r| r.bytes_per_sec()),
+            rate_window_ms: recent.map(|r| r.span_ms),
+            last_error: p.error_message.clone(),
         }
     }
 }
@@ -76,8 +125,9 @@ impl DashboardPartition {
 
 #[cfg(test)]
 mod tests {
-    use kmp_mirror_engine::{PartitionDetail, PartitionState, PartitionStatus};
-    use serde_json::json;
+    use kmp_mirror_engine::{PartitionDetail, PartitionState, PartitionStatus, described_partition};
+    use kmp_protocol::mirror_api::{self as api, DescribeResponse, DescribedMirror};
+    use serde_json::{Value, json};
 
     use super::*;
 
@@ -123,5 +173,117 @@ mod tests {
         assert_eq!(row, expected);
         // The dashboard's earlier name for the lag in records is gone: one name, REST's.
         assert!(row.get("lag_records").is_none());
+    }
+
+    /// `p` as the CLI sees it: the engine's DescribeClusterMirrors entry for it, through the wire
+    /// (encoded and decoded as a whole answer), turned into the view.
+    fn through_the_rpc(p: PartitionDetail) -> Value {
+        let answer = DescribeResponse {
+            mirrors: vec![DescribedMirror {
+                mirror_name: "dr".into(),
+                topics: vec![("orders".into(), vec![described_partition(p, NOW_MS)])],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let frame = api::response_frame(7, answer.encode());
+        let (_, mut r) = api::read_response(&frame).unwrap();
+        let decoded = DescribeResponse::decode(&mut r).unwrap();
+        serde_json::to_value(PartitionView::of_described(&decoded.mirrors[0].topics[0].1[0])).unwrap()
+    }
+
+    /// The view's fields DescribeClusterMirrors does not carry, and how the CLI shows them.
+    fn not_carried() -> [(&'static str, Value); 2] {
+        [("source_last_stable_offset", json!(-1)), ("fillers", Value::Null)]
+    }
+
+    fn keys(v: &Value) -> Vec<&String> {
+        v.as_object().unwrap().keys().collect()
+    }
+
+    #[test]
+    fn a_described_partition_has_the_rest_fields_and_values() {
+        let rest = serde_json::to_value(PartitionView::of(&detail(), NOW_MS)).unwrap();
+        let cli = through_the_rpc(detail());
+        assert_eq!(keys(&cli), keys(&rest), "one set of field names: REST's");
+        for (key, value) in rest.as_object().unwrap() {
+            match not_carried().iter().find(|(k, _)| k == key) {
+                Some((_, unknown)) => assert_eq!(&cli[key], unknown, "{key}: not in the RPC, shown as unknown"),
+                None => assert_eq!(&cli[key], value, "{key}: the same value as REST"),
+            }
+        }
+        // The totals and the rate window are the progress extension's, the rates computed as REST does.
+        assert_eq!(
+            (cli["records"].clone(), cli["bytes"].clone(), cli["rate_window_ms"].clone()),
+            (json!(100), json!(65_536), json!(4_500))
+        );
+        assert_eq!(cli["records_per_sec"], json!(17.77777777777778));
+    }
+
+    #[test]
+    fn every_state_reads_as_rest_names_it_but_filling_which_the_kip_calls_mirroring() {
+        let all = [
+            PartitionState::Preparing,
+            PartitionState::Mirroring,
+            PartitionState::Filling,
+            PartitionState::Retrying,
+            PartitionState::Failed,
+            PartitionState::Pausing,
+            PartitionState::Paused,
+            PartitionState::Stopping,
+            PartitionState::Stopped,
+        ];
+        for state in all {
+            let mut p = detail();
+            p.status.state = state;
+            let rest = serde_json::to_value(PartitionView::of(&p, NOW_MS)).unwrap();
+            let cli = through_the_rpc(p);
+            let expected = if state == PartitionState::Filling {
+                json!("mirroring")
+            } else {
+                rest["state"].clone()
+            };
+            assert_eq!(cli["state"], expected, "{state:?}");
+        }
+    }
+
+    #[test]
+    fn what_the_rpc_does_not_carry_or_know_is_shown_as_unknown() {
+        // A partition whose source ends were never read: offsets -1, as REST shows them.
+        let preparing = PartitionDetail {
+            partition: 0,
+            status: PartitionStatus::default(),
+        };
+        let rest = serde_json::to_value(PartitionView::of(&preparing, NOW_MS)).unwrap();
+        let cli = through_the_rpc(preparing);
+        for key in ["source_offset", "source_last_stable_offset", "destination_offset"] {
+            assert_eq!((&cli[key], &rest[key]), (&json!(-1), &json!(-1)), "{key}");
+        }
+        // The lag is unknown too: the RPC says -1 where REST, clamping, says 0.
+        assert_eq!((&cli["lag"], &rest["lag"]), (&json!(-1), &json!(0)));
+        assert_eq!((&cli["fillers"], &cli["last_error"]), (&Value::Null, &Value::Null));
+
+        // An older proxy sends no progress extension: no totals, no rate; a state name this proxy
+        // never sends is kept, lower-cased.
+        let bare = api::PartitionDetail {
+            partition_index: 3,
+            source_offset: 50,
+            destination_offset: 40,
+            lag: 10,
+            state_value: "LOG_TRUNCATION".into(),
+            retry_attempt: 0,
+            error_message: None,
+            progress: None,
+        };
+        let view = serde_json::to_value(PartitionView::of_described(&bare)).unwrap();
+        assert_eq!(keys(&view), keys(&rest));
+        assert_eq!(view["state"], json!("log_truncation"));
+        for key in ["records", "fillers", "bytes", "records_per_sec", "bytes_per_sec", "rate_window_ms"] {
+            assert_eq!(view[key], Value::Null, "{key}");
+        }
+        assert_eq!(
+            (&view["source_offset"], &view["destination_offset"], &view["lag"]),
+            (&json!(50), &json!(40), &json!(10))
+        );
     }
 }
