@@ -99,7 +99,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         # Describe: the follower shows what the engine instance shows (progress as of the engine's
         # last state write, every 500 ms here).
         want = described(engine, mirror, topic)
-        assert [p[1] for p in want] == ["MIRRORING"] * PARTITIONS, f"the engine instance mirrors every partition: {want}"
+        assert [p[1] for p in want] == ["mirroring"] * PARTITIONS, f"the engine instance mirrors every partition: {want}"
         wait_until("the follower describes the mirror as the engine instance does", lambda: described(follower, mirror, topic) == want, timeout=15)
 
         # Hostile state records (written to the destination directly, bypassing the proxies):
@@ -126,7 +126,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert code == 1 and "NOT_CONTROLLER" in out and "does not run the mirror engine" in out, f"stop through the follower: {code} {out}"
         status, r = call(follower, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]})
         assert status == 421 and r["error_code"] == NOT_CONTROLLER and "engine.role" in r["message"], f"REST stop through the follower: {status} {r}"
-        assert [p[1] for p in described(engine, mirror, topic)] == ["MIRRORING"] * PARTITIONS, "the refused requests changed nothing"
+        assert [p[1] for p in described(engine, mirror, topic)] == ["mirroring"] * PARTITIONS, "the refused requests changed nothing"
         status, body = follower.http("/readyz")
         assert status == 200 and "caught up" in body and state_topic in body, f"the follower's readiness says it has caught up: {status} {body}"
         assert follower.metric("kmp_state_follower_caught_up") == 1
@@ -162,8 +162,8 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert accepted["offset"] == ends[1], f"the follower's producer writes at the next offset after the mirrored data ({ends[1]}): {accepted}"
         err, offset = produce_one(engine.bootstrap, topic, 1)
         assert err is None and offset == ends[1] + 1, f"the engine instance accepts the next write too: {err} {offset}"
-        wait_until("the follower describes the partitions as STOPPED",
-                 lambda: [p[1] for p in described(follower, mirror, topic)] == ["STOPPED"] * PARTITIONS, timeout=15)
+        wait_until("the follower describes the partitions as stopped",
+                 lambda: [p[1] for p in described(follower, mirror, topic)] == ["stopped"] * PARTITIONS, timeout=15)
     finally:
         codes = {"follower": follower.stop(), "engine": engine.stop() if engine else 0}
         assert codes == {"follower": 0, "engine": 0}, f"both proxies exit 0 on SIGTERM: {codes}\n{follower.log()[-3000:]}"

@@ -52,7 +52,7 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
         mine = [p for p in d["partitions"] if p["topic"] == topic]
         ends = high_watermarks(destination.bootstrap, topic, PARTITIONS)
         assert code == 0 and sorted((p["partition"], p["state"], p["lag"], p["destination_offset"]) for p in mine) == \
-            [(p, "MIRRORING", 0, ends[p]) for p in range(PARTITIONS)], mine
+            [(p, "mirroring", 0, ends[p]) for p in range(PARTITIONS)], mine
         code, out, _ = cli(proxy, "--describe", "--mirror", "cli")
         assert "SOURCE-OFFSET" in out and "DESTINATION-OFFSET" in out and "MIRRORING" in out
 
@@ -60,7 +60,7 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
         code, r = cli_json(proxy, "--pause", "--mirror", "cli", "--topics", pattern)
         assert code == 0 and r["results"] == [{"topic": topic, "error_code": 0, "error": "NONE", "message": None}], r
         code, d = cli_json(proxy, "--describe", "--mirror", "cli")
-        assert {p["state"] for p in d["partitions"] if p["topic"] == topic} == {"PAUSED"}
+        assert {p["state"] for p in d["partitions"] if p["topic"] == topic} == {"paused"}
 
         code, r = cli_json(proxy, "--resume", "--mirror", "cli", "--topics", topic)
         assert code == 0, r
@@ -143,8 +143,8 @@ def test_a_mirror_created_through_the_cli_lives_through_start_failover_restart_a
         rt = [m for m in listing["mirrors"] if m["mirror"] == "rt"]
         assert rt and sorted(rt[0]["topics"]) == sorted([first, later]), f"the API-created mirror survives a restart: {listing}"
         # The partition states come from the topics' tasks, which start just after boot.
-        wait_until("the restarted proxy describes the stopped topics' partitions as STOPPED",
-                   lambda: {p["state"] for p in cli_json(proxy, "--describe", "--mirror", "rt")[1]["partitions"]} == {"STOPPED"}, timeout=60)
+        wait_until("the restarted proxy describes the stopped topics' partitions as stopped",
+                   lambda: {p["state"] for p in cli_json(proxy, "--describe", "--mirror", "rt")[1]["partitions"]} == {"stopped"}, timeout=60)
         code, r = cli_json(proxy, "--delete", "--mirror", "rt")
         assert code == 0 and r["error_code"] == 0, r
         code, listing = cli_json(proxy, "--list")

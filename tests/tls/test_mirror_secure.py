@@ -188,7 +188,7 @@ topics = ["{file_topic}"]
         code, out = cli(proxy, admin_props, "--describe", "--mirror", "sec", "--output", "json")
         assert code == 0, out
         desc = json.loads(out)
-        assert {(p["topic"], p["state"], p["lag"]) for p in desc["partitions"]} == {(topic, "MIRRORING", 0)}, desc
+        assert {(p["topic"], p["state"], p["lag"]) for p in desc["partitions"]} == {(topic, "mirroring", 0)}, desc
         (leak_corpus / "mirror-secure-describe.json").write_text(out)
         code, out = cli(proxy, admin_props, "--list", "--output", "json")
         (leak_corpus / "mirror-secure-list.json").write_text(out)

@@ -1,7 +1,9 @@
 //! `kafka-mirror-proxy mirrors`: the KIP-1279 `kafka-cluster-mirrors.sh` flags, speaking the
 //! mirror RPCs (`kmp_protocol::mirror_api`) to a proxy's bootstrap address. Human tables by
-//! default, `--output json` for scripts. What the RPCs do is the proxy's; table layout is
+//! default, `--output json` for scripts. This file owns the flags, the connection and each action;
+//! what `--describe` prints is [`describe`]'s (its partition rows are the REST view), table layout
 //! [`table`]'s, copy progress (remaining, rate, ETA, the wait's progress line) [`progress`]'s.
+//! What the RPCs do is the proxy's.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -15,8 +17,8 @@ use kmp_protocol::mirror_api::{
 use kmp_protocol::security::ClientSecurity;
 use serde_json::json;
 
-use super::progress;
-use super::table::{self, table};
+use super::table::table;
+use super::{describe, progress};
 
 /// Flags of `mirrors` (one action).
 #[derive(Args, Debug)]
@@ -66,7 +68,7 @@ pub struct MirrorsArgs {
     /// showing the remaining records and ETA on stderr (redrawn on a terminal).
     #[arg(long)]
     graceful_timeout_ms: Option<u64>,
-    /// With --describe: only FAILED partitions.
+    /// With --describe: only FAILED partitions (state failed or retrying).
     #[arg(long)]
     failed: bool,
     /// `table` (default) or `json`.
@@ -189,85 +191,7 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     }
     if a.describe {
         let d = c.describe(a.mirror.iter().cloned().collect()).await?;
-        let mut ok = true;
-        let mut rows = Vec::new();
-        for m in &d.mirrors {
-            if m.error_code != 0 {
-                ok = false;
-                eprintln!("{}: {}", m.mirror_name, errors::name(m.error_code));
-            }
-            for (topic, parts) in &m.topics {
-                for p in parts.iter().filter(|p| !a.failed || p.state_value == "FAILED") {
-                    rows.push((m.mirror_name.clone(), topic.clone(), p.clone()));
-                }
-            }
-        }
-        if json_out {
-            let v: Vec<_> = rows
-                .iter()
-                .map(|(m, t, p)| json!({"mirror": m, "topic": t, "partition": p.partition_index, "source_offset": p.source_offset,
-                    "destination_offset": p.destination_offset, "lag": p.lag, "state": p.state_value, "retry_attempt": p.retry_attempt, "error": p.error_message,
-                    "records_mirrored": p.progress.map(|g| g.records_mirrored), "bytes_mirrored": p.progress.map(|g| g.bytes_mirrored),
-                    "records_per_sec": p.progress.map(|g| per_sec(g.window_records, g.window_ms)), "bytes_per_sec": p.progress.map(|g| per_sec(g.window_bytes, g.window_ms))}))
-                .collect();
-            let topics: Vec<_> = progress::per_topic(&d.mirrors, |_| true).iter().map(progress::TopicProgress::json).collect();
-            let sync: serde_json::Map<String, serde_json::Value> = d
-                .mirrors
-                .iter()
-                .map(|m| {
-                    let kinds: serde_json::Map<String, serde_json::Value> = m
-                        .sync
-                        .iter()
-                        .map(|e| {
-                            let v = json!({"interval_ms": e.interval_ms, "runs": e.runs, "last_run_ms": e.last_run_ms, "last_success_ms": e.last_success_ms,
-                                "synced": e.synced, "skipped_active_groups": e.skipped_active, "applied_total": e.applied_total, "errors_total": e.errors_total, "last_error": e.last_error});
-                            (e.kind.clone(), v)
-                        })
-                        .collect();
-                    (m.mirror_name.clone(), serde_json::Value::Object(kinds))
-                })
-                .collect();
-            let engine = d.engine.as_ref().map(|e| {
-                let mut v =
-                    json!({"instance_id": e.instance_id, "role": e.role, "active": e.active, "generation": e.generation, "active_instance": e.active_instance});
-                if let Some((index, members)) = e.share {
-                    v["share"] = json!({"index": index, "members": members});
-                }
-                v
-            });
-            println!("{}", json!({ "partitions": v, "topics": topics, "sync": sync, "engine": engine }));
-        } else {
-            let cells: Vec<Vec<String>> = rows
-                .iter()
-                .map(|(m, t, p)| {
-                    vec![
-                        m.clone(),
-                        t.clone(),
-                        p.partition_index.to_string(),
-                        p.source_offset.to_string(),
-                        p.destination_offset.to_string(),
-                        p.lag.to_string(),
-                        p.state_value.clone(),
-                        p.error_message.clone().unwrap_or_default(),
-                    ]
-                })
-                .collect();
-            print!(
-                "{}",
-                table(
-                    &["MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "ERROR"],
-                    &[2, 3, 4, 5],
-                    &cells
-                )
-            );
-            if !a.failed {
-                progress::print_table(&d.mirrors);
-            }
-            table::print_sync(&d.mirrors);
-            if let Some(e) = &d.engine {
-                println!("\n{}", table::identity_line(e));
-            }
-        }
+        let ok = describe::print(&d, json_out, a.failed);
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }
     if a.create || a.delete {
@@ -495,15 +419,6 @@ async fn wait_caught_up(c: &mut Client, mirror: &str, topics: &[String], limit: 
         }
         shown.show(&line);
         tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// `n` per second over `window_ms` (0 for an empty window), one decimal.
-fn per_sec(n: i64, window_ms: i64) -> f64 {
-    if window_ms <= 0 {
-        0.0
-    } else {
-        (n as f64 * 10_000.0 / window_ms as f64).round() / 10.0
     }
 }
 
