@@ -165,6 +165,16 @@ mod tests {
     }
 
     #[test]
+    fn the_openapi_document_names_every_field_of_the_view_and_no_other() {
+        let doc: Value = serde_json::from_str(include_str!("rest/openapi.json")).expect("openapi.json parses");
+        let schema = &doc["components"]["schemas"]["MirrorDescription"]["properties"]["topics"]["items"]["properties"]["partitions"]["items"]["properties"];
+        let mut documented: Vec<&String> = schema.as_object().expect("the partition schema has properties").keys().collect();
+        documented.sort();
+        let view = serde_json::to_value(PartitionView::of(&detail(), NOW_MS)).expect("the view serializes");
+        assert_eq!(documented, keys(&view), "openapi.json's partition fields against what REST writes");
+    }
+
+    #[test]
     fn the_dashboard_row_is_the_rest_view_plus_lag_seconds_and_latency() {
         let row = serde_json::to_value(DashboardPartition::of(&detail(), NOW_MS)).unwrap();
         let mut expected: serde_json::Value = serde_json::from_str(REST_BEFORE).unwrap();
