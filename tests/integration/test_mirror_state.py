@@ -75,6 +75,44 @@ def test_an_existing_empty_destination_topic_is_adopted_and_mirrored(clusters, w
     assert owner and owner["mirror"] == "adopt" and owner["how"] == "adopted", f"ownership recorded as adopted: {owner}"
 
 
+def test_an_empty_destination_topic_with_fewer_partitions_than_the_source_is_grown_and_adopted(clusters, workdir):
+    """What a proxy killed between creating a mirror topic and recording it leaves when the source
+    grows meanwhile (the 200-seed run's seed 89: created with 3 partitions, the source at 4)."""
+    source, destination = clusters
+    topic = unique("mir-grown")
+    create(source.bootstrap, topic, 4)
+    produce_plain(source.bootstrap, topic, 400)
+    create(destination.bootstrap, topic, 3)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="grown")).start()
+    try:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 4})
+        assert_equal(source, destination, topic, 4)
+    finally:
+        assert proxy.stop() == 0
+    owner = read_state(destination.bootstrap).get(f"topic/{topic}")
+    assert owner and owner["how"] == "adopted" and owner["partitions"] == 4, f"ownership recorded as adopted with 4 partitions: {owner}"
+
+
+def test_a_destination_topic_with_fewer_partitions_holding_data_is_refused_and_not_grown(clusters, workdir):
+    source, destination = clusters
+    topic = unique("mir-fewer")
+    create(source.bootstrap, topic, 3)
+    produce_plain(source.bootstrap, topic, 90)
+    create(destination.bootstrap, topic, 2)
+    produce_plain(destination.bootstrap, topic, 5)
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="fewer")).start()
+    try:
+        failed = wait_for_metric_line(proxy, "kmp_mirror_failed{", topic, " 1", 1)
+        assert any('partition="-1"' in l for l in failed), f"the topic is FAILED as a whole: {failed}"
+        assert "it has 2 partitions, the source has 3" in proxy.log() and "this mirror did not write" in proxy.log(), "the log says why"
+        assert len(high_watermarks(destination.bootstrap, topic, 2)) == 2
+        admin = AdminClient({"bootstrap.servers": destination.bootstrap})
+        count = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+        assert count == 2, f"a topic holding data the mirror did not write is not grown: {count} partitions"
+    finally:
+        assert proxy.stop() == 0
+
+
 def test_state_topic_holds_definitions_ownership_and_progress_that_survive_a_restart(clusters, workdir):
     source, destination = clusters
     topic = unique("mir-state")

@@ -243,6 +243,12 @@ impl ClusterClient {
         Ok(self.layouts.get(topic.to_owned(), fresh, read).await?.1)
     }
 
+    /// [`Self::layout`] read now, whatever the age of the one known (kept for the others).
+    pub async fn layout_now(&self, topic: &str) -> Result<Arc<TopicLayout>, MirrorError> {
+        let read = || async { Ok((Instant::now(), Arc::new(self.read_layout(topic).await?))) };
+        Ok(self.layouts.get(topic.to_owned(), |_| false, read).await?.1)
+    }
+
     /// One Metadata request (v12, no auto-creation) for `topics`, or for every topic (`None`).
     async fn metadata(&self, topics: Option<&[&str]>) -> Result<MetadataResponse, MirrorError> {
         let conn = self.link_any().await?;

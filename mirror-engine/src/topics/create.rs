@@ -4,6 +4,8 @@
 //! recompressed, CreateTime with unbounded timestamp windows so old records are accepted).
 //! Keeping configs in sync later is `sync::configs`' job; per-partition copying is `copy::partition`'s.
 
+use std::time::Duration;
+
 use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kmp_protocol::kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
@@ -117,12 +119,33 @@ async fn add_partitions_to(destination: &ClusterClient, topic: &str, partitions:
     let resp = conn.send(&req, 3).await.map_err(MirrorError::Destination)?;
     match resp.results.first().map_or(0, |r| r.error_code) {
         0 => Ok(()),
-        37 if destination.layout(topic).await?.partitions.len() >= partitions => Ok(()), // INVALID_PARTITIONS: already there
+        INVALID_PARTITIONS if already_has(destination, topic, partitions).await? => Ok(()),
         code => Err(MirrorError::Broker {
             side: "destination",
             what: format!("add partitions to {topic}"),
             code,
         }),
+    }
+}
+
+const INVALID_PARTITIONS: i16 = ResponseError::InvalidPartitions.code();
+
+/// Whether `topic` has at least `partitions` partitions, as the destination's metadata shows
+/// within a few seconds. Asked after CreatePartitions answered INVALID_PARTITIONS, which (sent
+/// without assignments) means the controller has that many already: an earlier try grew the
+/// topic and then failed on something else. The brokers' metadata follows the controller's
+/// shortly, so a cached or just-read layout can still show fewer.
+async fn already_has(destination: &ClusterClient, topic: &str, partitions: usize) -> Result<bool, MirrorError> {
+    let mut backoff = crate::Backoff::new(Duration::from_millis(50), Duration::from_millis(1_000));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if destination.layout_now(topic).await?.partitions.len() >= partitions {
+            return Ok(true);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(false);
+        }
+        tokio::time::sleep(backoff.next_pause()).await;
     }
 }
 
@@ -176,7 +199,8 @@ pub async fn source_shape(source: &ClusterClient, topic: &str, filter: &ConfigFi
 
 /// Makes sure `topic` exists on the destination with the source's partition count (`shape`).
 /// `owned`: the state topic says this mirror already owns it. An existing topic the mirror does
-/// not own is accepted only if every partition is empty ([`partitions_holding_data`]): appending
+/// not own is accepted only if every partition is empty ([`partitions_holding_data`]), and grown
+/// to the source's partition count first if it has fewer (never shrunk: more is refused); appending
 /// to data the mirror did not write would break the identical-offset invariant. Also returns the
 /// destination topic's id when CreateTopics answered it (all zero otherwise).
 ///
@@ -207,9 +231,20 @@ pub async fn create_or_adopt(
                 return Ok((Prepared::Owned(partitions), dst.topic_id));
             }
             let mut have = dst.partitions.len();
-            if have < partitions && partitions > PARTITIONS_PER_OPERATION && have % PARTITIONS_PER_OPERATION == 0 {
-                // A large topic this engine began to create in steps and did not finish (it is
-                // adopted below only if every partition is empty).
+            if have < partitions {
+                // Fewer partitions than the source, none holding data: a topic this engine
+                // created and did not record as its own before it stopped, the source having
+                // grown since (seen in the 200-seed run: created with 3, killed, the source at 4),
+                // or a large topic it began to create in steps. Grown to the source's count and
+                // adopted below like any empty topic; one that holds data stays refused.
+                if let Some(&(p, end)) = partitions_holding_data(destination, topic, have).await?.first() {
+                    return Err(MirrorError::DestinationConflict {
+                        topic: topic.to_owned(),
+                        reason: format!(
+                            "it has {have} partitions, the source has {partitions}, and partition {p} already holds offsets up to {end} that this mirror did not write"
+                        ),
+                    });
+                }
                 add_partitions(destination, topic, have, partitions).await?;
                 have = partitions;
             }
