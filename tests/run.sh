@@ -46,7 +46,9 @@ select=()
 # brokers (the load average of the serial run stayed near 1 on 2 cores), so side by side they take
 # about the time of the longer one. The second process's output is written to a log and printed
 # after the first's; the exit status is the worse of the two. Arguments that name tests (paths,
-# node ids) run in one process, as given; KMP_SERIAL=1 runs everything in one process.
+# node ids) run in one process, as given; KMP_SERIAL=1 runs everything in one process. Each
+# process's per-test times go to target/test-times/{first,second}.xml (JUnit XML), which is what
+# the split is balanced by: .ci/test-times.py sums them per file and per process.
 differential=tests/integration/test_mirror_differential.py
 names_tests=0
 for a in "$@"; do [[ $a == tests/* || $a == *.py || $a == *::* ]] && names_tests=1; done
@@ -57,9 +59,11 @@ elif [[ "${KMP_SERIAL:-0}" == 1 ]]; then
   python3 -m pytest tests/integration tests/security tests/tls "${select[@]}" "$@" || status=$?
 else
   tls_log=$(mktemp -t kmp-second-XXXXXX.log)
-  KMP_PORT_RANGE=21500-32000 python3 -m pytest tests/tls tests/security "$differential" "${select[@]}" "$@" >"$tls_log" 2>&1 &
+  KMP_PORT_RANGE=21500-32000 python3 -m pytest tests/tls tests/security "$differential" --junitxml=target/test-times/second.xml \
+    "${select[@]}" "$@" >"$tls_log" 2>&1 &
   tls_pid=$!
-  KMP_PORT_RANGE=10000-21499 python3 -m pytest tests/integration --ignore="$differential" "${select[@]}" "$@" || status=$?
+  KMP_PORT_RANGE=10000-21499 python3 -m pytest tests/integration --ignore="$differential" --junitxml=target/test-times/first.xml \
+    "${select[@]}" "$@" || status=$?
   tls_status=0
   wait "$tls_pid" || tls_status=$?
   echo "==> tests/run.sh: tests/tls, tests/security and $differential, run beside tests/integration (pytest exit status $tls_status)"
