@@ -32,21 +32,22 @@ pub enum PartitionState {
 }
 
 impl PartitionState {
+    /// Every state, in life-cycle order.
+    pub const ALL: [Self; 9] = [
+        Self::Preparing,
+        Self::Mirroring,
+        Self::Filling,
+        Self::Retrying,
+        Self::Failed,
+        Self::Pausing,
+        Self::Paused,
+        Self::Stopping,
+        Self::Stopped,
+    ];
+
     /// The state named `s` (as [`Self::as_str`] writes it).
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::Preparing,
-            Self::Mirroring,
-            Self::Filling,
-            Self::Retrying,
-            Self::Failed,
-            Self::Pausing,
-            Self::Paused,
-            Self::Stopping,
-            Self::Stopped,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
     }
 
     pub fn as_str(self) -> &'static str {

@@ -232,18 +232,7 @@ mod tests {
 
     #[test]
     fn every_state_reads_as_rest_names_it_but_filling_which_the_kip_calls_mirroring() {
-        let all = [
-            PartitionState::Preparing,
-            PartitionState::Mirroring,
-            PartitionState::Filling,
-            PartitionState::Retrying,
-            PartitionState::Failed,
-            PartitionState::Pausing,
-            PartitionState::Paused,
-            PartitionState::Stopping,
-            PartitionState::Stopped,
-        ];
-        for state in all {
+        for state in PartitionState::ALL {
             let mut p = detail();
             p.status.state = state;
             let rest = serde_json::to_value(PartitionView::of(&p, NOW_MS)).unwrap();

@@ -162,18 +162,7 @@ mod tests {
 
     #[test]
     fn every_state_reads_back_from_its_kip_name_and_filling_as_mirroring() {
-        let all = [
-            PartitionState::Preparing,
-            PartitionState::Mirroring,
-            PartitionState::Filling,
-            PartitionState::Retrying,
-            PartitionState::Failed,
-            PartitionState::Pausing,
-            PartitionState::Paused,
-            PartitionState::Stopping,
-            PartitionState::Stopped,
-        ];
-        for state in all {
+        for state in PartitionState::ALL {
             let (name, retry_attempt) = kip_state(state);
             let back = if state == PartitionState::Filling { PartitionState::Mirroring } else { state };
             assert_eq!(PartitionState::from_kip(name, retry_attempt), Some(back), "{name} {retry_attempt}");
