@@ -129,6 +129,12 @@ impl PartitionStatus {
         (self.source_last_stable_offset - self.destination_next_offset).max(0)
     }
 
+    /// The lag as views show it (REST, dashboard, DescribeClusterMirrors): [`Self::lag_records`],
+    /// or -1 while the source's end has not been read (unknown, not caught up).
+    pub fn lag_shown(&self) -> i64 {
+        if self.source_last_stable_offset < 0 { -1 } else { self.lag_records() }
+    }
+
     /// Seconds (at `now_ms`) the partition has made no progress while behind the source; 0 while
     /// it progresses or is caught up.
     pub fn stalled_seconds(&self, now_ms: i64) -> f64 {

@@ -32,8 +32,8 @@ pub struct PartitionView {
     pub source_last_stable_offset: i64,
     /// Next destination offset (= the source offset copied up to).
     pub destination_offset: i64,
-    /// Source last stable offset minus the destination's next offset, in records. While that
-    /// offset is not known REST shows 0 and DescribeClusterMirrors -1.
+    /// Source last stable offset minus the destination's next offset, in records; -1 while that
+    /// offset is not known (as DescribeClusterMirrors answers it).
     pub lag: i64,
     pub records: Option<u64>,
     pub fillers: Option<u64>,
@@ -56,7 +56,7 @@ impl PartitionView {
             source_offset: s.source_high_watermark,
             source_last_stable_offset: s.source_last_stable_offset,
             destination_offset: s.destination_next_offset,
-            lag: s.lag_records(),
+            lag: s.lag_shown(),
             records: Some(s.records_mirrored),
             fillers: Some(s.filler_records),
             bytes: Some(s.bytes_mirrored),
@@ -258,8 +258,8 @@ mod tests {
         for key in ["source_offset", "source_last_stable_offset", "destination_offset"] {
             assert_eq!((&cli[key], &rest[key]), (&json!(-1), &json!(-1)), "{key}");
         }
-        // The lag is unknown too: the RPC says -1 where REST, clamping, says 0.
-        assert_eq!((&cli["lag"], &rest["lag"]), (&json!(-1), &json!(0)));
+        // The lag is unknown too: -1 in both (REST said 0 before, as if caught up).
+        assert_eq!((&cli["lag"], &rest["lag"]), (&json!(-1), &json!(-1)), "an unknown lag");
         assert_eq!((&cli["fillers"], &cli["last_error"]), (&Value::Null, &Value::Null));
 
         // An older proxy sends no progress extension: no totals, no rate; a state name this proxy

@@ -112,7 +112,7 @@ pub fn described_partition(p: EnginePartition, now_ms: i64) -> PartitionDetail {
         partition_index: p.partition,
         source_offset: s.source_high_watermark,
         destination_offset: s.destination_next_offset,
-        lag: if s.source_last_stable_offset < 0 { -1 } else { s.lag_records() },
+        lag: s.lag_shown(),
         state_value: state.to_owned(),
         retry_attempt,
         error_message: s.last_error,

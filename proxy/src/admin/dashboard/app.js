@@ -341,7 +341,7 @@
         ? { class: 'num source-offset stale', title: 'as of the last fetch: not refreshed while the partition does not copy', text: offset(p.source_offset) }
         : { class: 'num source-offset', text: offset(p.source_offset) }),
       el('td', { class: 'num destination-offset', text: offset(p.destination_offset) }),
-      el('td', { class: 'num lag-records', text: String(Math.max(0, p.lag)) }),
+      el('td', { class: 'num lag-records', text: p.lag < 0 ? '?' : String(p.lag) }),
       el('td', { class: 'num lag-seconds', text: seconds(p.lag_seconds) }),
       el('td', { class: 'num', text: String(p.records) }),
       el('td', { class: 'num', text: String(p.fillers) }),
