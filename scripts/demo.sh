@@ -15,7 +15,8 @@ src=127.0.0.1:$source_port
 upstream=127.0.0.1:$dest_port,127.0.0.1:$((dest_port + 1)),127.0.0.1:$((dest_port + 2))
 
 # Every port the demo listens on, checked before anything starts: the proxy's bootstrap, its
-# node listeners (brokers 1-3 at the bootstrap port + node id) and admin endpoint, and each
+# node listeners (brokers 1-3 at the default node_port_base, the bootstrap port + 1, plus the node
+# id: bootstrap + 2 .. bootstrap + 4) and admin endpoint, and each
 # broker's client and controller port (controller = client port + 100).
 declare -A uses=(
   [$listen_port]="the proxy's bootstrap listener (KMP_DEMO_PORT)"
@@ -24,7 +25,7 @@ declare -A uses=(
   [$((source_port + 100))]="the source controller (KMP_DEMO_SOURCE_PORT + 100)"
 )
 for i in 1 2 3; do
-  uses[$((listen_port + i))]="the proxy's listener for destination broker $i (KMP_DEMO_PORT + $i)"
+  uses[$((listen_port + 1 + i))]="the proxy's listener for destination broker $i (KMP_DEMO_PORT + $((1 + i)))"
   uses[$((dest_port + i - 1))]="destination broker $i (KMP_DEMO_DEST_PORT + $((i - 1)))"
   uses[$((dest_port + 100 + i - 1))]="destination controller $i (KMP_DEMO_DEST_PORT + $((100 + i - 1)))"
 done

@@ -8,6 +8,7 @@ and the cluster harness's `down` returns only once every broker has exited."""
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -143,6 +144,20 @@ def test_every_flag_of_every_subcommand_has_help():
 REPO = Path(__file__).resolve().parents[2]
 
 
+def run_demo_until_refused(env: dict) -> subprocess.CompletedProcess:
+    """scripts/demo.sh with `env`, in a session of its own: a demo that does not refuse within
+    60 s (it went on to build and start clusters) is killed with everything it started, and its
+    output is returned as it was then, so the assertions say what it did instead."""
+    demo = subprocess.Popen(["bash", str(REPO / "scripts/demo.sh")], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = demo.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(demo.pid, signal.SIGKILL)
+        out, err = demo.communicate()
+    return subprocess.CompletedProcess(demo.args, demo.returncode, out, err)
+
+
 def test_the_demo_names_a_taken_port_and_starts_nothing(tmp_path):
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
@@ -150,11 +165,30 @@ def test_the_demo_names_a_taken_port_and_starts_nothing(tmp_path):
     port = squatter.getsockname()[1]
     try:
         env = {**os.environ, "KMP_DEMO_PORT": str(port), "KMP_DEMO_DIR": str(tmp_path / "demo")}
-        out = subprocess.run(["bash", str(REPO / "scripts/demo.sh")], env=env, capture_output=True, text=True, timeout=60)
+        out = run_demo_until_refused(env)
     finally:
         squatter.close()
     assert out.returncode == 1, out
     assert f"demo: port {port} is already in use; it is needed for the proxy's bootstrap listener (KMP_DEMO_PORT)" in out.stderr, out.stderr
+    assert "==> building" not in out.stdout and not (tmp_path / "demo").exists(), "nothing built or started"
+
+
+def test_the_demo_checks_the_node_port_of_destination_broker_3_where_the_proxy_will_listen(tmp_path):
+    # The proxy exposes broker N at node_port_base + N, node_port_base defaulting to the bootstrap
+    # port + 1: broker 3 at bootstrap + 4 (the demo checked bootstrap + 1..3 and missed it; the
+    # demo then failed 46 s later with "broker 3 is hidden from clients").
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(1)
+    port = squatter.getsockname()[1]
+    try:
+        env = {**os.environ, "KMP_DEMO_PORT": str(port - 4), "KMP_DEMO_DIR": str(tmp_path / "demo")}
+        out = run_demo_until_refused(env)
+    finally:
+        squatter.close()
+    assert out.returncode == 1, out
+    want = f"demo: port {port} is already in use; it is needed for the proxy's listener for destination broker 3 (KMP_DEMO_PORT + 4)"
+    assert want in out.stderr, f"stderr does not say {want!r}:\n{out.stderr}"
     assert "==> building" not in out.stdout and not (tmp_path / "demo").exists(), "nothing built or started"
 
 
