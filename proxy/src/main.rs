@@ -3,13 +3,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use kmp_config::{Overrides, ProcessEnv};
-use kmp_protocol::client::Connection;
-use kmp_protocol::versions;
 use tokio::net::TcpListener;
 
 mod cli;
@@ -93,10 +90,26 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", said_once(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes joined by ": ", each said once: a cause whose text the message
+/// already holds (an I/O error wrapped by one that quotes it) is left out.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if out.contains(&cause) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&cause);
+    }
+    out
 }
 
 async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -141,7 +154,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             kafka_mirror_proxy::serve(config, kafka_mirror_proxy::Listeners { bootstrap, admin }, shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Versions { check_upstream } => versions_command(check_upstream).await,
+        Command::Versions { check_upstream } => cli::versions::run(check_upstream).await,
         Command::Mirrors(args) => cli::mirrors::run(args).await,
         Command::ScramCredential {
             user,
@@ -165,31 +178,6 @@ fn scram_credential(user: &str, mechanism: &str, env: Option<String>, file: Opti
     let entry = kmp_protocol::security::credentials::entry(user, mechanism, &password, iterations).map_err(anyhow::Error::msg)?;
     print!("{entry}");
     Ok(ExitCode::SUCCESS)
-}
-
-#[allow(clippy::print_stdout, reason = "CLI output")]
-async fn versions_command(check_upstream: Option<String>) -> anyhow::Result<ExitCode> {
-    let Some(addr) = check_upstream else {
-        for a in versions::TABLE {
-            println!(
-                "{:>3} {:<30} {:>2}..={:<2} {:?}",
-                a.key as i16,
-                format!("{:?}", a.key),
-                a.min,
-                a.max,
-                a.handling
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let mut conn = Connection::connect(&addr, Duration::from_secs(10), "kafka-mirror-proxy-versions").await?;
-    let announced = conn.api_versions().await?;
-    let findings = versions::unaudited(&announced);
-    println!("{addr} announces {} APIs", announced.len());
-    for f in &findings {
-        println!("UNAUDITED {f:?}");
-    }
-    Ok(if findings.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// What raising the soft open-file limit did.
@@ -274,6 +262,17 @@ async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let io = std::io::Error::other("broker closed the connection");
+        let wrapped = anyhow::Error::new(io)
+            .context("i/o error: broker closed the connection")
+            .context("X did not answer");
+        assert_eq!(said_once(&wrapped), "X did not answer: i/o error: broker closed the connection");
+        let plain = anyhow::anyhow!("no cause").context("outer");
+        assert_eq!(said_once(&plain), "outer: no cause");
+    }
 
     #[cfg(unix)]
     #[test]

@@ -87,6 +87,13 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
         assert code == 1 and r["error_code"] == 137 and r["results"][0]["error_code"] == 137, r
         code, d = cli_json(proxy, "--describe", "--mirror", "nope")
         assert code == 1 and d["partitions"] == []
+        # The text form: what was refused goes to stderr with its reason, nothing to stdout.
+        code, out, err = cli(proxy, "--describe", "--mirror", "nope")
+        assert (code, out) == (1, ""), f"an unknown mirror prints no empty table (exit {code}):\n{out}"
+        assert "mirror nope: UNKNOWN_CLUSTER_MIRROR: this proxy has no mirror of that name" in err, err
+        code, out, err = cli(proxy, "--pause", "--mirror", "cli", "--topics", "no-such-topic")
+        assert (code, out) == (1, ""), f"a refused pause writes nothing to stdout (exit {code}):\n{out}"
+        assert "mirror cli: topic no-such-topic not paused: TOPIC_NOT_IN_CLUSTER_MIRROR" in err, err
         code, _, err = cli(proxy, "--create", "--mirror", "x")
         assert code == 2 and "--mirror-config" in err, "usage errors exit 2"
     finally:

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient
 
 from conftest import ProxyProcess, unique
 from mirror import (
-    assert_equal, create, high_watermarks, mirror_config, produce_plain, read_all, wait_caught_up, wait_for_metric_line,
+    assert_equal, cli, create, high_watermarks, mirror_config, produce_plain, read_all, wait_caught_up, wait_for_metric_line,
     wait_for_records_metric,
 )
 
@@ -105,6 +105,10 @@ def test_a_destination_topic_with_fewer_partitions_holding_data_is_refused_and_n
         failed = wait_for_metric_line(proxy, "kmp_mirror_failed{", topic, " 1", 1)
         assert any('partition="-1"' in l for l in failed), f"the topic is FAILED as a whole: {failed}"
         assert "it has 2 partitions, the source has 3" in proxy.log() and "this mirror did not write" in proxy.log(), "the log says why"
+        # A script can tell: --describe shows the table and exits 1, saying why on stderr.
+        code, out, err = cli(proxy, "--describe", "--mirror", "fewer")
+        assert code == 1, f"--describe exits 1 while a partition has failed (exit {code}, stderr {err!r})"
+        assert "1 partition(s) failed" in err and topic in out and "FAILED" in out, f"stdout:\n{out}\nstderr:\n{err}"
         assert len(high_watermarks(destination.bootstrap, topic, 2)) == 2
         admin = AdminClient({"bootstrap.servers": destination.bootstrap})
         count = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)

@@ -18,6 +18,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import PROXY_BIN, ProxyProcess, free_port_block, unique
+from kmp_common import wait_until
 from mirror import create, mirror_config, produce_plain, wait_caught_up
 
 
@@ -190,6 +191,49 @@ def test_the_demo_checks_the_node_port_of_destination_broker_3_where_the_proxy_w
     want = f"demo: port {port} is already in use; it is needed for the proxy's listener for destination broker 3 (KMP_DEMO_PORT + 4)"
     assert want in out.stderr, f"stderr does not say {want!r}:\n{out.stderr}"
     assert "==> building" not in out.stdout and not (tmp_path / "demo").exists(), "nothing built or started"
+
+
+def test_versions_prints_its_table_under_a_header():
+    out = subprocess.run([str(PROXY_BIN), "versions"], capture_output=True, text=True, timeout=30)
+    assert (out.returncode, out.stderr) == (0, ""), out
+    lines = out.stdout.splitlines()
+    assert lines and lines[0].split() == ["KEY", "API", "VERSIONS", "HANDLING"], f"the first line is a header: {lines[:2]}"
+    assert any(l.split()[:2] == ["0", "Produce"] for l in lines[1:]), f"Produce has a row: {lines[:3]}"
+
+
+def test_the_cli_names_an_address_it_cannot_reach_once_on_stderr():
+    port = free_port_block(1)
+    out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", f"127.0.0.1:{port}", "--list"],
+                         capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (1, ""), out
+    assert "cannot connect to" in out.stderr and out.stderr.count(f"127.0.0.1:{port}") == 1, f"said once: {out.stderr!r}"
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_cli_says_why_a_proxy_whose_destination_is_down_closes_its_connection(tmp_path):
+    base = free_port_block(6)
+    dead, listen, admin = base, base + 1, base + 5  # node listeners at listen + 1 + N: none while nothing is known
+    log = open(tmp_path / "proxy.log", "w")
+    proxy = subprocess.Popen([str(PROXY_BIN), "run", "--upstream", f"127.0.0.1:{dead}", "--listen", f"127.0.0.1:{listen}",
+                              "--admin-listen", f"127.0.0.1:{admin}"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until("the proxy listens", lambda: listening(listen), timeout=30)
+        out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", f"127.0.0.1:{listen}", "--list"],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+        log.close()
+    assert (out.returncode, out.stdout) == (1, ""), out
+    err = out.stderr
+    assert f"127.0.0.1:{listen} accepted the connection but did not answer a Kafka ApiVersions request" in err, err
+    assert "cannot reach its destination cluster" in err and "/readyz" in err, f"says where to look: {err!r}"
+    assert "is it a kafka-mirror-proxy" not in err, f"no guess that it is something else: {err!r}"
+    assert err.count("broker closed the connection") == 1, f"each cause once: {err!r}"
 
 
 def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):

@@ -7,6 +7,7 @@
 //! Asking for the answer is `mirrors`'.
 
 use kafka_mirror_proxy::PartitionView;
+use kmp_mirror_engine::PartitionState;
 use kmp_protocol::mirror_api::{DescribeResponse, errors};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -26,19 +27,21 @@ struct PartitionRow<'a> {
 }
 
 /// Prints the description `d` (JSON when `json_out`, tables otherwise; with `failed_only` only
-/// the partitions the KIP calls FAILED, i.e. failed or retrying). `false` when a mirror could not
-/// be described (its error is on stderr).
+/// the partitions the KIP calls FAILED, i.e. failed or retrying). `false` — exit status 1 — when
+/// a mirror could not be described or a partition has failed (not when it is retrying: that
+/// passes by itself), each said on stderr, so a script can tell.
 #[allow(clippy::print_stdout, clippy::print_stderr, reason = "CLI output")]
 pub(super) fn print(d: &DescribeResponse, json_out: bool, failed_only: bool) -> bool {
     let mut ok = true;
     for m in d.mirrors.iter().filter(|m| m.error_code != 0) {
         ok = false;
-        eprintln!("{}: {}", m.mirror_name, errors::name(m.error_code));
+        eprintln!("{}", not_described(&m.mirror_name, m.error_code));
     }
     let rows = rows(d, failed_only);
+    let failed = rows.iter().filter(|r| r.view.state == PartitionState::Failed.as_str()).count();
     if json_out {
         println!("{}", json_doc(d, &rows));
-    } else {
+    } else if d.mirrors.iter().any(|m| m.error_code == 0) {
         print!("{}", partition_table(&rows));
         if !failed_only {
             progress::print_table(&d.mirrors);
@@ -48,7 +51,21 @@ pub(super) fn print(d: &DescribeResponse, json_out: bool, failed_only: bool) -> 
             println!("\n{}", table::identity_line(e));
         }
     }
+    if failed > 0 {
+        ok = false;
+        eprintln!("{failed} partition(s) failed (state failed: see last_error; --failed lists only those)");
+    }
     ok
+}
+
+/// Why mirror `name` was not described, for stderr.
+fn not_described(name: &str, code: i16) -> String {
+    match code {
+        errors::UNKNOWN_CLUSTER_MIRROR => {
+            format!("mirror {name}: UNKNOWN_CLUSTER_MIRROR: this proxy has no mirror of that name (mirrors --list lists them)")
+        }
+        _ => format!("mirror {name}: not described: {}", errors::name(code)),
+    }
 }
 
 /// The partition rows of `d`, in answer order.

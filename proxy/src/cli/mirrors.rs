@@ -144,12 +144,26 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     };
     let mut conn = Connection::connect_with(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli", &security)
         .await
-        .with_context(|| format!("cannot connect to {}", a.bootstrap_server))?;
+        .map_err(|e| {
+            // The client's error names the address already ("cannot connect to X: ..."); say it once.
+            let said = e.to_string();
+            if said.contains(&a.bootstrap_server) {
+                anyhow::anyhow!(said)
+            } else {
+                anyhow::anyhow!("cannot connect to {}: {said}", a.bootstrap_server)
+            }
+        })?;
     // A plain Kafka broker closes the connection on a mirror request: ask first what it answers.
     let announced = tokio::time::timeout(Duration::from_secs(10), conn.api_versions())
         .await
         .map_err(|_| anyhow::anyhow!("{} did not answer a Kafka ApiVersions request within 10 s", a.bootstrap_server))?
-        .with_context(|| format!("{} did not answer a Kafka ApiVersions request; is it a kafka-mirror-proxy?", a.bootstrap_server))?;
+        .with_context(|| {
+            format!(
+                "{} accepted the connection but did not answer a Kafka ApiVersions request (a kafka-mirror-proxy closes \
+                 client connections while it cannot reach its destination cluster: see the proxy's log and /readyz)",
+                a.bootstrap_server
+            )
+        })?;
     if let Some(why) = not_a_mirror_proxy(&a.bootstrap_server, &announced) {
         eprintln!("{why}");
         return Ok(ExitCode::FAILURE);
@@ -231,7 +245,7 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
             if resp.error_code == 0 {
                 println!("mirror {mirror}: {verb}");
             } else {
-                println!("mirror {mirror}: not {verb}: {}", outcome(resp.error_code, resp.error_message.as_deref()));
+                eprintln!("mirror {mirror}: not {verb}: {}", outcome(resp.error_code, resp.error_message.as_deref()));
             }
         }
         return Ok(if resp.error_code == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE });
@@ -296,7 +310,10 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
         let results: Vec<(String, i16, Option<String>)> = resp.topics.iter().map(|t| (t.name.clone(), t.error_code, t.error_message.clone())).collect();
         let whole = (resp.error_code != 0).then(|| outcome(resp.error_code, resp.error_message.as_deref()));
         for line in topics_summary(&mirror, verb, &results, whole.as_deref(), &patterns_kept) {
-            println!("{line}");
+            match line {
+                Line::Done(l) => println!("{l}"),
+                Line::Refused(l) => eprintln!("{l}"),
+            }
         }
     }
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -322,28 +339,38 @@ fn outcome(code: i16, message: Option<&str>) -> String {
     }
 }
 
+/// A line of a start/stop/pause/resume: what was done goes to stdout, a refusal to stderr.
+#[derive(Debug, PartialEq, Eq)]
+enum Line {
+    Done(String),
+    Refused(String),
+}
+
 /// The lines a start/stop/pause/resume prints: one for the topics it applied to, one per
 /// topic it did not (with the reason), and the request's own error if any.
-fn topics_summary(mirror: &str, verb: &str, results: &[(String, i16, Option<String>)], whole: Option<&str>, patterns: &[String]) -> Vec<String> {
+fn topics_summary(mirror: &str, verb: &str, results: &[(String, i16, Option<String>)], whole: Option<&str>, patterns: &[String]) -> Vec<Line> {
     let mut out = Vec::new();
     if let Some(why) = whole {
-        out.push(format!("mirror {mirror}: nothing {verb}: {why}"));
+        out.push(Line::Refused(format!("mirror {mirror}: nothing {verb}: {why}")));
     }
     let done: Vec<&str> = results.iter().filter(|(_, code, _)| *code == 0).map(|(t, _, _)| t.as_str()).collect();
     if !done.is_empty() {
-        out.push(format!("mirror {mirror}: {verb} topics {}", done.join(", ")));
+        out.push(Line::Done(format!("mirror {mirror}: {verb} topics {}", done.join(", "))));
     }
     for (t, code, message) in results.iter().filter(|(_, code, _)| *code != 0) {
-        out.push(format!("mirror {mirror}: topic {t} not {verb}: {}", outcome(*code, message.as_deref())));
+        out.push(Line::Refused(format!(
+            "mirror {mirror}: topic {t} not {verb}: {}",
+            outcome(*code, message.as_deref())
+        )));
     }
     if whole.is_none() && !patterns.is_empty() {
-        out.push(format!(
+        out.push(Line::Done(format!(
             "mirror {mirror}: include patterns {} kept; matching topics are {verb} as they appear",
             patterns.join(", ")
-        ));
+        )));
     }
     if out.is_empty() {
-        out.push(format!("mirror {mirror}: no topics {verb}"));
+        out.push(Line::Done(format!("mirror {mirror}: no topics {verb}")));
     }
     out
 }
@@ -429,7 +456,9 @@ mod tests {
     #[test]
     fn a_successful_mutation_says_what_happened_never_none() {
         let ok = vec![("a".to_owned(), 0, None), ("b".to_owned(), 0, None)];
-        assert_eq!(topics_summary("m", "paused", &ok, None, &[]), ["mirror m: paused topics a, b"]);
+        let done = |s: &str| Line::Done(s.to_owned());
+        let refused = |s: &str| Line::Refused(s.to_owned());
+        assert_eq!(topics_summary("m", "paused", &ok, None, &[]), [done("mirror m: paused topics a, b")]);
         let mixed = vec![
             ("a".to_owned(), 0, None),
             ("c".to_owned(), errors::MIRROR_TOPIC_NOT_PAUSED, Some("c is not paused".to_owned())),
@@ -437,21 +466,21 @@ mod tests {
         assert_eq!(
             topics_summary("m", "resumed", &mixed, None, &[]),
             [
-                "mirror m: resumed topics a",
-                "mirror m: topic c not resumed: MIRROR_TOPIC_NOT_PAUSED: c is not paused"
+                done("mirror m: resumed topics a"),
+                refused("mirror m: topic c not resumed: MIRROR_TOPIC_NOT_PAUSED: c is not paused")
             ]
         );
         assert_eq!(
             topics_summary("m", "started", &[], None, &["t.*".to_owned()]),
-            ["mirror m: include patterns t.* kept; matching topics are started as they appear"]
+            [done("mirror m: include patterns t.* kept; matching topics are started as they appear")]
         );
         let whole = outcome(errors::UNKNOWN_CLUSTER_MIRROR, Some("no mirror m"));
         assert_eq!(
             topics_summary("m", "paused", &[], Some(&whole), &[]),
-            ["mirror m: nothing paused: UNKNOWN_CLUSTER_MIRROR: no mirror m"]
+            [refused("mirror m: nothing paused: UNKNOWN_CLUSTER_MIRROR: no mirror m")]
         );
         for line in topics_summary("m", "paused", &ok, None, &[]) {
-            assert!(!line.contains("NONE"), "{line}");
+            assert!(!format!("{line:?}").contains("NONE"), "{line:?}");
         }
     }
 
