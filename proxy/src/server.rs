@@ -146,6 +146,7 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     }
     drop(drain_tx);
     info!(listen = %shared.config.listener.listen, advertised_host = %shared.config.listener.effective_advertised_host(), node_port_base, "kafka-mirror-proxy started");
+    crate::net::advertised::warn_unless_resolvable(shared.config.listener.effective_advertised_host());
 
     shutdown.await;
     info!("shutdown requested: draining in-flight requests");

@@ -214,26 +214,61 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+class BareProxy:
+    """The proxy binary in front of a destination address where nothing listens (it starts and
+    listens; every client connection is closed when it tries the destination), on free ports."""
+
+    def __init__(self, tmp_path: Path, *extra: str):
+        base = free_port_block(6)
+        self.dead, self.listen, admin = base, base + 1, base + 5  # node listeners: listen + 1 + N
+        self.log_path = tmp_path / "proxy.log"
+        self._log = open(self.log_path, "w")
+        self.proc = subprocess.Popen([str(PROXY_BIN), "run", "--upstream", f"127.0.0.1:{self.dead}", "--listen", f"127.0.0.1:{self.listen}",
+                                      "--admin-listen", f"127.0.0.1:{admin}", *extra], stdout=self._log, stderr=subprocess.STDOUT)
+        wait_until("the proxy listens", lambda: self.proc.poll() is None and listening(self.listen), timeout=30)
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        self._log.close()
+
+
 def test_the_cli_says_why_a_proxy_whose_destination_is_down_closes_its_connection(tmp_path):
-    base = free_port_block(6)
-    dead, listen, admin = base, base + 1, base + 5  # node listeners at listen + 1 + N: none while nothing is known
-    log = open(tmp_path / "proxy.log", "w")
-    proxy = subprocess.Popen([str(PROXY_BIN), "run", "--upstream", f"127.0.0.1:{dead}", "--listen", f"127.0.0.1:{listen}",
-                              "--admin-listen", f"127.0.0.1:{admin}"], stdout=log, stderr=subprocess.STDOUT)
+    proxy = BareProxy(tmp_path)
     try:
-        wait_until("the proxy listens", lambda: listening(listen), timeout=30)
-        out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", f"127.0.0.1:{listen}", "--list"],
+        out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", f"127.0.0.1:{proxy.listen}", "--list"],
                              capture_output=True, text=True, timeout=60)
     finally:
-        proxy.terminate()
-        proxy.wait(timeout=30)
-        log.close()
+        proxy.stop()
     assert (out.returncode, out.stdout) == (1, ""), out
     err = out.stderr
-    assert f"127.0.0.1:{listen} accepted the connection but did not answer a Kafka ApiVersions request" in err, err
+    assert f"127.0.0.1:{proxy.listen} accepted the connection but did not answer a Kafka ApiVersions request" in err, err
     assert "cannot reach its destination cluster" in err and "/readyz" in err, f"says where to look: {err!r}"
     assert "is it a kafka-mirror-proxy" not in err, f"no guess that it is something else: {err!r}"
     assert err.count("broker closed the connection") == 1, f"each cause once: {err!r}"
+
+
+def test_an_advertised_host_that_does_not_resolve_is_warned_about_at_start(tmp_path):
+    (tmp_path / "unresolvable").mkdir()
+    (tmp_path / "resolvable").mkdir()
+    unresolvable = BareProxy(tmp_path / "unresolvable", "--advertised-host", "proxy-host.invalid")
+    try:
+        logged = wait_until("the start-up warning", lambda: [l for l in unresolvable.log().splitlines() if "advertised_host does not resolve" in l],
+                            timeout=30)
+    finally:
+        unresolvable.stop()
+    assert "proxy-host.invalid" in logged[0] and "WARN" in logged[0], logged
+    resolvable = BareProxy(tmp_path / "resolvable", "--advertised-host", "localhost")
+    try:
+        wait_until("the proxy started", lambda: "kafka-mirror-proxy started" in resolvable.log(), timeout=30)
+        time.sleep(2)  # the lookup runs in the background after that line; localhost answers at once
+        log = resolvable.log()
+    finally:
+        resolvable.stop()
+    assert "kafka-mirror-proxy started" in log and "does not resolve" not in log, log
 
 
 def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):
