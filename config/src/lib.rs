@@ -9,6 +9,7 @@ mod listener_security;
 mod load;
 mod mirror;
 mod model;
+mod parse;
 mod security;
 mod validate;
 
@@ -17,10 +18,11 @@ pub use client_props::{
     SecretRef, SecurityProtocol, is_client_security_key, is_sensitive, parse_client_props, parse_jaas,
 };
 pub use listener_security::{AuthMode, ClientAuthConfig, TlsServerConfig};
-pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load, parse_toml};
+pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load};
 pub use mirror::{
     DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MAX_REQUEST_PATTERN_LEN, MAX_REQUEST_PATTERNS, MirrorConfig, check_request_patterns, topic_pattern,
 };
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
+pub use parse::parse_toml;
 pub use security::{LimitsConfig, SecurityConfig, in_network, is_loopback, parse_cidr, source_allowed};
 pub use validate::{ConfigError, ConfigErrors};

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::{Config, ConfigError, ConfigErrors};
+use crate::{Config, ConfigError, ConfigErrors, parse_toml};
 
 /// Where environment overrides come from.
 pub trait EnvSource {
@@ -179,46 +179,6 @@ pub fn load(file: Option<&Path>, env: &dyn EnvSource, flags: &Overrides) -> Resu
     }
 }
 
-/// Parses a TOML document into the model without validating it. The error says where (line,
-/// column) and what, never the source text around it: the offending line may hold `admin.token`.
-pub fn parse_toml(text: &str) -> Result<Config, String> {
-    toml::from_str(text).map_err(|e| describe_parse_error(text, &e))
-}
-
-/// A TOML error as shown to the operator. toml's own `Display` quotes the offending source line,
-/// and serde messages can quote a value (`invalid type: integer `12345``), so: position and
-/// message only, and the message is withheld when the error touches a line that mentions a token
-/// or quotes a value from such a line.
-fn describe_parse_error(text: &str, e: &toml::de::Error) -> String {
-    const WITHHELD: &str = "invalid value (details withheld: the line holds a secret)";
-    let message = e.message().trim();
-    const SECRET_KEYS: [&str; 4] = ["token", "password", "jaas", "keystore.key"];
-    let secret_at = |l: &str| {
-        let lower = l.to_ascii_lowercase();
-        SECRET_KEYS.iter().find_map(|k| lower.find(k))
-    };
-    let secret_lines: Vec<(usize, &str)> = text.lines().enumerate().filter(|(_, l)| secret_at(l).is_some()).collect();
-    let quotes_a_secret = secret_lines.iter().any(|(_, line)| {
-        let after_key = secret_at(line).map_or(*line, |at| &line[at..]);
-        let value = after_key.split_once('=').map_or("", |(_, v)| v);
-        let value = value
-            .trim()
-            .trim_matches(|c: char| c == '"' || c == '\'' || c == '}' || c == ',' || c.is_whitespace());
-        !value.is_empty() && message.contains(value)
-    });
-    let Some(span) = e.span() else {
-        return if quotes_a_secret { WITHHELD.to_owned() } else { message.to_owned() };
-    };
-    let start = span.start.min(text.len());
-    let end = span.end.clamp(start, text.len());
-    let line_of = |at: usize| text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count();
-    let (first, last) = (line_of(start), line_of(end));
-    let column = text[..start].rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    let touches_secret = secret_lines.iter().any(|(i, _)| (first..=last).contains(i));
-    let message = if touches_secret || quotes_a_secret { WITHHELD } else { message };
-    format!("line {}, column {column}: {message}", first + 1)
-}
-
 fn apply(config: &mut Config, o: &Overrides) {
     if let Some(u) = &o.upstream {
         config.upstream.bootstrap_servers = u.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect();
@@ -330,7 +290,7 @@ mod mirror_rules {
         let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
             [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ninclude = [\"(unclosed\"]\nexclude = [\"[z-a]\"]\n\
             [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\n";
-        let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid mirrors");
+        let ConfigErrors(errs) = crate::parse_toml(text).unwrap().validate().expect_err("invalid mirrors");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["mirrors[0].include", "mirrors[0].exclude", "mirrors[1].name", "mirrors[1].topics"]);
     }
@@ -342,7 +302,7 @@ mod mirror_rules {
             [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_grow_max_bytes = 1000\n\
             [[mirrors]]\nname = \"b\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_grow_max_bytes = 9000000\n\
             [[mirrors]]\nname = \"c\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\n";
-        let config = super::parse_toml(text).unwrap();
+        let config = crate::parse_toml(text).unwrap();
         let ConfigErrors(errs) = config.clone().validate().expect_err("growth bounds");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(keys, vec!["mirrors[0].fetch_grow_max_bytes", "mirrors[1].fetch_grow_max_bytes"]);
@@ -357,7 +317,7 @@ mod mirror_rules {
         let text = "[upstream]\nbootstrap_servers = [\"d:1\"]\n\
             [engine]\nstate_topic = \"bad name\"\nmax_buffer_bytes = 1000000\nmax_in_flight_per_partition = 0\n\
             [[mirrors]]\nname = \"a\"\nsource_bootstrap_servers = [\"s:1\"]\ntopics = [\"t\"]\nfetch_max_bytes = 2000000\n";
-        let ConfigErrors(errs) = super::parse_toml(text).unwrap().validate().expect_err("invalid engine");
+        let ConfigErrors(errs) = crate::parse_toml(text).unwrap().validate().expect_err("invalid engine");
         let keys: Vec<_> = errs.iter().map(|e| e.key.as_str()).collect();
         assert_eq!(
             keys,
@@ -445,7 +405,7 @@ mod secrets {
 
     #[test]
     fn a_parse_error_never_shows_a_password_line() {
-        let e = super::parse_toml("[upstream.properties]\n\"sasl.password\" = 12345678\n\"x\" = [\n").unwrap_err();
+        let e = crate::parse_toml("[upstream.properties]\n\"sasl.password\" = 12345678\n\"x\" = [\n").unwrap_err();
         assert!(!e.contains("12345678"), "{e}");
     }
 
@@ -462,12 +422,12 @@ mod secrets {
             ("[admin]\ntoken = \"s3cret-value\"\nlisten = [\n", "line 3"),
         ];
         for (text, at) in cases {
-            let err = super::parse_toml(text).expect_err("invalid");
+            let err = crate::parse_toml(text).expect_err("invalid");
             assert!(!err.contains("s3cret") && !err.contains("918273645"), "{err}");
             assert!(!err.contains('|') && !err.contains("token ="), "no source snippet: {err}");
             assert!(err.starts_with(at), "position given: {err}");
         }
-        let err = super::parse_toml("[admin]\ntoken = \"s3cret-value\"\n[listener]\nlisen = \"x:1\"\n").unwrap_err();
+        let err = crate::parse_toml("[admin]\ntoken = \"s3cret-value\"\n[listener]\nlisen = \"x:1\"\n").unwrap_err();
         assert!(err.contains("lisen"), "an error away from the token keeps its message: {err}");
         let file = std::env::temp_dir().join(format!("kmp-token-parse-{}.toml", std::process::id()));
         std::fs::write(&file, "[admin]\ntoken = \"s3cret-value\n").unwrap();
@@ -520,7 +480,7 @@ mod secrets {
 mod example_file {
     #[test]
     fn the_shipped_example_config_parses_and_validates() {
-        let c = super::parse_toml(include_str!("../example.toml")).expect("example.toml parses");
+        let c = crate::parse_toml(include_str!("../example.toml")).expect("example.toml parses");
         c.validate().expect("example.toml is valid");
         assert_eq!(c.listener.effective_node_port_base(), Some(9200));
         assert_eq!(c.admin.listen.as_deref(), Some("127.0.0.1:9180"));

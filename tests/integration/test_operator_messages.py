@@ -271,6 +271,16 @@ def test_an_advertised_host_that_does_not_resolve_is_warned_about_at_start(tmp_p
     assert "kafka-mirror-proxy started" in log and "does not resolve" not in log, log
 
 
+def test_every_unknown_key_of_a_config_file_is_reported_at_once(tmp_path):
+    config = tmp_path / "proxy.toml"
+    config.write_text('[listener]\nlisen = "127.0.0.1:9192"\n\n[upstream]\nbootstrap_servers = ["127.0.0.1:1"]\nbootstrp = 1\n')
+    out = subprocess.run([str(PROXY_BIN), "run", "--config", str(config)], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (2, ""), out
+    err = out.stderr
+    assert f"cannot parse config file {config}: 2 problems:" in err, err
+    assert "  - line 2, column 1: unknown field `lisen`" in err and "  - line 6, column 1: unknown field `bootstrp`" in err, err
+
+
 def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):
     source_port, dest_port = free_port_block(101), free_port_block(104)
     harness = [sys.executable, str(REPO / "tests/harness/kafka_cluster.py")]
