@@ -136,6 +136,17 @@ fn connect_class(detail: &str) -> &'static str {
 }
 
 impl MirrorError {
+    /// The error as operators see it in a partition's status (REST, dashboard, describe): a
+    /// failure toward the source also names the mirror's configured source bootstrap servers —
+    /// the setting its creator gave, never which of them answered how (#35 L-f) — so a failed
+    /// partition says where the engine looked.
+    pub fn shown(&self, source_bootstrap: &[String]) -> String {
+        match self {
+            Self::Source(_) => format!("{self} (source bootstrap servers {})", source_bootstrap.join(",")),
+            _ => self.to_string(),
+        }
+    }
+
     /// The engine's own connection or task toward `side` ("source" or "destination") went away
     /// under a request (a fetch session or produce lane ended, a shared connection closed).
     pub(crate) fn aborted(side: &str, detail: impl Into<String>) -> Self {
@@ -198,6 +209,21 @@ mod tests {
         assert!(broker(74).is_retriable() && broker(75).is_retriable());
         assert!(!broker(29).is_retriable());
         assert!(!MirrorError::Invariant("x".into()).is_retriable());
+    }
+
+    #[test]
+    fn a_shown_source_failure_names_the_configured_bootstrap_servers_and_nothing_the_peer_said() {
+        let configured = ["s1:9092".to_owned(), "s2:9092".to_owned()];
+        let refused = MirrorError::Source(ProtocolError::Connect {
+            addr: "10.9.9.9:9092".into(),
+            detail: "Connection refused (os error 111)".into(),
+        });
+        assert_eq!(
+            refused.shown(&configured),
+            "source: no Kafka broker answered at the source address (source bootstrap servers s1:9092,s2:9092)"
+        );
+        let other = MirrorError::Invariant("x".into());
+        assert_eq!(other.shown(&configured), other.to_string(), "only source failures name the source");
     }
 
     #[test]

@@ -13,13 +13,14 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import PROXY_BIN, ProxyProcess, free_port_block, unique
 from kmp_common import wait_until
-from mirror import create, mirror_config, produce_plain, wait_caught_up
+from mirror import cli_json, create, mirror_config, produce_plain, wait_caught_up
 
 
 def spawn(proxy: ProxyProcess) -> ProxyProcess:
@@ -279,6 +280,25 @@ def test_every_unknown_key_of_a_config_file_is_reported_at_once(tmp_path):
     err = out.stderr
     assert f"cannot parse config file {config}: 2 problems:" in err, err
     assert "  - line 2, column 1: unknown field `lisen`" in err and "  - line 6, column 1: unknown field `bootstrp`" in err, err
+
+
+def test_a_mirror_whose_source_cannot_be_reached_names_the_source_bootstrap_servers(clusters, workdir):
+    _, destination = clusters
+    dead = f"127.0.0.1:{free_port_block(1)}"
+    topic = unique("unreachable")
+    config = mirror_config(workdir, types.SimpleNamespace(bootstrap=dead), [topic], name="gone")
+    proxy = ProxyProcess(destination.bootstrap, workdir, config).start()
+    try:
+        def shown():
+            code, d = cli_json(proxy, "--describe", "--mirror", "gone")
+            return [p for p in d["partitions"] if p["topic"] == topic and p.get("last_error")]
+        rows = wait_until("the topic shows why it is not mirrored", shown, timeout=60)
+    finally:
+        assert proxy.stop() == 0
+    why = rows[0]["last_error"]
+    assert rows[0]["state"] == "retrying", rows
+    assert why == f"source: no Kafka broker answered at the source address (source bootstrap servers {dead})", \
+        f"the reason names the configured source and nothing else: {why!r}"
 
 
 def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):

@@ -189,6 +189,11 @@ impl ClusterClient {
         result.map_err(|e| self.wrap(e))
     }
 
+    /// The bootstrap servers this client was configured with.
+    pub fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
+    }
+
     /// "source" or "destination".
     pub fn side(&self) -> &'static str {
         self.side

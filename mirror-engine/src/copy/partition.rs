@@ -155,7 +155,7 @@ impl PartitionTask {
                     warn!(error = %e, backoff = ?backoff.peek(), "retrying");
                     self.status.update(&self.key, |s| {
                         s.state = PartitionState::Retrying;
-                        s.last_error = Some(e.to_string());
+                        s.last_error = Some(e.shown(self.source.bootstrap()));
                     });
                     tokio::select! {
                         _ = tokio::time::sleep(backoff.next_pause()) => {}
@@ -169,7 +169,7 @@ impl PartitionTask {
                     self.status.update(&self.key, |s| {
                         s.invariant_violations += u64::from(invariant);
                         s.state = PartitionState::Failed;
-                        s.last_error = Some(e.to_string());
+                        s.last_error = Some(e.shown(self.source.bootstrap()));
                         s.sticky = e.is_sticky();
                     });
                     return;
@@ -205,7 +205,7 @@ impl PartitionTask {
                     warn!(error = %e, "partition FAILED while halting");
                     self.status.update(&self.key, |s| {
                         s.state = PartitionState::Failed;
-                        s.last_error = Some(e.to_string());
+                        s.last_error = Some(e.shown(self.source.bootstrap()));
                         s.sticky = e.is_sticky();
                     });
                     return;

@@ -47,7 +47,7 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
                     warn!(error = %e, "mirror topic FAILED");
                     status.update(&(m.name.clone(), topic.clone(), -1), |s| {
                         s.state = PartitionState::Failed;
-                        s.last_error = Some(e.to_string());
+                        s.last_error = Some(e.shown(&m.source_bootstrap_servers));
                     });
                 }
             }
@@ -113,7 +113,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         match create_or_adopt(ctx, topic, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
-                let why = e.to_string();
+                let why = e.shown(&m.source_bootstrap_servers);
                 if why != last_error {
                     warn!(error = %why, "cannot prepare the destination topic yet; retrying");
                 }
