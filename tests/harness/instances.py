@@ -226,7 +226,10 @@ def cli_describe_engine(inst, mirror: str) -> dict:
     """The `engine` entry of `mirrors --describe --output json` through instance `inst`."""
     out = subprocess.run([str(PROXY_BIN), "mirrors", "--bootstrap-server", inst.bootstrap, "--describe", "--mirror", mirror, "--output", "json"],
                          capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, f"describe through {inst.instance_id} failed ({out.returncode}): {out.stderr}"
+    # Exit 1 with the description on stdout when a partition of the mirror has failed (the
+    # chaos may fail one on purpose); any other failure is the describe's own.
+    described = out.returncode == 0 or (out.returncode == 1 and "partition(s) failed" in out.stderr and "mirror " not in out.stderr)
+    assert described, f"describe through {inst.instance_id} failed ({out.returncode}): {out.stderr}"
     engine = json.loads(out.stdout).get("engine")
     assert engine is not None, f"describe through {inst.instance_id} carries no engine identity: {out.stdout[:500]}"
     return engine
