@@ -122,8 +122,10 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         # Mutating RPCs through the follower: NOT_CONTROLLER with a message, never a fake success.
         code, r = cli_json(follower, "--pause", "--mirror", mirror, "--topics", topic)
         assert code == 1 and r["error_code"] == NOT_CONTROLLER, f"pause through the follower is refused with NOT_CONTROLLER (41): {r}"
-        code, out, _ = cli(follower, "--stop", "--mirror", mirror, "--topics", topic)
-        assert code == 1 and "NOT_CONTROLLER" in out and "does not run the mirror engine" in out, f"stop through the follower: {code} {out}"
+        code, out, err = cli(follower, "--stop", "--mirror", mirror, "--topics", topic)
+        # The refusal goes to stderr with its reason.
+        assert code == 1 and out == "" and "NOT_CONTROLLER" in err and "does not run the mirror engine" in err, \
+            f"stop through the follower: {code} stdout {out!r} stderr {err!r}"
         status, r = call(follower, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]})
         assert status == 421 and r["error_code"] == NOT_CONTROLLER and "engine.role" in r["message"], f"REST stop through the follower: {status} {r}"
         assert [p[1] for p in described(engine, mirror, topic)] == ["mirroring"] * PARTITIONS, "the refused requests changed nothing"
