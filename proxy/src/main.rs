@@ -97,11 +97,17 @@ fn main() -> ExitCode {
 }
 
 /// An error and its causes joined by ": ", each said once: a cause whose text the message
-/// already holds (an I/O error wrapped by one that quotes it) is left out.
+/// already holds (an I/O error wrapped by one that quotes it) is left out, and a cause that
+/// repeats the message and adds to it (a context "cannot connect to X" over the client's
+/// "cannot connect to X: refused") stands in its place.
 fn said_once(e: &anyhow::Error) -> String {
     let mut out = String::new();
     for cause in e.chain().map(ToString::to_string) {
         if out.contains(&cause) {
+            continue;
+        }
+        if cause.starts_with(&out) {
+            out = cause;
             continue;
         }
         if !out.is_empty() {
@@ -270,6 +276,8 @@ mod tests {
             .context("i/o error: broker closed the connection")
             .context("X did not answer");
         assert_eq!(said_once(&wrapped), "X did not answer: i/o error: broker closed the connection");
+        let repeated = anyhow::anyhow!("cannot connect to X: refused").context("cannot connect to X");
+        assert_eq!(said_once(&repeated), "cannot connect to X: refused");
         let plain = anyhow::anyhow!("no cause").context("outer");
         assert_eq!(said_once(&plain), "outer: no cause");
     }

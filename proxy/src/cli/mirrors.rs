@@ -144,15 +144,7 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     };
     let mut conn = Connection::connect_with(&a.bootstrap_server, Duration::from_secs(10), "kafka-mirror-proxy-cli", &security)
         .await
-        .map_err(|e| {
-            // The client's error names the address already ("cannot connect to X: ..."); say it once.
-            let said = e.to_string();
-            if said.contains(&a.bootstrap_server) {
-                anyhow::anyhow!(said)
-            } else {
-                anyhow::anyhow!("cannot connect to {}: {said}", a.bootstrap_server)
-            }
-        })?;
+        .with_context(|| format!("cannot connect to {}", a.bootstrap_server))?;
     // A plain Kafka broker closes the connection on a mirror request: ask first what it answers.
     let announced = tokio::time::timeout(Duration::from_secs(10), conn.api_versions())
         .await
