@@ -161,16 +161,22 @@ def run_demo_until_refused(env: dict) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(demo.args, demo.returncode, out, err)
 
 
-def test_the_demo_names_a_taken_port_and_starts_nothing(tmp_path):
+def demo_with_a_port_taken(tmp_path, bootstrap_below: int) -> tuple[int, subprocess.CompletedProcess]:
+    """A port held by a listener, and the demo run with its bootstrap port `bootstrap_below`
+    ports under it (until it refuses, see run_demo_until_refused)."""
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen(1)
     port = squatter.getsockname()[1]
     try:
-        env = {**os.environ, "KMP_DEMO_PORT": str(port), "KMP_DEMO_DIR": str(tmp_path / "demo")}
-        out = run_demo_until_refused(env)
+        env = {**os.environ, "KMP_DEMO_PORT": str(port - bootstrap_below), "KMP_DEMO_DIR": str(tmp_path / "demo")}
+        return port, run_demo_until_refused(env)
     finally:
         squatter.close()
+
+
+def test_the_demo_names_a_taken_port_and_starts_nothing(tmp_path):
+    port, out = demo_with_a_port_taken(tmp_path, 0)
     assert out.returncode == 1, out
     assert f"demo: port {port} is already in use; it is needed for the proxy's bootstrap listener (KMP_DEMO_PORT)" in out.stderr, out.stderr
     assert "==> building" not in out.stdout and not (tmp_path / "demo").exists(), "nothing built or started"
@@ -180,15 +186,7 @@ def test_the_demo_checks_the_node_port_of_destination_broker_3_where_the_proxy_w
     # The proxy exposes broker N at node_port_base + N, node_port_base defaulting to the bootstrap
     # port + 1: broker 3 at bootstrap + 4 (the demo checked bootstrap + 1..3 and missed it; the
     # demo then failed 46 s later with "broker 3 is hidden from clients").
-    squatter = socket.socket()
-    squatter.bind(("127.0.0.1", 0))
-    squatter.listen(1)
-    port = squatter.getsockname()[1]
-    try:
-        env = {**os.environ, "KMP_DEMO_PORT": str(port - 4), "KMP_DEMO_DIR": str(tmp_path / "demo")}
-        out = run_demo_until_refused(env)
-    finally:
-        squatter.close()
+    port, out = demo_with_a_port_taken(tmp_path, 4)
     assert out.returncode == 1, out
     want = f"demo: port {port} is already in use; it is needed for the proxy's listener for destination broker 3 (KMP_DEMO_PORT + 4)"
     assert want in out.stderr, f"stderr does not say {want!r}:\n{out.stderr}"
