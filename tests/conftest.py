@@ -132,8 +132,12 @@ def destination(clusters) -> KafkaCluster:
 
 @pytest.fixture(scope="session")
 def proxy(destination, workdir):
-    """One proxy in front of the 3-broker destination cluster, shared by the client tests."""
-    p = ProxyProcess(destination.bootstrap, workdir).start()
+    """One proxy in front of the 3-broker destination cluster, shared by the client tests. It lives
+    for the whole session, so it has a state topic of its own: on the default one it would be the
+    elected engine that every test's proxy on the default state topic stands by for."""
+    config = workdir / "session-proxy.toml"
+    config.write_text('[engine]\nstate_topic = "__kmp_state_session_proxy"\n')
+    p = ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)]).start()
     yield p
     code = p.stop()
     assert code == 0, f"proxy exited with {code} on SIGTERM:\n{p.log()[-4000:]}"

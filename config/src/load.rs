@@ -346,7 +346,7 @@ mod role {
         let base = "[upstream]\nbootstrap_servers = [\"d:1\"]\n";
         let plain = file(base);
         let loaded = crate::load(Some(&plain), &env(&[]), &Overrides::default()).unwrap();
-        assert_eq!(loaded.engine.role, EngineRole::Engine, "default");
+        assert_eq!(loaded.engine.role, EngineRole::Auto, "the default is the elected mode");
         let loaded = crate::load(Some(&plain), &env(&[("KMP_ENGINE_ROLE", "follower")]), &Overrides::default()).unwrap();
         assert_eq!(loaded.engine.role, EngineRole::Follower, "the environment overrides the file");
         let err = crate::load(Some(&plain), &env(&[("KMP_ENGINE_ROLE", "leader")]), &Overrides::default()).expect_err("unknown role");
@@ -359,7 +359,10 @@ mod role {
         let off = file(&format!("{base}[engine]\nenabled = false\nrole = \"follower\"\n\n"));
         let err = crate::load(Some(&off), &env(&[]), &Overrides::default()).expect_err("follower without the engine");
         assert!(err.to_string().contains("engine.role"), "{err}");
-        for p in [plain, follower, off] {
+        let disabled = file(&format!("{base}[engine]\nenabled = false\n\n\n\n"));
+        let loaded = crate::load(Some(&disabled), &env(&[]), &Overrides::default()).expect("enabled = false with the default role");
+        assert!(!loaded.engine.enabled);
+        for p in [plain, follower, off, disabled] {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -375,7 +378,7 @@ mod role {
         assert!(loaded.engine.share_work, "the environment turns it on");
         let err = crate::load(Some(&path), &env(&[("KMP_ENGINE_SHARE_WORK", "yes")]), &Overrides::default()).expect_err("not a boolean");
         assert!(err.to_string().contains("KMP_ENGINE_SHARE_WORK"), "{err}");
-        let lone = crate::parse_toml("[upstream]\nbootstrap_servers = [\"d:1\"]\n[engine]\nshare_work = true\n").unwrap();
+        let lone = crate::parse_toml("[upstream]\nbootstrap_servers = [\"d:1\"]\n[engine]\nrole = \"engine\"\nshare_work = true\n").unwrap();
         let crate::ConfigErrors(errs) = lone.validate().expect_err("share_work without role auto");
         assert_eq!(errs.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(), vec!["engine.share_work"]);
         let _ = std::fs::remove_file(path);

@@ -84,18 +84,21 @@ pub struct EngineConfig {
     /// KIP-1279 admin RPCs. Default true; false makes the proxy a plain pass-through proxy
     /// (it neither refuses writes to mirror topics nor masks fillers).
     pub enabled: bool,
-    /// What this instance does when `enabled` (`KMP_ENGINE_ROLE` overrides it). `engine`
-    /// (default): runs the mirrors — copies, writes the state topic, answers every mirror RPC.
-    /// `follower`: copies nothing and writes nothing; it reads `state_topic` continuously and
-    /// enforces what it says — writes to mirror topics refused, fillers masked, List/Describe
-    /// answered from it, a stop (failover) done through the engine instance seen within about a
-    /// second — and refuses the mutating mirror RPCs with NOT_CONTROLLER (41). Run exactly one
-    /// `engine` per destination cluster (and state topic); `[[mirrors]]` declared on a follower
-    /// are ignored (the engine instance records them). `auto`: every instance enforces like a
-    /// follower, and the instances elect one *active* engine among themselves through a Kafka
-    /// group on the destination (`group_id`); a standby takes over within about
-    /// `session_timeout_ms` when the active one dies. Run several `auto` instances (never beside
-    /// an `engine` one) for high availability; see docs/high-availability.md.
+    /// What this instance does when `enabled` (`KMP_ENGINE_ROLE` overrides it). Whatever the
+    /// role, every instance reads `state_topic` continuously and enforces what it says (writes
+    /// to mirror topics refused, fillers masked), and instances sharing a state topic can never
+    /// both copy or both write it. `auto` (default): the instances elect one *active* engine
+    /// among themselves through a Kafka group on the destination (`group_id`) — a lone instance
+    /// elects itself — and a standby takes over within about `session_timeout_ms` when the
+    /// active one dies; management requests sent to a standby are handed to the active one.
+    /// Run as many as you like with one configuration; see docs/high-availability.md.
+    /// `engine`: an instance that expects to be the only engine. It takes part in the same
+    /// election, so it never writes beside another active engine: finding one, it *fences
+    /// itself* — copies and writes nothing, logs an error, shows `engine: fenced` in `/readyz`
+    /// and `kmp_engine_fenced 1` in `/metrics` — and runs the mirrors only once no other engine
+    /// is active. `follower`: never runs the engine; it copies and writes nothing and refuses
+    /// the mutating mirror RPCs with NOT_CONTROLLER (41); `[[mirrors]]` declared on it are
+    /// ignored (the engine instance records them).
     pub role: EngineRole,
     /// `role = "auto"`: the Kafka group (classic group protocol, protocol type
     /// `kmp-mirror-engine`) the instances elect the active engine in. Default (empty): derived
@@ -155,7 +158,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            role: EngineRole::Engine,
+            role: EngineRole::Auto,
             state_topic: "__kmp_mirror_state".to_owned(),
             max_buffer_bytes: 256 * 1024 * 1024,
             max_in_flight_per_partition: 5,
@@ -173,12 +176,13 @@ impl Default for EngineConfig {
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum EngineRole {
-    /// Runs the mirrors and writes the state topic.
-    #[default]
+    /// Expects to be the only engine: runs the mirrors while elected, fenced (and alerting)
+    /// while another instance is the active engine.
     Engine,
     /// Follows the state topic and enforces it; copies and writes nothing.
     Follower,
     /// Enforces like a follower and runs the engine while elected active among its peers.
+    #[default]
     Auto,
 }
 

@@ -116,10 +116,10 @@ impl Config {
         if e.state_flush_interval_ms < 100 {
             err("engine.state_flush_interval_ms", "must be at least 100".to_owned());
         }
-        if !e.enabled && e.role != crate::EngineRole::Engine {
+        if !e.enabled && e.role == crate::EngineRole::Follower {
             err(
                 "engine.role",
-                "`follower` and `auto` need engine.enabled = true (enabled = false turns mirroring off: nothing is refused or masked)".to_owned(),
+                "`follower` needs engine.enabled = true (enabled = false turns mirroring off: nothing is refused or masked)".to_owned(),
             );
         }
         if e.session_timeout_ms < 1_000 || e.session_timeout_ms > 1_800_000 {

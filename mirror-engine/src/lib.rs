@@ -18,7 +18,7 @@
 //! - `follow/`: following the state topic on an instance that runs no mirrors;
 //! - `sync/`: metadata sync (group offsets, share-group offsets, topic configs);
 //! - `mirrors/`: a mirror's topic discovery and a topic's lifecycle;
-//! - `engine/`: [`Engine`], [`start`], [`follow`], [`auto`] and the terms' boot.
+//! - `engine/`: [`Engine`], [`follow`], [`auto`] (every engine is elected) and the terms' boot.
 
 mod backoff;
 mod cluster;
@@ -44,7 +44,7 @@ pub use control::rpc::{described_partition, is_mutating as is_mutating_rpc};
 pub use control::{LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use copy::budget::Budget;
 pub use engine::auto::{ElectionView, EngineSlot, auto};
-pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow, start};
+pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow};
 pub use error::MirrorError;
 pub use follow::follower::FollowProgress;
 pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};

@@ -64,8 +64,6 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     };
     let mirrors = if !config.engine.enabled {
         EngineSlot::fixed(kmp_mirror_engine::Engine::idle(&config.engine))
-    } else if config.engine.role == EngineRole::Auto {
-        kmp_mirror_engine::auto(&config.engine, config.mirrors.clone(), links, stop_rx.clone())
     } else if config.engine.role == EngineRole::Follower {
         if !config.mirrors.is_empty() {
             info!(
@@ -75,7 +73,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         }
         EngineSlot::fixed(kmp_mirror_engine::follow(&config.engine, links, stop_rx.clone()))
     } else {
-        EngineSlot::fixed(kmp_mirror_engine::start(&config.engine, config.mirrors.clone(), links, stop_rx.clone()))
+        // `auto` and `engine` both take part in the election: instances sharing a state topic
+        // never both copy or both write it, whatever their configuration.
+        kmp_mirror_engine::auto(&config.engine, config.mirrors.clone(), links, stop_rx.clone())
     };
     let shared = Arc::new(Shared {
         cluster: ClusterView::new(

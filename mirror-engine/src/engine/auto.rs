@@ -12,7 +12,7 @@ use std::time::Duration;
 use kmp_config::{EngineConfig, MirrorConfig};
 use kmp_protocol::mirror_api::EngineIdentity;
 use tokio::sync::watch;
-use tracing::{Instrument, info, info_span, warn};
+use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::cluster::client::ClusterClient;
 use crate::control::handle::Control;
@@ -53,6 +53,23 @@ pub struct ElectionView {
     pub share: Option<(usize, usize)>,
     /// Whether the instances share the copying (`engine.share_work`).
     pub share_work: bool,
+    /// `engine.role = "engine"`: this instance expects to be the only engine on its state
+    /// topic, so another active one is an alert ([`ElectionView::fenced`]), not a standby's
+    /// normal wait.
+    pub alone: bool,
+}
+
+impl ElectionView {
+    /// Whether this instance, configured as the only engine (`alone`), found another instance
+    /// active on its state topic and writes nothing.
+    pub fn fenced(&self) -> bool {
+        self.alone && !self.active && !self.active_instance.is_empty() && self.active_instance != self.instance_id
+    }
+
+    /// The configured role as the answers name it: `engine` or `auto`.
+    pub fn role_name(&self) -> &'static str {
+        if self.alone { "engine" } else { "auto" }
+    }
 }
 
 /// The engine the proxy reads from: fixed for the `engine` and `follower` roles, switched by
@@ -113,8 +130,8 @@ impl EngineSlot {
     fn identity(&self) -> EngineIdentity {
         match self.election() {
             Some(e) => EngineIdentity {
+                role: e.role_name().into(),
                 instance_id: e.instance_id,
-                role: "auto".into(),
                 active: e.active,
                 generation: e.generation,
                 active_instance: e.active_instance,
@@ -197,7 +214,8 @@ impl EngineSlot {
     }
 }
 
-/// Starts an `auto` instance: a follower now, the engine whenever elected.
+/// Starts an instance that takes part in the engine election (`engine.role` `auto` or
+/// `engine`): a follower now, the engine whenever elected.
 pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> EngineSlot {
     let destination = ClusterClient::with_security(
         "destination",
@@ -229,6 +247,7 @@ pub fn auto(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLink
         group_id: settings.group_id.clone(),
         generation: -1,
         share_work: engine.share_work,
+        alone: engine.role == kmp_config::EngineRole::Engine,
         ..ElectionView::default()
     });
     let (done_tx, done) = watch::channel(());
@@ -355,12 +374,22 @@ impl Supervisor {
                     }
                 }
                 Role::Standby { generation, active_instance } => {
+                    let was_fenced = self.view.borrow().fenced();
                     self.view.send_modify(|v| {
                         v.generation = generation;
                         if !active_instance.is_empty() {
                             v.active_instance = active_instance;
                         }
                     });
+                    let view = self.view.borrow().clone();
+                    if view.fenced() && !was_fenced {
+                        error!(
+                            active = %view.active_instance,
+                            state_topic = %self.config.state_topic,
+                            group = %view.group_id,
+                            "engine.role = \"engine\" expects this instance to be the only engine, but another instance is the active engine on this state topic: this one is fenced (copies and writes nothing) until no other engine is active; give the instances role \"auto\" to run them as standbys"
+                        );
+                    }
                     if self.term.is_some() {
                         self.end_term().await;
                         self.follow();

@@ -1,6 +1,6 @@
-//! Running the engine: a lone engine's term ([`start`]), a follower ([`follow`]), and the
-//! terms of an elected instance — the active one's (`auto`) and a member's share of the copying
-//! (`worker`) — each booted by `term`. [`Engine`] is the handle the proxy reports from.
+//! Running the engine: a follower ([`follow`]) and the terms of an elected instance — the
+//! active one's (`auto`; every engine is elected, so instances sharing a state topic never both
+//! write it) and a member's share of the copying (`worker`) — each booted by `term`. [`Engine`] is the handle the proxy reports from.
 
 pub(crate) mod auto;
 pub(crate) mod term;
@@ -22,7 +22,6 @@ use crate::copy::sources::Sources;
 use crate::follow::follower::{FollowProgress, Follower};
 use crate::ha::forward::Forwarding;
 use crate::ha::share::Part;
-use crate::lease::Lease;
 use crate::state::catalog::Catalog;
 use crate::state::status::StatusBoard;
 
@@ -98,15 +97,6 @@ impl Engine {
     }
 }
 
-/// Starts the engine in the background: opens the state topic on the destination (connecting as
-/// `destination_security` says; retrying
-/// until it is reachable), records the mirror definitions, then starts every mirror's topics.
-/// `source_allow` (`security.mirror_source_allow`) bounds the sources of mirrors created or
-/// repointed through the API; `mirrors` (the config file's) are not checked against it.
-pub fn start(engine: &EngineConfig, mirrors: Vec<MirrorConfig>, links: EngineLinks, stop: watch::Receiver<bool>) -> Engine {
-    start_term(engine, mirrors, links, Catalog::default(), Part::Whole(Lease::forever()), None, None, stop)
-}
-
 /// Where the engine (or a follower) reaches the destination, and which sources API-created
 /// mirrors may use.
 #[derive(Clone)]
@@ -121,9 +111,9 @@ pub struct EngineLinks {
     pub source_allow: Vec<String>,
 }
 
-/// Starts the engine as [`start`] does, enforcing through `topics`, doing `part` of the work and
-/// writing only while its lease holds (one term of an elected instance, or a lone engine's whole
-/// life); with `forwarding`, it also answers the management requests standbys forward
+/// Starts an engine term: opens the state topic on the destination (retrying until it is
+/// reachable), records the mirror definitions, then starts every mirror's topics, enforcing
+/// through `topics`, doing `part` of the work and writing only while its lease holds; with `forwarding`, it also answers the management requests standbys forward
 /// (`ha::forward`); with `views` (shared work), describe shows the members' partitions from it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_term(

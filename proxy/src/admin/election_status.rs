@@ -28,7 +28,12 @@ fn role_line(v: &ElectionView) -> String {
         (true, None) => "; no share".to_owned(),
         (false, _) => String::new(),
     };
-    if v.active {
+    if v.fenced() {
+        format!(
+            "engine: fenced (instance {}, generation {}; active: {}): engine.role = \"engine\" expects this instance to be the only engine, but another one is active on this state topic; this one copies and writes nothing{share}\n",
+            v.instance_id, v.generation, v.active_instance
+        )
+    } else if v.active {
         format!("engine: active (instance {}, generation {}{share})\n", v.instance_id, v.generation)
     } else {
         let active = if v.active_instance.is_empty() {
@@ -52,6 +57,12 @@ pub(crate) fn encode(v: &ElectionView, e: &mut DescriptorEncoder<'_>) -> fmt::Re
         "engine_active",
         "1 while this instance is the elected active mirror engine, 0 while standby",
         [(labels, ConstGauge::new(i64::from(v.active)))],
+    )?;
+    family(
+        e,
+        "engine_fenced",
+        "1 while this instance, configured engine.role = \"engine\" (the only engine), finds another instance active on its state topic and writes nothing",
+        [(labels, ConstGauge::new(i64::from(v.fenced())))],
     )?;
     family(
         e,
@@ -101,6 +112,7 @@ mod tests {
             problem: None,
             share: None,
             share_work: false,
+            alone: false,
         }
     }
 
@@ -127,6 +139,32 @@ mod tests {
         let between = ElectionView { share: None, ..sharing };
         assert!(readiness_line(&between).ends_with("; no share)\n"), "{}", readiness_line(&between));
         assert!(!render(&between).contains("kmp_engine_share_index"), "no share, no gauge");
+    }
+
+    #[test]
+    fn a_fixed_engine_that_finds_another_active_engine_says_it_is_fenced() {
+        let fenced = ElectionView {
+            alone: true,
+            active_instance: "kmp-b".into(),
+            ..view(false)
+        };
+        let line = readiness_line(&fenced);
+        assert!(
+            line.starts_with("engine: fenced (instance kmp-\"a\", generation 7; active: kmp-b): engine.role = \"engine\" expects"),
+            "{line}"
+        );
+        let text = render(&fenced);
+        assert!(text.contains("kmp_engine_fenced{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 1\n"), "{text}");
+        let alone_and_active = ElectionView { alone: true, ..view(true) };
+        assert!(!alone_and_active.fenced(), "the active fixed engine is not fenced");
+        assert!(render(&alone_and_active).contains("kmp_engine_fenced{engine_instance=\"kmp-\\\"a\\\"\",group=\"g\"} 0\n"));
+        let standby = ElectionView {
+            active_instance: "kmp-b".into(),
+            ..view(false)
+        };
+        assert!(!standby.fenced(), "an auto standby is not fenced");
+        let undecided = ElectionView { alone: true, ..view(false) };
+        assert!(!undecided.fenced(), "no active instance known yet");
     }
 
     #[test]

@@ -295,8 +295,11 @@ fn route(req: &Request<Incoming>, shared: &Shared) -> Response<Full<Bytes>> {
             } else {
                 EngineReadiness::Loading(shared.mirrors.control().boot_problem())
             };
-            let (ready, mut body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine);
-            if let Some(election) = shared.mirrors.election() {
+            let election = shared.mirrors.election();
+            // An elected instance is ready once it knows who runs the engine (a lone one: itself).
+            let undecided = election.as_ref().filter(|e| e.generation < 0).map(|e| e.group_id.clone());
+            let (ready, mut body) = readiness(shared.ready.load(Ordering::Relaxed), &shared.cluster.unbound(), engine, undecided);
+            if let Some(election) = election {
                 body.push_str(&election_status::readiness_line(&election));
             }
             text(if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE }, body)
@@ -326,8 +329,9 @@ enum EngineReadiness {
 
 /// `(ready, body)` of `/readyz`: not ready while the upstream does not answer, while a broker's
 /// node listener could not be bound (that broker is hidden from clients) or while the engine has
-/// not loaded its state; the body names every reason, one a line.
-fn readiness(upstream_ready: bool, unbound: &[(i32, String)], engine: EngineReadiness) -> (bool, String) {
+/// not loaded its state or (`undecided`, the election group's name) has not seen the engine
+/// election decide yet; the body names every reason, one a line.
+fn readiness(upstream_ready: bool, unbound: &[(i32, String)], engine: EngineReadiness, undecided: Option<String>) -> (bool, String) {
     let mut problems = Vec::new();
     if !upstream_ready {
         problems.push("upstream cluster not reachable".to_owned());
@@ -343,6 +347,9 @@ fn readiness(upstream_ready: bool, unbound: &[(i32, String)], engine: EngineRead
         // A ready follower's body says what it follows.
         EngineReadiness::Follower((true, body)) => ready_body = body,
         EngineReadiness::Follower((false, body)) => problems.push(body.trim_end().to_owned()),
+    }
+    if let Some(group) = undecided {
+        problems.push(format!("mirror engine election in group {group} has not decided yet"));
     }
     if problems.is_empty() {
         (true, ready_body)
@@ -363,13 +370,13 @@ mod tests {
 
     #[test]
     fn readyz_names_every_reason_it_is_not_ready() {
-        assert_eq!(readiness(true, &[], EngineReadiness::Booted), (true, "ready\n".to_owned()));
+        assert_eq!(readiness(true, &[], EngineReadiness::Booted, None), (true, "ready\n".to_owned()));
         let unbound = vec![(2, "cannot listen on 0.0.0.0:19094: Address in use".to_owned())];
-        let (ready, body) = readiness(true, &unbound, EngineReadiness::Booted);
+        let (ready, body) = readiness(true, &unbound, EngineReadiness::Booted, None);
         assert!(!ready);
         assert_eq!(body, "broker 2 is hidden from clients: cannot listen on 0.0.0.0:19094: Address in use\n");
         let why = "cannot open the mirror state topic s.t: INVALID_TOPIC_EXCEPTION".to_owned();
-        let (ready, body) = readiness(false, &unbound, EngineReadiness::Loading(Some(why)));
+        let (ready, body) = readiness(false, &unbound, EngineReadiness::Loading(Some(why)), None);
         assert!(!ready);
         assert_eq!(
             body.lines().collect::<Vec<_>>(),
@@ -379,21 +386,23 @@ mod tests {
                 "mirror engine not started: cannot open the mirror state topic s.t: INVALID_TOPIC_EXCEPTION (retrying)",
             ]
         );
-        let (ready, body) = readiness(true, &[], EngineReadiness::Loading(None));
+        let (ready, body) = readiness(true, &[], EngineReadiness::Loading(None), None);
         assert!(!ready && body == "mirror engine still loading its stored state\n", "{body}");
+        let (ready, body) = readiness(true, &[], EngineReadiness::Booted, Some("kmp-engine.s".into()));
+        assert!(!ready && body == "mirror engine election in group kmp-engine.s has not decided yet\n", "{body}");
     }
 
     #[test]
     fn a_followers_own_answer_is_kept() {
         let following = "ready (following the mirror state topic t: caught up at offset 3)\n".to_owned();
         assert_eq!(
-            readiness(true, &[], EngineReadiness::Follower((true, following.clone()))),
+            readiness(true, &[], EngineReadiness::Follower((true, following.clone())), None),
             (true, following.clone())
         );
-        let (ready, body) = readiness(true, &[(1, "x".into())], EngineReadiness::Follower((true, following)));
+        let (ready, body) = readiness(true, &[(1, "x".into())], EngineReadiness::Follower((true, following)), None);
         assert!(!ready && body == "broker 1 is hidden from clients: x\n", "{body}");
         let stale = "mirror state topic t not read for 11 s\n".to_owned();
-        assert_eq!(readiness(true, &[], EngineReadiness::Follower((false, stale.clone()))), (false, stale));
+        assert_eq!(readiness(true, &[], EngineReadiness::Follower((false, stale.clone())), None), (false, stale));
     }
 
     #[test]

@@ -121,6 +121,7 @@ fn election_view() -> ElectionView {
         problem: None,
         share: Some((1, 3)),
         share_work: true,
+        alone: false,
     }
 }
 

@@ -320,7 +320,8 @@ fn result_json(r: &TopicResult) -> Value {
 fn engine_json(control: &Control, election: Option<&kmp_mirror_engine::ElectionView>) -> Value {
     match election {
         Some(e) => json!({
-            "role": "auto",
+            "role": e.role_name(),
+            "fenced": e.fenced(),
             "instance_id": e.instance_id,
             "group_id": e.group_id,
             "active": e.active,
@@ -396,11 +397,12 @@ mod engine_route_tests {
             problem: None,
             share: Some((2, 3)),
             share_work: true,
+            alone: false,
         };
         let v = engine_json(&control, Some(&view));
         assert_eq!(
             v,
-            json!({"role": "auto", "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1, "problem": null, "share_work": true, "share": {"index": 2, "members": 3}})
+            json!({"role": "auto", "fenced": false, "instance_id": "p2", "group_id": "kmp-engine.s", "active": false, "generation": 4, "active_instance": "p1", "takeovers": 1, "problem": null, "share_work": true, "share": {"index": 2, "members": 3}})
         );
     }
 }
