@@ -32,6 +32,11 @@ struct ReasonLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabel {
+    topic: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SideLabel {
     side: &'static str,
 }
@@ -70,6 +75,8 @@ pub(crate) struct Metrics {
     pub(crate) known_brokers: Gauge,
     pub(crate) masked_fetch_responses: Counter,
     pub(crate) refused_mirror_topic_changes: Counter,
+    /// Produce partitions refused per mirror topic (only mirror topics: bounded by the catalog).
+    refused_produces: Family<TopicLabel, Counter>,
     refused_requests: Family<ReasonLabel, Counter>,
     connections_refused: Family<ReasonLabel, Counter>,
     connections_closed: Family<ReasonLabel, Counter>,
@@ -152,6 +159,13 @@ impl Metrics {
             refused_mirror_topic_changes.clone(),
         );
 
+        let refused_produces = Family::<TopicLabel, Counter>::default();
+        registry.register(
+            "mirror_topic_produces_refused",
+            "Produce partitions refused because the topic is a read-only mirror topic, by topic",
+            refused_produces.clone(),
+        );
+
         let refused_requests = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "refused_requests",
@@ -207,6 +221,7 @@ impl Metrics {
             known_brokers,
             masked_fetch_responses,
             refused_mirror_topic_changes,
+            refused_produces,
             refused_requests,
             connections_refused,
             connections_closed,
@@ -219,6 +234,11 @@ impl Metrics {
     /// Counts `n` requests (or request parts) refused by a policy filter.
     pub(crate) fn refused(&self, reason: &'static str, n: u64) {
         self.refused_requests.get_or_create(&ReasonLabel { reason }).inc_by(n);
+    }
+
+    /// Counts `n` Produce partitions of mirror topic `topic` refused.
+    pub(crate) fn refused_produce(&self, topic: &str, n: u64) {
+        self.refused_produces.get_or_create(&TopicLabel { topic: topic.to_owned() }).inc_by(n);
     }
 
     /// Counts a connection refused at accept by limit `reason`.

@@ -91,8 +91,8 @@ def test_exactly_one_instance_is_active_and_every_instance_enforces_the_mirror(c
         for inst in instances:
             wait_until(f"{inst.instance_id} lists {mirror} with {topic}", lambda: lists_topic(inst, mirror, topic), timeout=15)
             err, _ = produce_one(inst.bootstrap, topic, 0)
-            assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, \
-                f"a produce to mirror topic {topic} through {inst.instance_id} ({'active' if inst is active else 'standby'}) is refused with TOPIC_AUTHORIZATION_FAILED, got {err}"
+            assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, \
+                f"a produce to mirror topic {topic} through {inst.instance_id} ({'active' if inst is active else 'standby'}) is refused with POLICY_VIOLATION, got {err}"
             for isolation in ("read_committed", "read_uncommitted"):
                 got = read_all(inst.bootstrap, topic, partitions, isolation)
                 fillers = [(r[0], r[1]) for r in got if r[2] == FILLER_KEY]
@@ -267,7 +267,7 @@ def test_a_failover_through_the_active_makes_the_topic_writable_through_every_in
                 err, offset = produce_one(inst.bootstrap, topic, 1)
                 if err is None:
                     return offset
-                assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"before {inst.instance_id} sees the stop it refuses as before: {err}"
+                assert err.code() == KafkaError.POLICY_VIOLATION, f"before {inst.instance_id} sees the stop it refuses as before: {err}"
                 return None
             offset = wait_until(f"{topic} becomes writable through {inst.instance_id} after the stop", writable, timeout=15)
             print(f"\n{inst.instance_id} ({'active' if inst is active else 'standby'}): writable {time.time() - stopped:.2f}s after the stop returned "

@@ -77,14 +77,14 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
 
         # Produce: refused exactly as through the engine instance (by name: librdkafka).
         err, _ = produce_one(follower.bootstrap, topic, 0)
-        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, \
-            f"a produce to a mirror topic through the follower is refused with TOPIC_AUTHORIZATION_FAILED, got {err}"
+        assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, \
+            f"a produce to a mirror topic through the follower is refused with POLICY_VIOLATION, got {err}"
         err_engine, _ = produce_one(engine.bootstrap, topic, 0)
         assert err_engine is not None and err_engine.code() == err.code(), f"same refusal as through the engine instance: {err_engine} vs {err}"
         # By topic id (Produce v13, Java 4.x): the follower looked the destination topic id up.
         out = subprocess.run([*java_command(kafka_classpath, JAVA), "produce", follower.bootstrap, topic], capture_output=True, text=True, timeout=200)
         line = (out.stdout.strip().splitlines() or ["<no output> " + out.stderr[-2000:]])[-1]
-        assert line.startswith("E ") and "TopicAuthorizationException" in line, f"the Java producer (topic ids) is refused through the follower: {line}"
+        assert line.startswith("E ") and "PolicyViolationException" in line, f"the Java producer (topic ids) is refused through the follower: {line}"
         assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == high_watermarks(source.bootstrap, topic, PARTITIONS), \
             "nothing written through the follower reached the mirror topic"
 
@@ -117,7 +117,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert "state topic entry ignored" in follower.log(), "ignoring forged entries is logged"
         assert listed(follower) == listed(engine), f"forged records changed nothing: {listed(follower)} vs {listed(engine)}"
         err, _ = produce_one(follower.bootstrap, topic, 0)
-        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"an unreadable record for the topic leaves it read-only: {err}"
+        assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, f"an unreadable record for the topic leaves it read-only: {err}"
 
         # Mutating RPCs through the follower: NOT_CONTROLLER with a message, never a fake success.
         code, r = cli_json(follower, "--pause", "--mirror", mirror, "--topics", topic)
@@ -155,7 +155,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert status == 200 and r["results"][0]["error_code"] == 0, f"stop through the engine instance: {r}"
         poller.join(FAILOVER_VISIBLE_BOUND_S + 5)
         assert "at" in accepted, f"the follower still refused writes {time.time() - stopped:.1f}s after the stop returned: {refusals[-3:]}"
-        assert all(e.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED for e in refusals), f"before the follower saw the stop it refused as before: {set(refusals)}"
+        assert all(e.code() == KafkaError.POLICY_VIOLATION for e in refusals), f"before the follower saw the stop it refused as before: {set(refusals)}"
         visible = accepted["at"]
         print(f"\nfailover visible through the follower {(visible - stopped) * 1000:.0f} ms after the stop returned "
               f"({(visible - requested) * 1000:.0f} ms after it was sent; the stop took {(stopped - requested) * 1000:.0f} ms; "
@@ -209,7 +209,7 @@ def test_a_follower_keeps_following_when_the_state_topic_leader_is_killed(cluste
             err, offset = produce_one(follower.bootstrap, topic, 0)
             if err is None:
                 break
-            assert err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"before the follower sees the stop it refuses as before: {err}"
+            assert err.code() == KafkaError.POLICY_VIOLATION, f"before the follower sees the stop it refuses as before: {err}"
             assert time.time() - stopped < 30, f"the follower still refuses writes {time.time() - stopped:.1f}s after the stop returned: {err}"
             time.sleep(0.05)
         visible = time.time()

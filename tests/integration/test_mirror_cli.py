@@ -68,7 +68,7 @@ def test_the_cli_drives_a_mirror_topic_through_pause_resume_and_failover(cluster
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
 
         err, _ = produce_one(proxy.bootstrap, topic, 0)
-        assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert err is not None and err.code() == KafkaError.POLICY_VIOLATION
         code, r = cli_json(proxy, "--stop", "--mirror", "cli", "--topics", topic, "--graceful-timeout-ms", "30000")
         assert code == 0 and r["results"][0]["error_code"] == 0, r
         stopped = high_watermarks(destination.bootstrap, topic, PARTITIONS)

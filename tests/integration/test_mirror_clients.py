@@ -5,8 +5,8 @@
   committed records at the source offsets, and keep advancing past a tail made only of fillers
   (a record produced after it still arrives);
 * a Produce to a mirror topic is refused at once for each client (no retry loop), with
-  TOPIC_AUTHORIZATION_FAILED and a message naming the mirror, while another topic in the same
-  Produce request is written."""
+  POLICY_VIOLATION and a message naming the mirror (shown by the clients that show a Produce
+  error message), while another topic in the same Produce request is written."""
 
 import socket
 import struct
@@ -166,24 +166,40 @@ def produce_kafka_python(bootstrap, topic):
 def test_each_client_gets_a_fast_non_retriable_refusal_when_producing_to_a_mirror_topic(mirror, kafka_classpath, go_mirror_check):
     source, destination, proxy, topic = mirror
     before = high_watermarks(destination.bootstrap, topic, PARTITIONS)
+    seen = {}
 
     out = subprocess.run([*java_command(kafka_classpath, JAVA), "produce", proxy.bootstrap, topic], capture_output=True, text=True, timeout=200)
-    line = out.stdout.strip().splitlines()[-1]
-    assert line.startswith("E ") and "TopicAuthorizationException" in line, f"java: {line}"
+    line = seen["java"] = out.stdout.strip().splitlines()[-1]
+    assert line.startswith("E ") and "PolicyViolationException" in line, f"java: {line}"
     assert int(line.split()[1]) < REFUSAL_BUDGET_S * 1000, f"java failed fast: {line}"
+    # The Java producer shows a POLICY_VIOLATION's message (unlike TOPIC_AUTHORIZATION_FAILED's).
+    assert f"topic {topic} is a read-only mirror topic of cluster mirror clients" in line and "--stop" in line, \
+        f"the Java producer shows why the write was refused and how to make the topic writable: {line}"
 
     out = subprocess.run([go_mirror_check, "produce", proxy.bootstrap, topic], capture_output=True, text=True, timeout=200)
-    line = out.stdout.strip().splitlines()[-1]
-    assert line.startswith("E ") and "TOPIC_AUTHORIZATION_FAILED" in line, f"franz-go: {line}"
+    line = seen["franz-go"] = out.stdout.strip().splitlines()[-1]
+    assert line.startswith("E ") and "POLICY_VIOLATION" in line, f"franz-go: {line}"
     assert int(line.split()[1]) < REFUSAL_BUDGET_S * 1000, f"franz-go failed fast: {line}"
 
     elapsed, err = produce_librdkafka(proxy.bootstrap, topic)
-    assert err is not None and err.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, f"librdkafka: {err}"
+    seen["librdkafka"] = str(err)
+    assert err is not None and err.code() == KafkaError.POLICY_VIOLATION, f"librdkafka: {err}"
     assert elapsed < REFUSAL_BUDGET_S, f"librdkafka failed fast ({elapsed:.1f}s)"
 
     elapsed, err = produce_kafka_python(proxy.bootstrap, topic)
-    assert type(err).__name__ == "TopicAuthorizationFailedError", f"kafka-python: {err!r}"
+    seen["kafka-python"] = repr(err)
+    assert type(err).__name__ == "PolicyViolationError" and "read-only mirror topic of cluster mirror clients" in str(err), \
+        f"kafka-python shows the refusal's message: {err!r}"
     assert elapsed < REFUSAL_BUDGET_S, f"kafka-python failed fast ({elapsed:.1f}s)"
+    print("what each client shows of a refused produce:", seen)
+
+    # Each refusal is counted for its topic and logged with the client's id and address (the
+    # log at most once per topic every 10 s: the four clients within that window make one line).
+    assert proxy.metric("kmp_mirror_topic_produces_refused_total", f'topic="{topic}"') >= 4, "counted per topic"
+    log = proxy.log()
+    lines = [l for l in log.splitlines() if "produce to a read-only mirror topic refused" in l and f"topic={topic}" in l]
+    assert lines and "client_id=" in lines[0] and "peer=127.0.0.1:" in lines[0], f"the refusal is logged with client id and address: {lines[:2]}"
+    assert len(lines) <= 2, f"refusals within 10 s are logged at most once (plus one at the window's end): {lines}"
 
     assert high_watermarks(destination.bootstrap, topic, PARTITIONS) == before, "nothing was written to the mirror topic"
     assert proxy.metric("kmp_refused_mirror_topic_changes_total") >= 4
@@ -261,7 +277,7 @@ def test_another_topic_in_the_same_produce_request_is_written(mirror):
         cid, body = kafka_wire.read_response(s)
     assert cid == 7
     errors = produce_v8_errors(body)
-    assert errors[other][0] == 0 and errors[topic][0] == 29, f"the plain topic is written, the mirror topic refused: {errors}"
+    assert errors[other][0] == 0 and errors[topic][0] == 44, f"the plain topic is written, the mirror topic refused: {errors}"
     assert "read-only mirror topic of cluster mirror clients" in errors[topic][1] and "--stop" in errors[topic][1], \
         f"the message names the mirror and how to make the topic writable: {errors[topic][1]}"
     assert high_watermarks(destination.bootstrap, other, 1)[0] == before_other + 1

@@ -16,6 +16,7 @@ CLIENT_ID = "kmp-security"
 NONE = 0
 TOPIC_AUTHORIZATION_FAILED = 29
 POLICY_VIOLATION = 44
+READ_ONLY_MIRROR_TOPIC = POLICY_VIOLATION  # what a Produce to a mirror topic gets through the proxy
 CLUSTER_MIRROR_AUTHORIZATION_FAILED = 144
 
 # API keys.

@@ -98,8 +98,8 @@ def test_a_mirror_topic_absent_on_the_destination_masks_no_other_topic_and_is_pr
         with wire.connect("127.0.0.1", proxy.node_port(leader), timeout=10) as s:
             s.sendall(produce_v13(1, tid, wire.record_batch([b"EVIL-BY-NEW-ID"])))
             error = produce_v13_error(wire.read_response(s, flexible_header=True)[1])
-        assert error == wire.TOPIC_AUTHORIZATION_FAILED, \
-            f"a Produce v13 by the re-created mirror topic's id answered {error}, not TOPIC_AUTHORIZATION_FAILED"
+        assert error == wire.READ_ONLY_MIRROR_TOPIC, \
+            f"a Produce v13 by the re-created mirror topic's id answered {error}, not POLICY_VIOLATION (read-only mirror topic)"
         c = Consumer({"bootstrap.servers": destination.bootstrap, "group.id": unique("wm")})
         _, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
         c.close()

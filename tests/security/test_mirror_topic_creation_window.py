@@ -140,7 +140,7 @@ def test_clients_pipelining_produce_while_a_mirror_creates_the_topic_land_nothin
                 time.sleep(0.5)  # requests already in flight when the mirror caught up are answered too
             finally:
                 flood.stop()
-            refused += flood.codes[wire.TOPIC_AUTHORIZATION_FAILED]
+            refused += flood.codes[wire.READ_ONLY_MIRROR_TOPIC]
             if flood.landed:
                 landed[topic] = flood.landed
             want = read_records(source.bootstrap, topic, PARTITIONS)

@@ -66,7 +66,7 @@ class Hammer:
                             self.codes[code] += 1
                             if code == 0:
                                 self.acknowledged.append((port, base))
-                    if any(code == wire.TOPIC_AUTHORIZATION_FAILED for code, _ in results.values()):
+                    if any(code == wire.READ_ONLY_MIRROR_TOPIC for code, _ in results.values()):
                         time.sleep(0.02)
             except (OSError, ConnectionError, ValueError):
                 pass

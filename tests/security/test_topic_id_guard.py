@@ -5,7 +5,7 @@ get through the proxy (found by a hostile review, reproduced against real broker
   once but learned their ids a moment later, so a Produce v13 sent during the restart was
   appended to a read-only mirror topic (and the partition then FAILED on the offset drift). Until
   every mirror topic's id is known, requests by an unknown id are now refused retriably
-  (UNKNOWN_TOPIC_ID), and by a mirror topic's id for good (TOPIC_AUTHORIZATION_FAILED).
+  (UNKNOWN_TOPIC_ID), and by a mirror topic's id for good (POLICY_VIOLATION, read-only mirror topic).
 * DeleteTopics v6 by id, and AlterPartitionReassignments of a mirror topic, were forwarded."""
 
 import struct
@@ -107,14 +107,14 @@ def test_produce_by_topic_id_sent_throughout_a_proxy_restart_never_lands_in_the_
         # Until the restarted proxy has learned the id and refuses it for good (bounded).
         deadline = time.time() + 30
         first = len(answers)
-        while time.time() < deadline and not (len(answers) > first + 10 and answers[-1] == wire.TOPIC_AUTHORIZATION_FAILED):
+        while time.time() < deadline and not (len(answers) > first + 10 and answers[-1] == wire.READ_ONLY_MIRROR_TOPIC):
             time.sleep(0.1)
     finally:
         stop.set()
         attacker.join(30)
     assert answers, "no Produce v13 was answered around the restart"
     assert 0 not in answers, f"a Produce v13 by the mirror topic's id was appended: answers {sorted(set(answers))}"
-    assert answers[-1] == wire.TOPIC_AUTHORIZATION_FAILED, f"once the proxy runs, refused for good: answers {sorted(set(answers))}"
+    assert answers[-1] == wire.READ_ONLY_MIRROR_TOPIC, f"once the proxy runs, refused for good: answers {sorted(set(answers))}"
     wait_caught_up(source, destination, mirrored.topic, 1)
     ours = read_records(destination.bootstrap, mirrored.topic, 1)
     theirs = read_records(source.bootstrap, mirrored.topic, 1)

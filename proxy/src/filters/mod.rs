@@ -91,7 +91,7 @@ impl Chain {
             filters.extend([
                 Box::new(mirror_configs::MirrorConfigs) as Box<dyn Filter>,
                 Box::new(broker_configs::BrokerConfigGuard),
-                Box::new(mirror_topics::MirrorTopicWrites),
+                Box::new(mirror_topics::MirrorTopicWrites::default()),
                 Box::new(fillers::FillerMasking),
                 Box::new(topic_ids::TopicIdLearner),
             ]);

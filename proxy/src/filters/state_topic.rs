@@ -120,7 +120,7 @@ impl Filter for StateTopicGuard {
                 id: conn.shared.mirrors.topics().state_topic_id(),
             };
             let decision = match ApiKey::try_from(x.api_key) {
-                Ok(ApiKey::Produce) => produce::check(x.frame(), x.api_version, &topic)?,
+                Ok(ApiKey::Produce) => produce::check(x.frame(), x.api_version, &topic)?.0,
                 Ok(ApiKey::Fetch) => fetch(x.frame(), x.api_version, &topic)?,
                 Ok(ApiKey::ShareFetch) => share_fetch(x.frame(), x.api_version, &topic)?,
                 Ok(ApiKey::ShareAcknowledge) => share_acknowledge(x.frame(), x.api_version, &topic)?,

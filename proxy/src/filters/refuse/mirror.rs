@@ -26,6 +26,9 @@ impl Protected for MirrorTopicGuard<'_> {
     fn any(&self) -> bool {
         !self.0.is_empty()
     }
+    fn produce_code(&self) -> i16 {
+        super::produce::READ_ONLY_CODE
+    }
     fn pending_id(&self, id: &[u8; 16]) -> Option<String> {
         (self.0.ids_pending() && !self.0.is_read_only_id(id)).then(|| {
             format!(

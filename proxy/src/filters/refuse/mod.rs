@@ -28,7 +28,7 @@ pub(crate) mod produce;
 pub(crate) mod text;
 pub(crate) mod topics;
 
-/// The code refused partitions get (see `produce` for why not READ_ONLY_TOPIC).
+/// The code refused topics get (a Produce to a mirror topic: `produce::READ_ONLY_CODE`).
 pub(crate) const REFUSED_CODE: i16 = ResponseError::TopicAuthorizationFailed.code();
 
 /// What to do with a request.
@@ -56,6 +56,10 @@ pub(crate) trait Protected: Sync {
     /// Whether any topic is protected at all.
     fn any(&self) -> bool {
         true
+    }
+    /// The code a Produce's refused partitions get (`produce`).
+    fn produce_code(&self) -> i16 {
+        REFUSED_CODE
     }
 }
 

@@ -2,13 +2,17 @@
 //! state but stopped) is refused for those partitions only; other topics in the same request go
 //! to the broker as usual and the two answers are merged into one response.
 //!
-//! Error code: no Produce version a client can negotiate today (3–13) knows KIP-1279's
-//! READ_ONLY_TOPIC (134) — a client would map it to an unknown error — so every version gets
-//! TOPIC_AUTHORIZATION_FAILED (29): non-retriable in Java, librdkafka, kafka-python and franz-go,
-//! so the producer fails the batch at once instead of retrying. The per-partition error message
-//! (Produce v8+) names the mirror and how to make the topic writable. Which topics are mirror
-//! topics is the engine's (`Catalog`); the `mirror_topics` and `state_topic` filters call [`check`]
-//! with the topics they protect and apply its decision.
+//! Error code: a protected topic's own ([`Protected::produce_code`]; the state topic's is
+//! TOPIC_AUTHORIZATION_FAILED). For a read-only mirror topic: no Produce version a client can
+//! negotiate today (3–13) knows KIP-1279's READ_ONLY_TOPIC (134) — a client would map it to an
+//! unknown error — so every version gets POLICY_VIOLATION (44, [`READ_ONLY_CODE`]): known to every client since Kafka 0.10.2, non-retriable in Java,
+//! librdkafka, kafka-python and franz-go (the producer fails the batch at once instead of
+//! retrying), and — unlike TOPIC_AUTHORIZATION_FAILED, for which the Java producer builds its own
+//! "Not authorized to access topics" text and sends users looking at ACLs — shown by the Java
+//! producer with the per-partition error message (Produce v8+), which names the mirror and how to
+//! make the topic writable. Which topics are mirror topics is the engine's (`Catalog`); the
+//! `mirror_topics` and `state_topic` filters call [`check`] with the topics they protect, apply
+//! its decision and report what it [`Refused`].
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
@@ -18,7 +22,7 @@ use kmp_protocol::kafka_protocol::messages::produce_response::{PartitionProduceR
 use kmp_protocol::kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 
 use super::text::{Shown, Texts};
-use super::{Decision, Protected, REFUSED_CODE};
+use super::{Decision, Protected};
 use crate::filters::api::Merge;
 
 /// The code of a Produce v13+ naming a topic id the proxy cannot check yet (some mirror topic's
@@ -26,10 +30,25 @@ use crate::filters::api::Merge;
 /// and sends again.
 const PENDING_CODE: i16 = ResponseError::UnknownTopicId.code();
 
-/// Decides what to do with a Produce request frame (prefix included).
-pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<Decision, ProtocolError> {
+/// The code of a partition refused because its topic is a read-only mirror topic (see the
+/// module docs).
+pub(crate) const READ_ONLY_CODE: i16 = ResponseError::PolicyViolation.code();
+
+/// What a Produce had refused, for the log and the per-topic counter: the client id of its
+/// header and, by topic, how many partitions (a topic named twice counts twice; a topic refused
+/// only because its id is not known yet is not counted).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) client_id: Option<String>,
+    pub(crate) topics: Vec<(String, u64)>,
+}
+
+/// Decides what to do with a Produce request frame (prefix included), and says what it refused.
+pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Result<(Decision, Refused), ProtocolError> {
     let (header, mut req) = decode_request::<ProduceRequest>(frame, ApiKey::Produce, version)?;
     let mut refused = Vec::new();
+    let mut report = Refused::default();
+    let refused_code = topics.produce_code();
     let mut partitions = 0u64;
     let (mut texts, mut shown) = (Texts::default(), Shown::default());
     req.topic_data.retain(|t| {
@@ -37,12 +56,16 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
             let id = t.topic_id.as_bytes();
             topics
                 .by_id(id)
-                .map(|(_, m)| (m, REFUSED_CODE))
-                .or_else(|| topics.pending_id(id).map(|m| (m, PENDING_CODE)))
+                .map(|(name, m)| (m, refused_code, Some(name)))
+                .or_else(|| topics.pending_id(id).map(|m| (m, PENDING_CODE, None)))
         } else {
-            topics.by_name(t.name.0.as_str()).map(|m| (m, REFUSED_CODE))
+            let name = t.name.0.as_str();
+            topics.by_name(name).map(|m| (m, refused_code, Some(name.to_owned())))
         };
-        let Some((message, code)) = owner else { return true };
+        let Some((message, code, name)) = owner else { return true };
+        if let Some(name) = name {
+            report.topics.push((name, t.partition_data.len() as u64));
+        }
         let message = texts.share(message);
         let mut r = TopicProduceResponse::default();
         r.name = t.name.clone();
@@ -66,17 +89,18 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
         false
     });
     if refused.is_empty() {
-        return Ok(Decision::Forward);
+        return Ok((Decision::Forward, report));
     }
+    report.client_id = header.client_id.as_ref().map(|c| c.to_string());
     if req.topic_data.is_empty() {
         if req.acks == 0 {
-            return Ok(Decision::Refuse(Bytes::new(), partitions)); // acks=0: no response at all
+            return Ok((Decision::Refuse(Bytes::new(), partitions), report)); // acks=0: no response at all
         }
         let mut resp = ProduceResponse::default();
         resp.responses = refused;
-        return Ok(Decision::Refuse(
-            encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?,
-            partitions,
+        return Ok((
+            Decision::Refuse(encode_response(header.correlation_id, ApiKey::Produce, version, &resp)?, partitions),
+            report,
         ));
     }
     // Adds the refused topics to the broker's response to the rest of the request.
@@ -85,7 +109,7 @@ pub(crate) fn check(frame: &Bytes, version: i16, topics: &dyn Protected) -> Resu
         resp.responses.extend(refused);
         encode_response(header.correlation_id, ApiKey::Produce, version, &resp)
     });
-    Ok(Decision::Split(encode_request(&header, ApiKey::Produce, &req)?, merge, partitions))
+    Ok((Decision::Split(encode_request(&header, ApiKey::Produce, &req)?, merge, partitions), report))
 }
 
 #[cfg(test)]
@@ -128,16 +152,17 @@ mod tests {
     #[test]
     fn requests_without_mirror_topics_are_forwarded_untouched() {
         assert!(matches!(
-            check(&request(&["plain"], 1, 9), 9, &MirrorTopicGuard(&registry())).unwrap(),
+            check(&request(&["plain"], 1, 9), 9, &MirrorTopicGuard(&registry())).unwrap().0,
             Decision::Forward
         ));
     }
 
     #[test]
     fn a_request_for_mirror_topics_only_is_answered_with_the_refusal_and_acks_0_gets_nothing() {
-        let Decision::Refuse(frame, 2) = check(&request(&["mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
+        let (Decision::Refuse(frame, 2), refused) = check(&request(&["mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("refused")
         };
+        assert_eq!(refused.topics, vec![("mirrored".to_owned(), 2)], "what the log and the per-topic counter get");
         let (h, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(h.correlation_id, 42);
         let parts = &resp.responses[0].partition_responses;
@@ -145,16 +170,17 @@ mod tests {
         assert!(
             parts
                 .iter()
-                .all(|p| p.error_code == REFUSED_CODE && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")))
+                .all(|p| p.error_code == ResponseError::PolicyViolation.code() && p.error_message.as_ref().is_some_and(|m| m.contains("cluster mirror dr")))
         );
-        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &MirrorTopicGuard(&registry())).unwrap(), Decision::Refuse(f, 2) if f.is_empty()));
+        assert!(matches!(check(&request(&["mirrored"], 0, 9), 9, &MirrorTopicGuard(&registry())).unwrap().0, Decision::Refuse(f, 2) if f.is_empty()));
     }
 
     #[test]
     fn a_mixed_request_forwards_the_other_topics_and_merges_the_refusal_into_the_response() {
-        let Decision::Split(frame, merge, 2) = check(&request(&["plain", "mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
+        let (Decision::Split(frame, merge, 2), refused) = check(&request(&["plain", "mirrored"], -1, 9), 9, &MirrorTopicGuard(&registry())).unwrap() else {
             panic!("split")
         };
+        assert_eq!(refused.topics, vec![("mirrored".to_owned(), 2)]);
         let (_, fwd) = decode_request::<ProduceRequest>(&frame, ApiKey::Produce, 9).unwrap();
         assert_eq!(fwd.topic_data.len(), 1);
         assert_eq!(fwd.topic_data[0].name.0.as_str(), "plain");
@@ -185,7 +211,7 @@ mod tests {
         encode_request(&h, ApiKey::Produce, &req).unwrap()
     }
 
-    fn code_of(decision: Decision) -> i16 {
+    fn code_of((decision, _): (Decision, Refused)) -> i16 {
         let Decision::Refuse(frame, 1) = decision else { panic!("refused") };
         let (_, resp) = decode_response::<ProduceResponse>(&frame, ApiKey::Produce, 13).unwrap();
         resp.responses[0].partition_responses[0].error_code
@@ -199,9 +225,9 @@ mod tests {
         let g = MirrorTopicGuard(&r);
         assert_eq!(code_of(check(&by_id([7; 16]), 13, &g).unwrap()), 100, "UNKNOWN_TOPIC_ID: the client retries");
         r.learn_topic_id("mirrored", [7; 16]);
-        assert_eq!(code_of(check(&by_id([7; 16]), 13, &g).unwrap()), REFUSED_CODE, "known: refused for good");
+        assert_eq!(code_of(check(&by_id([7; 16]), 13, &g).unwrap()), READ_ONLY_CODE, "known: refused for good");
         assert!(
-            matches!(check(&by_id([8; 16]), 13, &g).unwrap(), Decision::Forward),
+            matches!(check(&by_id([8; 16]), 13, &g).unwrap().0, Decision::Forward),
             "other topics pass once every id is known"
         );
     }
@@ -210,6 +236,6 @@ mod tests {
     fn a_mirror_topic_the_destination_does_not_have_holds_no_other_topic_back() {
         let r = registry();
         r.mark_absent("mirrored");
-        assert!(matches!(check(&by_id([8; 16]), 13, &MirrorTopicGuard(&r)).unwrap(), Decision::Forward));
+        assert!(matches!(check(&by_id([8; 16]), 13, &MirrorTopicGuard(&r)).unwrap().0, Decision::Forward));
     }
 }
