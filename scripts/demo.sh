@@ -115,7 +115,7 @@ echo "==> the mirror as the KIP-1279 CLI shows it (kafka-mirror-proxy mirrors, K
 ./target/release/kafka-mirror-proxy mirrors --bootstrap-server "$bs" --describe --mirror demo
 echo "==> producing to the mirror topic through the proxy is refused (read-only until failover)"
 printf 'not-allowed\n' | kt org.apache.kafka.tools.ConsoleProducer --bootstrap-server "$bs" --topic orders \
-  --producer-property retries=0 2>&1 | grep -m1 -o 'TopicAuthorizationException.*' || true
+  --producer-property retries=0 2>&1 | grep -m1 -o 'PolicyViolationException.*' || true
 echo "==> consumer group 'billing' has processed 'orders' up to offset 4 on the source (committed there)"
 kt org.apache.kafka.tools.consumer.group.ConsumerGroupCommand --bootstrap-server $src --group billing \
   --topic orders --reset-offsets --to-offset 4 --execute 2>/dev/null | grep -E 'GROUP|billing'

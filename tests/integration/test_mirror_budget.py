@@ -41,7 +41,10 @@ def stalled_growth(source, destination, workdir, budget: int) -> tuple[int, floa
     admin = AdminClient({"bootstrap.servers": source.bootstrap})  # kept alive until the result arrives
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
     cfg = workdir / f"{topic}.toml"
-    cfg.write_text(f"[engine]\nmax_buffer_bytes = {budget}\n"
+    # The proxy is frozen while the source fills and the destination broker (its election's
+    # coordinator too) is stopped: a session that outlasts both keeps the lone instance the
+    # active engine, which is what this test measures (the election itself: test_engine_takeover).
+    cfg.write_text(f"[engine]\nmax_buffer_bytes = {budget}\nsession_timeout_ms = 180000\nheartbeat_interval_ms = 5000\n"
                    f'[[mirrors]]\nname = "budget"\nsource_bootstrap_servers = ["{source.bootstrap}"]\ntopics = ["{topic}"]\n'
                    f"fetch_max_bytes = {FETCH_BYTES}\n")
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(cfg)]).start()

@@ -56,7 +56,11 @@ def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_s
         to_source = established(proxy.pid, set(ports_of(source.bootstrap)))
         per_destination = {port: established(proxy.pid, {port}) for port in ports_of(destination.bootstrap)}
         assert 1 <= to_source <= 4, f"{PARTITIONS} partitions reach the source broker over {to_source} connections (at most 4)"
-        assert all(n <= 4 for n in per_destination.values()), f"connections per destination broker (at most 4): {per_destination}"
+        # Per destination broker: the produce lane and the control connection, and on the broker
+        # leading the state topic and coordinating the engine's election group also the state
+        # writer, the reader of forwarded management requests, the election member, the metadata
+        # sync and the proxy's metadata refresh — none of them per partition.
+        assert all(n <= 10 for n in per_destination.values()), f"connections per destination broker (at most 10): {per_destination}"
         requests = proxy.metric("kmp_mirror_produce_requests_total")
         batches = proxy.metric("kmp_mirror_produce_batches_total")
         assert batches > requests, f"Produce requests carry several partitions' batches: {batches} batches in {requests} requests"
