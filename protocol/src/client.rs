@@ -17,7 +17,8 @@ use crate::error::{ProtocolError, Side};
 use crate::frame::{PREFIX, check_frame};
 use crate::frame_pool::FramePool;
 use crate::peek;
-use crate::security::{BrokerRead, BrokerWrite, ClientSecurity};
+use crate::security::reauth::SaslRoundTrip;
+use crate::security::{BrokerRead, BrokerWrite, ClientSecurity, Session};
 
 /// Largest response the internal client accepts (bytes).
 const MAX_RESPONSE: u32 = 512 * 1024 * 1024;
@@ -223,13 +224,43 @@ pub(crate) fn decode_sent<R: Request>(resp: &Bytes, sent: Sent) -> Result<R::Res
     Ok(decode_response::<R::Response>(resp, sent.key, sent.version)?.1)
 }
 
-/// One connection to one broker.
+/// One connection to one broker. With a SASL login whose broker session expires (KIP-368), the
+/// login is renewed on the connection before a request once it is due and no request of this
+/// connection awaits its response (`security::reauth`).
 pub struct Connection {
     reader: ResponseReader<BrokerRead>,
     writer: BrokerWrite,
     next_correlation_id: i32,
     client_id: StrBytes,
     addr: String,
+    session: Option<Session>,
+    /// Requests sent whose responses were not read yet.
+    outstanding: usize,
+}
+
+/// The SASL requests of a renewal on a connection read and written one at a time.
+struct Inline<'a> {
+    reader: &'a mut ResponseReader<BrokerRead>,
+    writer: &'a mut BrokerWrite,
+    next_correlation_id: &'a mut i32,
+    client_id: &'a StrBytes,
+}
+
+impl SaslRoundTrip for Inline<'_> {
+    async fn round_trip<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        let id = *self.next_correlation_id;
+        *self.next_correlation_id = id.wrapping_add(1);
+        let (frame, sent) = request_frame(req, version, id, self.client_id)?;
+        self.writer
+            .write_all(&frame)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        let resp = self.reader.next().await?.ok_or_else(|| ProtocolError::Io {
+            source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "broker closed the connection while re-authenticating"),
+            side: Side::Broker,
+        })?;
+        decode_sent::<R>(&resp, sent)
+    }
 }
 
 impl Connection {
@@ -240,7 +271,7 @@ impl Connection {
 
     /// Connects to `addr` within `timeout` the way `security` says (TLS, SASL).
     pub async fn connect_with(addr: &str, timeout: Duration, client_id: &str, security: &ClientSecurity) -> Result<Self, ProtocolError> {
-        let stream = security.connect(addr, timeout, client_id).await?;
+        let (stream, session) = security.connect_session(addr, timeout, client_id).await?;
         let (r, w) = stream.into_split();
         Ok(Self {
             reader: ResponseReader::new(r),
@@ -248,13 +279,37 @@ impl Connection {
             next_correlation_id: 1,
             client_id: StrBytes::from_string(client_id.to_owned()),
             addr: addr.to_owned(),
+            session,
+            outstanding: 0,
         })
     }
 
     /// Hands the connection to [`crate::shared_client::SharedConnection`]: its response reader,
-    /// its writer, the next correlation id and the client id.
-    pub(crate) fn into_parts(self) -> (ResponseReader<BrokerRead>, BrokerWrite, i32, StrBytes, String) {
-        (self.reader, self.writer, self.next_correlation_id, self.client_id, self.addr)
+    /// its writer, the next correlation id, the client id, the address and the SASL session.
+    pub(crate) fn into_parts(self) -> (ResponseReader<BrokerRead>, BrokerWrite, i32, StrBytes, String, Option<Session>) {
+        (self.reader, self.writer, self.next_correlation_id, self.client_id, self.addr, self.session)
+    }
+
+    /// Times this connection's SASL login was renewed (KIP-368).
+    pub fn renewals(&self) -> u64 {
+        self.session.as_ref().map_or(0, Session::renewals)
+    }
+
+    /// Renews the SASL login when it is due and nothing is in flight.
+    async fn renew_if_due(&mut self) -> Result<(), ProtocolError> {
+        if self.outstanding > 0 || !self.session.as_ref().is_some_and(|s| s.due(Instant::now())) {
+            return Ok(());
+        }
+        let Some(mut session) = self.session.take() else { return Ok(()) };
+        let mut inline = Inline {
+            reader: &mut self.reader,
+            writer: &mut self.writer,
+            next_correlation_id: &mut self.next_correlation_id,
+            client_id: &self.client_id,
+        };
+        let renewed = session.renew(&mut inline).await;
+        self.session = Some(session);
+        renewed
     }
 
     /// The address this connection was opened to.
@@ -271,6 +326,7 @@ impl Connection {
     /// Writes `req` without waiting for its response (pipelining). Responses arrive in request
     /// order; each must be collected with [`Connection::receive`] in that order.
     pub async fn send_request<R: Request>(&mut self, req: &R, version: i16) -> Result<Sent, ProtocolError> {
+        self.renew_if_due().await?;
         let correlation_id = self.next_correlation_id;
         self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         let (frame, sent) = request_frame(req, version, correlation_id, &self.client_id)?;
@@ -278,17 +334,20 @@ impl Connection {
             .write_all(&frame)
             .await
             .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        self.outstanding += 1;
         Ok(sent)
     }
 
     /// Reads the response to the oldest request sent with [`Connection::send_request`].
     pub async fn receive<R: Request>(&mut self, sent: Sent) -> Result<R::Response, ProtocolError> {
         let resp = self.read_frame().await?;
+        self.outstanding = self.outstanding.saturating_sub(1);
         decode_sent::<R>(&resp, sent)
     }
 
     /// Sends an already-encoded request frame and returns the raw response frame.
     pub async fn round_trip_raw(&mut self, frame: &[u8]) -> Result<Bytes, ProtocolError> {
+        self.renew_if_due().await?;
         self.writer
             .write_all(frame)
             .await

@@ -7,6 +7,12 @@
 //! whole by the writer task, and an unclaimed response is read and dropped. Any I/O or framing
 //! error closes the connection for every caller; reconnecting belongs to the owner of the pool.
 //!
+//! A connection whose SASL login's broker session expires (KIP-368) renews the login in the
+//! writer task: once due, before the next frame, the SaslHandshake and SaslAuthenticate requests
+//! go out in the stream's order (their responses come back after those of the requests before
+//! them), and no other frame is written until the login is renewed (`security::reauth`). A failed
+//! renewal closes the connection like any other error.
+//!
 //! A connection may have a request timeout ([`SharedConnection::with_request_timeout`]): a
 //! response not complete that long after its request was queued closes the connection (a broker
 //! answers a connection's requests in order, so every later response would wait behind a peer
@@ -26,6 +32,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::client::{Arrival, Connection, Sent, api_key, decode_sent, request_frame};
 use crate::error::{ProtocolError, Side};
+use crate::security::BrokerWrite;
+use crate::security::reauth::SaslRoundTrip;
+
+/// Longest wait for one SASL response of a renewal (after the responses queued before it).
+const RENEWAL_WAIT: Duration = Duration::from_secs(60);
 
 /// Frames queued for the writer before callers wait (backpressure, not a limit on in-flight).
 const WRITE_QUEUE: usize = 256;
@@ -80,7 +91,7 @@ pub struct SharedConnection {
 struct Inner {
     addr: String,
     client_id: StrBytes,
-    next_correlation_id: AtomicI32,
+    next_correlation_id: Arc<AtomicI32>,
     closed: Arc<AtomicBool>,
     writes: mpsc::Sender<(Frame, Reply)>,
     /// Closes the connection from the callers' side (a request timed out).
@@ -162,7 +173,8 @@ impl SharedConnection {
     }
 
     fn open(conn: Connection, request_timeout: Option<Duration>) -> Self {
-        let (mut reader, mut writer, next_id, client_id, addr) = conn.into_parts();
+        let (mut reader, mut writer, next_id, client_id, addr, mut session) = conn.into_parts();
+        let next_correlation_id = Arc::new(AtomicI32::new(next_id));
         let (writes, mut queue) = mpsc::channel::<(Frame, Reply)>(WRITE_QUEUE);
         let closed = Arc::new(AtomicBool::new(false));
         // Replies in wire order: the writer pushes before writing, the reader pops per response.
@@ -176,6 +188,7 @@ impl SharedConnection {
         {
             let pending = pending.clone();
             let closed = closed.clone();
+            let (next_id, client_id) = (next_correlation_id.clone(), client_id.clone());
             tokio::spawn(async move {
                 let failed = loop {
                     let next = tokio::select! {
@@ -183,6 +196,19 @@ impl SharedConnection {
                         _ = &mut dead_rx => break Some(closed_error("the connection failed")),
                     };
                     let Some((frame, reply)) = next else { break None };
+                    if let Some(s) = session.as_mut().filter(|s| s.due(tokio::time::Instant::now())) {
+                        let mut piped = Piped {
+                            writer: &mut writer,
+                            pending: &pending,
+                            next_correlation_id: &next_id,
+                            client_id: &client_id,
+                        };
+                        if let Err(e) = s.renew(&mut piped).await {
+                            tracing::warn!(error = %e, "renewing the SASL login (KIP-368 re-authentication) failed; closing the connection");
+                            let _ = reply.send(Err(closed_error("re-authentication failed")));
+                            break Some(e);
+                        }
+                    }
                     if let Ok(mut p) = pending.lock() {
                         p.push_back(reply);
                     }
@@ -241,7 +267,7 @@ impl SharedConnection {
             inner: Arc::new(Inner {
                 addr,
                 client_id,
-                next_correlation_id: AtomicI32::new(next_id),
+                next_correlation_id,
                 closed,
                 writes,
                 abort,
@@ -324,6 +350,36 @@ impl SharedConnection {
         let (tx, rx) = oneshot::channel();
         self.inner.writes.send((vec![frame], tx)).await.map_err(|_| closed_error("connection closed"))?;
         await_reply(rx, self.inner.request_timeout, &self.inner.abort).await
+    }
+}
+
+/// The SASL requests of a renewal, in the writer task: each goes out after the frames written
+/// before it and is answered in the stream's order; the next is written once it is answered.
+struct Piped<'a> {
+    writer: &'a mut BrokerWrite,
+    pending: &'a Mutex<VecDeque<Reply>>,
+    next_correlation_id: &'a AtomicI32,
+    client_id: &'a StrBytes,
+}
+
+impl SaslRoundTrip for Piped<'_> {
+    async fn round_trip<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        let id = self.next_correlation_id.fetch_add(1, Ordering::Relaxed);
+        let (frame, sent) = request_frame(req, version, id, self.client_id)?;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.push_back(tx);
+        }
+        self.writer
+            .write_all(&frame)
+            .await
+            .map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        self.writer.flush().await.map_err(|source| ProtocolError::Io { source, side: Side::Broker })?;
+        let (resp, _) = match tokio::time::timeout(RENEWAL_WAIT, rx).await {
+            Ok(r) => r.map_err(|_| closed_error("connection closed while re-authenticating"))??,
+            Err(_) => return Err(timed_out(RENEWAL_WAIT)),
+        };
+        decode_sent::<R>(&resp, sent)
     }
 }
 

@@ -1,5 +1,6 @@
 //! Opening a connection to a broker the way `security.protocol` says: TCP, then TLS when SSL or
-//! SASL_SSL, then SASL (SaslHandshake v1 + SaslAuthenticate v2, PLAIN or SCRAM) when SASL_*.
+//! SASL_SSL, then SASL (SaslHandshake v1 + SaslAuthenticate v2, PLAIN or SCRAM, `reauth`) when
+//! SASL_*.
 //! [`ClientSecurity`] is the resolved, ready-to-use form of a cluster's client properties (TLS
 //! configuration built, secrets read); [`BrokerStream`] is what callers read and write and split.
 //! What travels on the stream afterwards belongs to the callers (`client`, the proxy's sessions).
@@ -9,8 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::{SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse};
+use bytes::BytesMut;
 use kafka_protocol::protocol::{Request, StrBytes};
 use kmp_config::{ClientSecurityProps, SaslMechanism, SecretRef, parse_jaas};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
@@ -19,10 +19,19 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::scram::{Hash, SaltedCache, ScramClient};
+use super::reauth::Session;
+use super::scram::SaltedCache;
 use super::tls::{TlsError, client_config, server_name};
 use crate::client::{decode_sent, request_frame};
 use crate::error::ProtocolError;
+
+/// Broker connections this process opened (TCP connected), in total.
+static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many broker connections this process opened with [`ClientSecurity::connect`], in total.
+pub fn connections_opened() -> u64 {
+    OPENED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Largest SASL response accepted while authenticating (bytes).
 const MAX_SASL_RESPONSE: usize = 64 * 1024;
@@ -41,8 +50,24 @@ pub struct SaslLogin {
 }
 
 impl SaslLogin {
+    /// The SCRAM salted-password cache of this login.
+    pub(crate) fn salted(&self) -> &SaltedCache {
+        &self.salted
+    }
+
+    /// A PLAIN login of user `u` with password `p`, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests() -> Self {
+        Self {
+            mechanism: SaslMechanism::Plain,
+            username: "u".into(),
+            secret: SecretRef::Inline("p".into()),
+            salted: Default::default(),
+        }
+    }
+
     /// `(user, password)` as the secret reference says right now.
-    fn credentials(&self) -> Result<(String, String), String> {
+    pub(crate) fn credentials(&self) -> Result<(String, String), String> {
         let secret = self.secret.resolve()?;
         if self.username.is_empty() {
             // A referenced sasl.jaas.config: the whole line was the secret.
@@ -93,6 +118,15 @@ impl ClientSecurity {
         Self::default()
     }
 
+    /// Plain TCP with a SASL PLAIN login (user `u`, password `p`), for unit tests.
+    #[cfg(test)]
+    pub(crate) fn sasl_for_tests() -> Self {
+        Self {
+            tls: None,
+            sasl: Some(SaslLogin::for_tests()),
+        }
+    }
+
     /// Builds the TLS configuration and resolves the secrets of `props` (files are read now).
     pub fn build(props: &ClientSecurityProps) -> Result<Self, SecurityError> {
         let tls = if props.protocol.tls() {
@@ -138,9 +172,16 @@ impl ClientSecurity {
 
     /// Connects to `addr` within `timeout` (TCP, TLS handshake and SASL together).
     pub async fn connect(&self, addr: &str, timeout: Duration, client_id: &str) -> Result<BrokerStream, ProtocolError> {
+        Ok(self.connect_session(addr, timeout, client_id).await?.0)
+    }
+
+    /// [`ClientSecurity::connect`], also returning the SASL login's session with the broker (for
+    /// re-authentication before it expires, `reauth`).
+    pub async fn connect_session(&self, addr: &str, timeout: Duration, client_id: &str) -> Result<(BrokerStream, Option<Session>), ProtocolError> {
         let fail = |detail: String| ProtocolError::Connect { addr: addr.to_owned(), detail };
         let work = async {
             let tcp = TcpStream::connect(addr).await.map_err(|e| fail(e.to_string()))?;
+            OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let _ = tcp.set_nodelay(true);
             let mut stream = match &self.tls {
                 None => BrokerStream::Plain(tcp),
@@ -153,13 +194,21 @@ impl ClientSecurity {
                     BrokerStream::Tls(Box::new(tls))
                 }
             };
+            let mut session = None;
             if let Some(login) = &self.sasl {
-                authenticate(&mut stream, login, client_id).await.map_err(|e| match e {
+                let began = tokio::time::Instant::now();
+                let mut fresh = Fresh {
+                    stream: &mut stream,
+                    client_id,
+                    next_id: 0,
+                };
+                let lifetime = super::reauth::login(&mut fresh, login).await.map_err(|e| match e {
                     ProtocolError::Authentication { detail, .. } => ProtocolError::Authentication { addr: addr.to_owned(), detail },
                     e => e,
                 })?;
+                session = Some(Session::new(login.clone(), lifetime, began));
             }
-            Ok(stream)
+            Ok((stream, session))
         };
         tokio::time::timeout(timeout, work)
             .await
@@ -174,49 +223,18 @@ fn tls_reason(e: &io::Error) -> String {
     }
 }
 
-/// Runs the SASL exchange for `login` on a freshly opened stream.
-async fn authenticate(stream: &mut BrokerStream, login: &SaslLogin, client_id: &str) -> Result<(), ProtocolError> {
-    let auth_err = |detail: String| ProtocolError::Authentication { addr: String::new(), detail };
-    let mut req = SaslHandshakeRequest::default();
-    req.mechanism = StrBytes::from_static_str(login.mechanism.name());
-    let resp: SaslHandshakeResponse = exchange(stream, &req, 1, 1, client_id).await?;
-    if resp.error_code != 0 {
-        return Err(auth_err(format!(
-            "the broker does not enable SASL mechanism {} (error {}; it offers {})",
-            login.mechanism.name(),
-            resp.error_code,
-            resp.mechanisms.iter().map(|m| m.as_str()).collect::<Vec<_>>().join(", ")
-        )));
+/// A fresh stream's SASL requests: written and answered one at a time, correlation ids from 1.
+struct Fresh<'a> {
+    stream: &'a mut BrokerStream,
+    client_id: &'a str,
+    next_id: i32,
+}
+
+impl super::reauth::SaslRoundTrip for Fresh<'_> {
+    async fn round_trip<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response, ProtocolError> {
+        self.next_id += 1;
+        exchange(self.stream, req, version, self.next_id, self.client_id).await
     }
-    let step = async |stream: &mut BrokerStream, bytes: Vec<u8>, id: i32| -> Result<Bytes, ProtocolError> {
-        let mut req = SaslAuthenticateRequest::default();
-        req.auth_bytes = Bytes::from(bytes);
-        let resp: SaslAuthenticateResponse = exchange(stream, &req, 2, id, client_id).await?;
-        if resp.error_code != 0 {
-            let msg = resp.error_message.as_ref().map(|m| m.as_str().to_owned()).unwrap_or_default();
-            return Err(auth_err(format!("authentication failed (error {}): {msg}", resp.error_code)));
-        }
-        Ok(resp.auth_bytes)
-    };
-    let (username, password) = login.credentials().map_err(|e| auth_err(format!("credentials: {e}")))?;
-    match Hash::of(login.mechanism) {
-        None => {
-            let mut msg = Vec::with_capacity(username.len() + password.len() + 2);
-            msg.push(0);
-            msg.extend_from_slice(username.as_bytes());
-            msg.push(0);
-            msg.extend_from_slice(password.as_bytes());
-            step(stream, msg, 2).await?;
-        }
-        Some(hash) => {
-            let mut scram = ScramClient::new(hash, &username, &password);
-            let server_first = step(stream, scram.first(), 2).await?;
-            let fin = scram.respond_cached(&server_first, &login.salted).map_err(|e| auth_err(e.to_string()))?;
-            let server_final = step(stream, fin, 3).await?;
-            scram.verify_final(&server_final).map_err(|e| auth_err(e.to_string()))?;
-        }
-    }
-    Ok(())
 }
 
 /// Sends one request and reads its response, before the stream is handed on: exactly one frame is

@@ -54,6 +54,7 @@ use crate::net::tls::TlsIdentity;
 use crate::shared::Shared;
 
 mod admin_slots;
+mod broker_links;
 mod collectors;
 mod dashboard;
 mod election_status;
@@ -157,6 +158,11 @@ pub(crate) fn register_collectors(metrics: &crate::metrics::Metrics, engines: &k
         "engine election",
         move || slot.election(),
         election_status::encode,
+    )));
+    metrics.register_collector(Box::new(collectors::Scraped::new(
+        "broker connections",
+        || Some(broker_links::sample()),
+        broker_links::encode,
     )));
 }
 
