@@ -10,6 +10,6 @@ pub mod scram;
 pub mod stream;
 pub mod tls;
 
-pub use reauth::{Session, renewals_total};
+pub use reauth::{SaslRoundTrip, Session, renewals_total};
 pub use stream::{BrokerRead, BrokerStream, BrokerWrite, ClientSecurity, SaslLogin, SecurityError, connections_opened};
 pub use tls::TlsError;

@@ -28,8 +28,10 @@ pub fn renewals_total() -> u64 {
     RENEWALS.load(Ordering::Relaxed)
 }
 
-/// How one SASL request reaches the broker and its response comes back.
-pub(crate) trait SaslRoundTrip {
+/// How one SASL request reaches the broker and its response comes back (implemented by each
+/// connection type for its own framing; used with static dispatch only).
+#[allow(async_fn_in_trait)]
+pub trait SaslRoundTrip {
     /// Sends `req` at `version` and returns its response.
     async fn round_trip<R: Request>(&mut self, req: &R, version: i16) -> Result<R::Response, ProtocolError>;
 }
@@ -58,7 +60,7 @@ impl Session {
     }
 
     /// Whether the login must be renewed before the next request (at `now`).
-    pub(crate) fn due(&self, now: Instant) -> bool {
+    pub fn due(&self, now: Instant) -> bool {
         self.renew_at.is_some_and(|t| now >= t)
     }
 
@@ -69,7 +71,7 @@ impl Session {
 
     /// Logs in again over `t` (the connection, with no request of its own in flight) and starts
     /// the new session's clock.
-    pub(crate) async fn renew<T: SaslRoundTrip>(&mut self, t: &mut T) -> Result<(), ProtocolError> {
+    pub async fn renew<T: SaslRoundTrip>(&mut self, t: &mut T) -> Result<(), ProtocolError> {
         let began = Instant::now();
         let lifetime = login(t, &self.login).await?;
         self.renew_at = lifetime.map(|l| began + l * RENEW_AT_PERCENT / 100);

@@ -97,9 +97,9 @@ async fn serve(
     let upstream: session::Connecting<_> = Box::pin(
         async move {
             match opening.connector.connect(target, &opening.cluster).await {
-                Ok((upstream, addr)) => {
+                Ok((opened, addr)) => {
                     tracing::debug!(upstream = %addr, "connected");
-                    Ok(upstream)
+                    Ok(opened)
                 }
                 Err(e) => {
                     opening.metrics.upstream_connect_errors.inc();

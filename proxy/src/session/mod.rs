@@ -41,6 +41,7 @@ use splice::SpliceSocket;
 use stream_copy::{CopyError, Scan, Upstream};
 
 pub(crate) mod accept;
+mod renewal;
 mod splice;
 mod stream_copy;
 mod write_stall;
@@ -66,6 +67,10 @@ enum Pending {
     },
     /// Write a response the proxy produced itself.
     Local { api_key: i16, frame: Bytes, started: Instant },
+    /// Read the next upstream response (it must carry `correlation_id`) and hand it to `reply`,
+    /// not to the client: the proxy's own request on the client's upstream connection (renewing
+    /// its SASL login, `renewal`).
+    Internal { correlation_id: i32, reply: oneshot::Sender<Bytes> },
 }
 
 /// Whether a forwarded request's response may be streamed (`stream_copy`) instead of read whole
@@ -127,6 +132,7 @@ pub(crate) async fn run<C: SplitStream, U: SplitStream>(
     let up_w = Opening {
         connect: Some((upstream, read_tx)),
         write: None,
+        session: None,
     };
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT);
     let in_flight = Arc::new(AtomicUsize::new(0));
@@ -140,7 +146,7 @@ pub(crate) async fn run<C: SplitStream, U: SplitStream>(
 /// Opening the upstream connection: not started until the first request must be written to it,
 /// so a connection that never sends one (or, in termination mode, has not authenticated and is
 /// answered by the proxy) holds no broker connection.
-pub(crate) type Connecting<U> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<U, ProxyError>> + Send>>;
+pub(crate) type Connecting<U> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(U, Option<kmp_protocol::security::Session>), ProxyError>> + Send>>;
 
 /// The request side's half of the upstream connection: opening until the first write needs it;
 /// then its read half goes to the response side.
@@ -148,6 +154,9 @@ struct Opening<U: SplitStream> {
     /// The connect task and where its read half goes; `None` once open.
     connect: Option<(Connecting<U>, oneshot::Sender<U::Read>)>,
     write: Option<U::Write>,
+    /// Termination mode: the proxy's SASL session on this connection (renewed before the broker's
+    /// lifetime ends, `renewal`).
+    session: Option<kmp_protocol::security::Session>,
 }
 
 impl<U: SplitStream> Opening<U> {
@@ -158,12 +167,29 @@ impl<U: SplitStream> Opening<U> {
     /// The write half, once the connection is open (its error otherwise: the session ends).
     async fn writer(&mut self) -> Result<&mut U::Write, ProxyError> {
         if let Some((connect, read_tx)) = self.connect.take() {
-            let stream = connect.await?;
+            let (stream, session) = connect.await?;
             let (r, w) = stream.split_stream();
             let _ = read_tx.send(r);
             self.write = Some(w);
+            self.session = session;
         }
         self.write.as_mut().ok_or(ProxyError::NoUpstream)
+    }
+
+    /// Renews the proxy's SASL login on the open connection when it is due: before the next
+    /// request is queued, so that the login's requests and answers keep the stream's order.
+    async fn renew_if_due(&mut self, tx: &mpsc::Sender<Pending>) -> Result<(), ProxyError> {
+        let (Some(write), Some(session)) = (self.write.as_mut(), self.session.as_mut()) else {
+            return Ok(());
+        };
+        if !session.due(tokio::time::Instant::now()) {
+            return Ok(());
+        }
+        let mut renewal = renewal::Renewal::new(write, tx);
+        session.renew(&mut renewal).await.map_err(|e| {
+            warn!(error = %e, "renewing the proxy's SASL login on the upstream connection (KIP-368) failed; closing the connection");
+            ProxyError::Protocol(e)
+        })
     }
 }
 
@@ -259,7 +285,11 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
             ProxyError::Protocol(e) => client_error(shared, e),
             e => e,
         })? {
-            Outcome::Forward { frame, merge } => (frame, merge),
+            Outcome::Forward { frame, merge } => {
+                // Before this request is queued: a due renewal of the proxy's login goes first.
+                up_w.renew_if_due(&tx).await?;
+                (frame, merge)
+            }
             Outcome::Answer(response) => {
                 if let Some(frame) = response
                     && !answer_here(&tx, p.api_key, frame, started).await
@@ -364,6 +394,17 @@ async fn response_side<R: AsyncRead + Unpin + SpliceSocket, W: AsyncWrite + Unpi
             }
         }
         let (api_key, len, started) = match pending {
+            Pending::Internal { correlation_id, reply } => {
+                let Some(upstream) = upstream.as_mut() else { return Ok(()) };
+                match upstream.whole(correlation_id, &shared.limits.response_budget).await {
+                    Ok(Some((frame, _held))) => {
+                        let _ = reply.send(frame);
+                    }
+                    Ok(None) => return Ok(()),
+                    Err(e) => return Err(broker_error(shared, e)),
+                }
+                continue;
+            }
             Pending::Local { api_key, frame, started } => {
                 write_client(&mut client_w, &frame, stall, m).await?;
                 (api_key, frame.len(), started)

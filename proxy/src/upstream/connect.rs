@@ -21,6 +21,10 @@ use crate::upstream::cluster::ClusterView;
 /// The stream type of an upstream connection (TCP or TLS, authenticated when configured).
 pub(crate) type UpstreamStream = BrokerStream;
 
+/// An opened upstream connection and, in termination mode, the proxy's SASL session on it (the
+/// session renews it before the broker's lifetime ends, `session`).
+pub(crate) type Opened = (UpstreamStream, Option<kmp_protocol::security::Session>);
+
 /// What a client listener forwards to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Target {
@@ -69,7 +73,7 @@ impl Connector {
     }
 
     /// Opens a connection for `target`.
-    pub(crate) async fn connect(&self, target: Target, cluster: &ClusterView) -> Result<(UpstreamStream, String), ProxyError> {
+    pub(crate) async fn connect(&self, target: Target, cluster: &ClusterView) -> Result<(Opened, String), ProxyError> {
         match target {
             Target::Node(id) => match cluster.upstream_addr(id) {
                 Some(addr) => Ok((self.connect_addr(&addr).await?, addr)),
@@ -89,7 +93,7 @@ impl Connector {
         (0..n).map(|i| self.bootstrap[(start + i) % n].clone()).collect()
     }
 
-    async fn connect_bootstrap(&self) -> Result<(UpstreamStream, String), ProxyError> {
+    async fn connect_bootstrap(&self) -> Result<(Opened, String), ProxyError> {
         let mut last = None;
         for addr in self.bootstrap_order() {
             match self.connect_addr(&addr).await {
@@ -103,10 +107,13 @@ impl Connector {
         Err(last.unwrap_or(ProxyError::NoUpstream))
     }
 
-    pub(crate) async fn connect_addr(&self, addr: &str) -> Result<UpstreamStream, ProxyError> {
-        self.clients.connect(addr, self.timeout, "kafka-mirror-proxy").await.map_err(|e| match e {
-            ProtocolError::Connect { detail, .. } => ProxyError::UpstreamConnect { addr: addr.to_owned(), detail },
-            e => ProxyError::Protocol(e),
-        })
+    pub(crate) async fn connect_addr(&self, addr: &str) -> Result<Opened, ProxyError> {
+        self.clients
+            .connect_session(addr, self.timeout, "kafka-mirror-proxy")
+            .await
+            .map_err(|e| match e {
+                ProtocolError::Connect { detail, .. } => ProxyError::UpstreamConnect { addr: addr.to_owned(), detail },
+                e => ProxyError::Protocol(e),
+            })
     }
 }
