@@ -57,6 +57,12 @@ pub struct ClientAuthConfig {
     /// Terminate mode: how long a client may take from connecting to having authenticated; then
     /// the connection is closed. Default 10000 ms.
     pub timeout_ms: u64,
+    /// Terminate mode: milliseconds a client's SASL login holds (Kafka's
+    /// `connections.max.reauth.ms`, KIP-368): the proxy tells clients the lifetime in its
+    /// SaslAuthenticate answer, clients that support re-authentication (Kafka's Java client,
+    /// librdkafka) log in again on the connection before it ends, and a connection that sends
+    /// any other request after its session ended is closed. 0 (default): sessions never end.
+    pub session_lifetime_ms: u64,
     /// Terminate mode: principals (`User:name` or the bare user name, or a certificate subject)
     /// that may use the security-administration APIs through the proxy — delegation tokens,
     /// SCRAM credentials, ACLs, client quotas, features and broker registration. Every client
@@ -76,6 +82,7 @@ impl Default for ClientAuthConfig {
             credentials_file: None,
             max_receive_bytes: DEFAULT_MAX_RECEIVE_BYTES,
             timeout_ms: 10_000,
+            session_lifetime_ms: 0,
             admin_principals: Vec::new(),
         }
     }

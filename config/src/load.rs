@@ -327,6 +327,31 @@ mod mirror_rules {
 }
 
 #[cfg(test)]
+mod session_lifetime {
+    #[test]
+    fn a_client_session_lifetime_is_at_least_a_second_and_only_in_termination_mode() {
+        let base = "[upstream]\nbootstrap_servers = [\"d:1\"]\n[listener.auth]\n";
+        let ok = crate::parse_toml(&format!("{base}mode = \"terminate\"\nmechanisms = []\nsession_lifetime_ms = 10000\n")).unwrap();
+        assert_eq!(ok.listener.auth.session_lifetime_ms, 10_000);
+        let crate::ConfigErrors(errs) = crate::parse_toml(&format!("{base}mode = \"terminate\"\nmechanisms = []\nsession_lifetime_ms = 500\n"))
+            .unwrap()
+            .validate()
+            .expect_err("below a second");
+        assert!(errs.iter().any(|e| e.key == "listener.auth.session_lifetime_ms"), "{errs:?}");
+        let crate::ConfigErrors(errs) = crate::parse_toml(&format!("{base}session_lifetime_ms = 10000\n"))
+            .unwrap()
+            .validate()
+            .expect_err("pass-through");
+        assert!(
+            errs.iter()
+                .any(|e| e.key == "listener.auth.session_lifetime_ms" && e.message.contains("terminate")),
+            "{errs:?}"
+        );
+        assert_eq!(crate::parse_toml(base).unwrap().listener.auth.session_lifetime_ms, 0, "off by default");
+    }
+}
+
+#[cfg(test)]
 mod role {
     use std::collections::HashMap;
 

@@ -87,6 +87,19 @@ impl Config {
         if auth.timeout_ms < 100 {
             err("listener.auth.timeout_ms", "must be at least 100".to_owned());
         }
+        if auth.session_lifetime_ms != 0 && auth.session_lifetime_ms < 1_000 {
+            // Kafka refuses re-authenticating more than once a second.
+            err(
+                "listener.auth.session_lifetime_ms",
+                "must be 0 (sessions never end) or at least 1000".to_owned(),
+            );
+        }
+        if auth.session_lifetime_ms != 0 && auth.mode != crate::AuthMode::Terminate {
+            err(
+                "listener.auth.session_lifetime_ms",
+                "only with mode = \"terminate\" (in pass-through the broker's connections.max.reauth.ms decides)".to_owned(),
+            );
+        }
         if auth.mode == crate::AuthMode::Terminate {
             for m in &auth.mechanisms {
                 if crate::SaslMechanism::parse(m).is_none() {

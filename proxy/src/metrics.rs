@@ -75,6 +75,8 @@ pub(crate) struct Metrics {
     pub(crate) known_brokers: Gauge,
     pub(crate) masked_fetch_responses: Counter,
     pub(crate) refused_mirror_topic_changes: Counter,
+    /// Termination mode: logins clients renewed on their connections (KIP-368).
+    pub(crate) client_reauthentications: Counter,
     /// Produce partitions refused per mirror topic (only mirror topics: bounded by the catalog).
     refused_produces: Family<TopicLabel, Counter>,
     refused_requests: Family<ReasonLabel, Counter>,
@@ -159,6 +161,13 @@ impl Metrics {
             refused_mirror_topic_changes.clone(),
         );
 
+        let client_reauthentications = Counter::default();
+        registry.register(
+            "client_reauthentications",
+            "Termination mode: SASL logins clients renewed on their connections before their session ended (KIP-368)",
+            client_reauthentications.clone(),
+        );
+
         let refused_produces = Family::<TopicLabel, Counter>::default();
         registry.register(
             "mirror_topic_produces_refused",
@@ -221,6 +230,7 @@ impl Metrics {
             known_brokers,
             masked_fetch_responses,
             refused_mirror_topic_changes,
+            client_reauthentications,
             refused_produces,
             refused_requests,
             connections_refused,

@@ -212,7 +212,7 @@ impl Security {
     /// The termination filter when `listener.auth.mode = "terminate"`.
     fn terminator(&self, config: &Config) -> Option<SaslTerminator> {
         let auth = &config.listener.auth;
-        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone()))
+        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone(), auth.session_lifetime_ms))
     }
 
     /// Everything reloaded from files.

@@ -17,12 +17,18 @@ through it). What must hold:
 In termination mode the proxy logs in to the broker with its own identity on every client's upstream
 connection: those logins are renewed between the client's requests in the same way, so the clients
 (authenticated by the proxy) see no failed request and the proxy opens no new upstream connection.
-A session lifetime the proxy would enforce on its own clients (it answers them
-`session_lifetime_ms = 0`) is not covered: not implemented yet (see the issue's closing note)."""
+And the proxy enforces a session lifetime on its own clients (`listener.auth.session_lifetime_ms`,
+10 s here): it tells them in its SaslAuthenticate answer, librdkafka logs in again on its
+connections before it ends (`kmp_client_reauthentications_total`), and a raw client that does not
+is closed at its first request after its session ended, as a Kafka broker closes it."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -34,6 +40,9 @@ from kmp_common import PROXY_BIN, KafkaCluster, ProxyProcess, free_port_block, u
 from tier import dial
 from tls.conftest import secure_listeners
 from tls.tls_clients import create_topic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+import sec_wire  # noqa: E402
 
 REAUTH_MS = 10_000
 RUN_SECONDS = dial("reauth_seconds", 40, 200, "KMP_REAUTH_SECONDS")
@@ -260,8 +269,9 @@ key_file = "{tls_certs.proxy.key}"
 
 [listener.auth]
 mode = "terminate"
-mechanisms = ["SCRAM-SHA-512"]
+mechanisms = ["SCRAM-SHA-512", "PLAIN"]
 credentials_file = "{users}"
+session_lifetime_ms = {REAUTH_MS}
 
 [upstream]
 metadata_refresh_interval_ms = 600000
@@ -288,8 +298,29 @@ enabled = false
         load = Load(via_proxy, topic, "term", group=unique("reauth-term-group"))
         time.sleep(5)  # the clients' connections are open and past their first requests
         before, started = metrics(proxy), time.time()
-        time.sleep(RUN_SECONDS)
+        clients_before = proxy.metric("kmp_client_reauthentications_total")
+        # Meanwhile a raw client logs in and then does not re-authenticate: its session ends.
+        ctx = ssl.create_default_context(cafile=str(tls_certs.ca.cert))
+        raw = ctx.wrap_socket(socket.create_connection(("127.0.0.1", proxy.port), timeout=15), server_hostname="127.0.0.1")
+        raw.sendall(sec_wire.sasl_handshake_v1(1, "PLAIN"))
+        sec_wire.read_response(raw)
+        raw.sendall(sec_wire.sasl_authenticate_v1(2, "alice", tls_users["alice"]))
+        _, body = sec_wire.read_response(raw)
+        code, (msg_len,) = struct.unpack_from(">h", body)[0], struct.unpack_from(">h", body, 2)
+        pos = 4 + max(msg_len, 0)
+        (auth_len,) = struct.unpack_from(">i", body, pos)
+        (lifetime,) = struct.unpack_from(">q", body, pos + 4 + max(auth_len, 0))
+        assert code == 0 and lifetime == REAUTH_MS, f"the proxy tells the client its session lifetime: error {code}, session_lifetime_ms {lifetime}"
+        raw.sendall(sec_wire.api_versions_v0(3))
+        assert sec_wire.read_response(raw)[0] == 3, "within its session the client is served"
+        time.sleep(REAUTH_MS / 1000 + 1)
+        raw.sendall(sec_wire.api_versions_v0(4))
+        assert sec_wire.closed_by_peer(raw, 10), "a request after the session ended (no re-authentication) closes the connection"
+        raw.close()
+        time.sleep(max(0, RUN_SECONDS - (time.time() - started)))
         after = metrics(proxy)
+        clients_renewed = proxy.metric("kmp_client_reauthentications_total") - clients_before
+        expired = proxy.metric("kmp_connections_closed_by_limit_total", 'reason="session_expired"')
         load.stop()
         elapsed = time.time() - started
         assert not load.errors, f"a client request through the terminating proxy failed: {load.errors[:3]}"
@@ -299,10 +330,13 @@ enabled = false
         opened = after["kmp_broker_connections_opened_total"] - before["kmp_broker_connections_opened_total"]
         assert opened <= 2, f"no upstream connection was closed and opened again: {opened} opened beside {renewed} renewals in {elapsed:.0f}s"
         assert renewed >= elapsed / 8.5, f"the proxy's upstream logins were renewed: {renewed} renewals in {elapsed:.0f}s"
+        assert clients_renewed >= elapsed / 10, f"librdkafka re-authenticated with the proxy: {clients_renewed} in {elapsed:.0f}s"
+        assert expired == 1, f"only the raw client that never re-authenticated was closed for its session: {expired}"
         log = proxy.log()
         for broken in ("broker closed the connection", "failed; closing the connection"):
             assert broken not in log, f"the proxy's log shows {broken!r}:\n" + "\n".join(l for l in log.splitlines() if broken in l)[:3000]
-        print(f"\ntermination mode: {renewed:.0f} upstream logins renewed, {opened:.0f} connections opened in {elapsed:.0f}s; "
+        print(f"\ntermination mode: {renewed:.0f} upstream logins renewed, {clients_renewed:.0f} client logins renewed, "
+              f"{opened:.0f} connections opened in {elapsed:.0f}s; "
               f"{len(load.delivered)} records produced and read through the proxy")
     finally:
         assert proxy.stop() == 0, f"the proxy exits 0 on SIGTERM:\n{proxy.log()[-3000:]}"

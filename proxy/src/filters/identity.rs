@@ -42,9 +42,13 @@ impl SaslState {
 pub(crate) enum Progress {
     #[default]
     Start,
-    /// SaslHandshake accepted this mechanism; SaslAuthenticate steps follow.
-    Handshaken(SaslMechanism, Option<Box<ScramServer>>),
-    Authenticated,
+    /// SaslHandshake accepted this mechanism; SaslAuthenticate steps follow. `Some(principal)`:
+    /// a re-authentication (KIP-368) of a connection authenticated as `principal`, which the new
+    /// login must name again.
+    Handshaken(SaslMechanism, Option<Box<ScramServer>>, Option<String>),
+    /// Authenticated; `until`: when the session ends (`listener.auth.session_lifetime_ms`), after
+    /// which only a re-authentication is accepted.
+    Authenticated { until: Option<std::time::Instant> },
     /// Failed: the connection is closed at its next request.
     Failed,
 }

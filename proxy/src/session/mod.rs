@@ -224,12 +224,16 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
     let auth_deadline = tokio::time::sleep(Duration::from_millis(auth.timeout_ms));
     tokio::pin!(auth_deadline);
     let mut waits = 0;
+    // The authentication deadline holds for the first login only; a re-authentication later
+    // (KIP-368) is bounded by the session lifetime it renews.
+    let mut authenticated_once = false;
     loop {
         if *stop.borrow() {
             debug!("draining: no new requests read");
             return Ok(());
         }
         let authenticating = crate::filters::sasl_terminate::authenticating(conn);
+        authenticated_once |= !authenticating;
         reader.set_max(if authenticating { auth.max_receive_bytes.min(max_frame) } else { max_frame });
         // A started frame is bounded by the reader (frame timeout); between frames, idleness. One
         // timer per connection, re-armed only when it fires (not per request).
@@ -242,7 +246,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
                 }
                 continue;
             }
-            _ = &mut auth_deadline, if authenticating => {
+            _ = &mut auth_deadline, if authenticating && !authenticated_once => {
                 m.connection_closed("authentication_timeout");
                 debug!(timeout = ?Duration::from_millis(auth.timeout_ms), "closing connection: not authenticated in time");
                 return Err(ProxyError::Timeout("authentication"));

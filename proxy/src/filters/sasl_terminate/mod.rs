@@ -84,14 +84,17 @@ pub(crate) struct SaslTerminator {
     mechanisms: Vec<SaslMechanism>,
     credentials: Option<Arc<CredentialStore>>,
     backoff: login_backoff::LoginBackoff,
+    /// `listener.auth.session_lifetime_ms` (`None`: sessions never end).
+    lifetime: Option<std::time::Duration>,
 }
 
 impl SaslTerminator {
-    pub(crate) fn new(mechanisms: &[String], credentials: Option<Arc<CredentialStore>>) -> Self {
+    pub(crate) fn new(mechanisms: &[String], credentials: Option<Arc<CredentialStore>>, session_lifetime_ms: u64) -> Self {
         Self {
             mechanisms: mechanisms.iter().filter_map(|m| SaslMechanism::parse(m)).collect(),
             credentials,
             backoff: Default::default(),
+            lifetime: (session_lifetime_ms > 0).then(|| std::time::Duration::from_millis(session_lifetime_ms)),
         }
     }
 
@@ -112,7 +115,7 @@ fn refuse(detail: &str) -> ProxyError {
 /// and SASL requests (termination mode with mechanisms offered, not authenticated yet).
 pub(crate) fn authenticating(conn: &Conn) -> bool {
     let auth = &conn.shared.config.listener.auth;
-    auth.mode == kmp_config::AuthMode::Terminate && !auth.mechanisms.is_empty() && !matches!(*lock(conn), Progress::Authenticated)
+    auth.mode == kmp_config::AuthMode::Terminate && !auth.mechanisms.is_empty() && !matches!(*lock(conn), Progress::Authenticated { .. })
 }
 
 fn lock(conn: &Conn) -> std::sync::MutexGuard<'_, Progress> {
@@ -122,8 +125,13 @@ fn lock(conn: &Conn) -> std::sync::MutexGuard<'_, Progress> {
 impl Filter for SaslTerminator {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         let sasl_api = x.api_key == ApiKey::SaslHandshake as i16 || x.api_key == ApiKey::SaslAuthenticate as i16;
-        // The common case, an authenticated connection's ordinary request, costs one lock.
-        sasl_api || !matches!(*lock(conn), Progress::Authenticated) && !self.mechanisms.is_empty()
+        // The common case, an authenticated connection's ordinary request, costs one lock (and
+        // with a session lifetime, reading the clock).
+        sasl_api
+            || match &*lock(conn) {
+                Progress::Authenticated { until } => until.is_some_and(|t| std::time::Instant::now() >= t),
+                _ => !self.mechanisms.is_empty(),
+            }
     }
 
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
@@ -137,6 +145,16 @@ impl Filter for SaslTerminator {
             if x.api_key == ApiKey::SaslAuthenticate as i16 {
                 let (frame, version, id) = (x.frame().clone(), x.api_version, x.correlation_id);
                 return self.authenticate(frame, version, id, conn).await.map(|f| Flow::Answer(Some(f)));
+            }
+            if let Progress::Authenticated { until: Some(t) } = &*lock(conn)
+                && std::time::Instant::now() >= *t
+            {
+                // As a Kafka broker does with an expired session (KIP-368).
+                conn.shared.metrics.connection_closed("session_expired");
+                return Err(refuse(&format!(
+                    "api key {} after the client's SASL session ended (listener.auth.session_lifetime_ms) without re-authentication",
+                    x.api_key
+                )));
             }
             if x.api_key == ApiKey::ApiVersions as i16 {
                 return Ok(Flow::Continue);
@@ -156,9 +174,16 @@ impl SaslTerminator {
         let mut resp = SaslHandshakeResponse::default();
         resp.mechanisms = self.names();
         let mut progress = lock(conn);
-        match (&*progress, SaslMechanism::parse(req.mechanism.as_str()).filter(|m| self.mechanisms.contains(m))) {
-            (Progress::Start, Some(m)) => {
-                *progress = Progress::Handshaken(m, Hash::of(m).map(|h| Box::new(ScramServer::new(h))));
+        // A handshake on an authenticated connection begins a re-authentication (KIP-368) when
+        // sessions have a lifetime; its login must name the same principal.
+        let reauth_of = match &*progress {
+            Progress::Authenticated { .. } if self.lifetime.is_some() => conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).principal.clone().map(Some),
+            Progress::Start => Some(None),
+            _ => None,
+        };
+        match (reauth_of, SaslMechanism::parse(req.mechanism.as_str()).filter(|m| self.mechanisms.contains(m))) {
+            (Some(reauth_of), Some(m)) => {
+                *progress = Progress::Handshaken(m, Hash::of(m).map(|h| Box::new(ScramServer::new(h))), reauth_of);
                 let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
                 *s = SaslState {
                     started: true,
@@ -166,7 +191,7 @@ impl SaslTerminator {
                     ..SaslState::default()
                 };
             }
-            (Progress::Start, None) => resp.error_code = UNSUPPORTED_SASL_MECHANISM,
+            (Some(_), None) => resp.error_code = UNSUPPORTED_SASL_MECHANISM,
             _ => resp.error_code = ILLEGAL_SASL_STATE,
         }
         Ok(encode_response(x.correlation_id, ApiKey::SaslHandshake, x.api_version, &resp)?)
@@ -198,10 +223,26 @@ impl SaslTerminator {
             }
         };
         match outcome {
-            Ok((None, msg)) => self.answer(x, 0, "", msg),
+            Ok((None, msg)) => self.answer_step(x, msg),
             Ok((Some(user), msg)) => {
+                let reauth_of = match &*lock(conn) {
+                    Progress::Handshaken(_, _, reauth_of) => reauth_of.clone(),
+                    _ => None,
+                };
+                if reauth_of.as_ref().is_some_and(|p| *p != user) {
+                    // Kafka refuses a re-authentication as another principal.
+                    *lock(conn) = Progress::Failed;
+                    conn.shared.metrics.refused("sasl_reauthentication_principal_changed", 1);
+                    tracing::info!(peer = %conn.peer, "client re-authentication named another principal; closing");
+                    return self.answer(x, SASL_AUTHENTICATION_FAILED, "Cannot change principals during re-authentication", Bytes::new());
+                }
                 self.backoff.succeeded(conn.peer.ip());
-                *lock(conn) = Progress::Authenticated;
+                if reauth_of.is_some() {
+                    conn.shared.metrics.client_reauthentications.inc();
+                }
+                *lock(conn) = Progress::Authenticated {
+                    until: self.lifetime.map(|l| std::time::Instant::now() + l),
+                };
                 let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
                 s.principal = Some(user.clone());
                 s.accepted_steps = 1;
@@ -232,8 +273,8 @@ impl SaslTerminator {
     ) -> Result<Option<Result<ServerStep, kmp_protocol::security::scram::ScramError>>, ()> {
         let mut progress = lock(conn);
         match &mut *progress {
-            Progress::Handshaken(SaslMechanism::Plain, _) => Ok(None),
-            Progress::Handshaken(mechanism, Some(scram)) => {
+            Progress::Handshaken(SaslMechanism::Plain, _, _) => Ok(None),
+            Progress::Handshaken(mechanism, Some(scram), _) => {
                 let hash = Hash::of(*mechanism);
                 Ok(Some(scram.step(auth, &|user| hash.and_then(|h| credentials.scram(user, h)))))
             }
@@ -244,12 +285,24 @@ impl SaslTerminator {
         }
     }
 
+    /// An intermediate SCRAM step's answer (no session lifetime yet, as Kafka answers it).
+    fn answer_step(&self, (correlation_id, version): (i32, i16), auth: Bytes) -> Result<Bytes, ProxyError> {
+        let mut resp = SaslAuthenticateResponse::default();
+        resp.auth_bytes = auth;
+        Ok(encode_response(correlation_id, ApiKey::SaslAuthenticate, version, &resp)?)
+    }
+
+    /// The final answer: `code` 0 (authenticated, with the session lifetime) or the failure.
     fn answer(&self, (correlation_id, version): (i32, i16), code: i16, message: &str, auth: Bytes) -> Result<Bytes, ProxyError> {
         let mut resp = SaslAuthenticateResponse::default();
         resp.error_code = code;
         resp.error_message = (code != 0).then(|| StrBytes::from_string(message.to_owned()));
         resp.auth_bytes = auth;
-        resp.session_lifetime_ms = 0;
+        // Told on success (KIP-368: SaslAuthenticate v1+); 0: the session does not end.
+        resp.session_lifetime_ms = match (code, self.lifetime) {
+            (0, Some(l)) => i64::try_from(l.as_millis()).unwrap_or(i64::MAX),
+            _ => 0,
+        };
         Ok(encode_response(correlation_id, ApiKey::SaslAuthenticate, version, &resp)?)
     }
 }
