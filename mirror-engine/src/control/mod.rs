@@ -210,7 +210,7 @@ impl TermControl {
             Role::Follower { state_topic: topic } => Some((
                 codes::NOT_CONTROLLER,
                 format!(
-                    "this kafka-mirror-proxy instance does not run the mirror engine (engine.role = follower; it follows the state topic {topic} and enforces it); send mirror changes to the instance with engine.role = engine"
+                    "this kafka-mirror-proxy instance does not run the mirror engine (engine.role = follower; it follows the state topic {topic} and enforces it); send mirror changes to an instance that runs the engine (engine.role = auto, the default, or engine)"
                 ),
             )),
             Role::Engine { .. } => None,

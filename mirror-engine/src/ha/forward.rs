@@ -5,7 +5,8 @@
 //! it loaded it) answers it as it answers its own clients and writes
 //! `response/<id>` with the response frame (lease-fenced like every other state write, and
 //! tombstoning the request), and the standby's follower delivers that answer to the waiting
-//! caller, then tombstones it. A request carries its caller's deadline: an instance that becomes
+//! caller, then tombstones it (an instance elected while its own forwarded request waits gets
+//! the answer from its term directly). A request carries its caller's deadline: an instance that becomes
 //! active reads the requests not answered yet from the state it loads, and carries out those
 //! whose caller still waits. No address of the active instance, no credentials for its
 //! listener and no network path between proxies are needed: only the destination cluster.
@@ -288,17 +289,20 @@ where
     let Some(serving) = Serving::claim(&forwarding.inner, id) else {
         return;
     };
-    let (store, id, answered) = (store.clone(), id.to_owned(), answer(frame));
+    let (store, id, answered, forwarding) = (store.clone(), id.to_owned(), answer(frame), forwarding.clone());
     tokio::spawn(async move {
         let _serving = serving;
         let Some(response) = answered.await else {
             warn!(%id, "forwarded request not answered: not a management request this instance answers");
             return;
         };
-        match store.put_forwarded_answer(&id, response).await {
+        match store.put_forwarded_answer(&id, response.clone()).await {
             Ok(()) => debug!(%id, "forwarded request answered"),
             Err(e) => warn!(%id, error = %e, "cannot store the answer to a forwarded request"),
         }
+        // The caller may be this very instance: it handed the request over as a standby and was
+        // elected before the answer came, so no follower of its own reads the answer any more.
+        forwarding.deliver(&id, &response);
     });
 }
 
