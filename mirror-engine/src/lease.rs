@@ -1,6 +1,6 @@
 //! The right to write: an engine instance writes mirrored data (and its state) only while its
-//! lease holds. A lone engine (`engine.role = "engine"`) holds a lease that never ends; an elected
-//! one (`role = "auto"`, `election`) holds it until the send time of its last acknowledged
+//! lease holds. Every engine is elected (`engine.role` `auto` or `engine`, `election`) and holds
+//! it until the send time of its last acknowledged
 //! heartbeat plus the session timeout, minus a margin — no later than the group coordinator
 //! itself gives up on it. A process frozen past that point (SIGSTOP, a long GC-like stall, a
 //! network partition) finds its lease over when it wakes and writes nothing more, before any
@@ -27,7 +27,8 @@ struct Inner {
 }
 
 impl Lease {
-    /// A lease that holds until revoked (a lone engine).
+    /// A lease that holds until revoked (unit tests of what writes).
+    #[cfg(test)]
     pub fn forever() -> Self {
         Self::new(u64::MAX)
     }

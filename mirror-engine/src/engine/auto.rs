@@ -1,4 +1,5 @@
-//! An instance of `engine.role = "auto"`: it follows the state topic and enforces it like a
+//! An instance of `engine.role = "auto"` (or `"engine"`, which also warns when it is not the one
+//! elected, [`ElectionView::fenced`]): it follows the state topic and enforces it like a
 //! follower, and runs the engine for as long as the election (`election`) names it active —
 //! starting a fresh engine term (state loaded again, every partition resumed from the
 //! destination log end) when it is elected, ending the term and following again when it is not.
@@ -72,8 +73,8 @@ impl ElectionView {
     }
 }
 
-/// The engine the proxy reads from: fixed for the `engine` and `follower` roles, switched by
-/// the election for `auto`. Cheap to clone.
+/// The engine the proxy reads from: fixed for a follower or a disabled engine, switched by the
+/// election for `auto` and `engine`. Cheap to clone.
 #[derive(Clone)]
 pub struct EngineSlot {
     current: Arc<RwLock<Engine>>,

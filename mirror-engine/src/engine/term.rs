@@ -4,7 +4,7 @@
 //! progress back ([`spawn_persist`]); then the term's command loop ([`run_commands`]), which
 //! carries out what its control asks (launch a created mirror, run a stop's last group offset
 //! sync). What every mirror of the term shares is `context`'s. Starting and stopping terms
-//! belongs to `engine` (a lone engine) and `engine::auto` (an elected one); what a mirror does
+//! belongs to `engine::auto` (every engine is elected); what a mirror does
 //! once launched to `mirrors`.
 
 use std::sync::Arc;

@@ -194,8 +194,7 @@ impl Barrier {
 /// What one engine term does of the mirror work.
 #[derive(Clone)]
 pub enum Part {
-    /// Everything, writing while the lease holds (a lone engine; the active instance of `auto`
-    /// without `share_work`).
+    /// Everything, writing while the lease holds (the active instance without `share_work`).
     Whole(Lease),
     /// Everything but copying (the active instance with `share_work`): topic creation,
     /// management, sync loops, state; a state change the members must load starts a new

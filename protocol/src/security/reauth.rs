@@ -39,6 +39,11 @@ pub trait SaslRoundTrip {
 /// Which share of the broker's session lifetime passes before the login is renewed.
 const RENEW_AT_PERCENT: u32 = 85;
 
+/// When a session that began at `began` and lasts `lifetime` is renewed.
+fn renew_at(lifetime: Option<Duration>, began: Instant) -> Option<Instant> {
+    lifetime.map(|l| began + l * RENEW_AT_PERCENT / 100)
+}
+
 /// A login's session with one broker: what to log in with again, and when.
 #[derive(Clone, Debug)]
 pub struct Session {
@@ -54,7 +59,7 @@ impl Session {
     pub(crate) fn new(login: SaslLogin, lifetime: Option<Duration>, began: Instant) -> Self {
         Self {
             login,
-            renew_at: lifetime.map(|l| began + l * RENEW_AT_PERCENT / 100),
+            renew_at: renew_at(lifetime, began),
             renewals: 0,
         }
     }
@@ -74,7 +79,7 @@ impl Session {
     pub async fn renew<T: SaslRoundTrip>(&mut self, t: &mut T) -> Result<(), ProtocolError> {
         let began = Instant::now();
         let lifetime = login(t, &self.login).await?;
-        self.renew_at = lifetime.map(|l| began + l * RENEW_AT_PERCENT / 100);
+        self.renew_at = renew_at(lifetime, began);
         self.renewals += 1;
         RENEWALS.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(renewals = self.renewals, ?lifetime, "SASL session renewed (KIP-368 re-authentication)");
