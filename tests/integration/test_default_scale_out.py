@@ -84,11 +84,12 @@ def test_three_instances_with_one_default_configuration_refuse_writes_and_the_su
 
 
 def fenced_view(inst) -> tuple[int, str, float]:
-    """(/readyz status, /readyz body, kmp_engine_fenced) of ``inst``."""
+    """(/readyz status, /readyz body, kmp_engine_fenced) of ``inst``; the gauge reads NaN while
+    /metrics has no election yet (before the instance took part in it)."""
     status, body = inst.proxy.http("/readyz")
-    _, text = inst.proxy.http("/metrics")
-    found = [float(l.split()[-1]) for l in text.splitlines() if l.startswith("kmp_engine_fenced{")]
-    return status, body, found[0] if found else float("nan")
+    labels = f'engine_instance="{inst.instance_id}",group="kmp-engine.{inst.state_topic}"'
+    fenced = inst.proxy.metric_or_absent("kmp_engine_fenced", labels)
+    return status, body, float("nan") if fenced is None else fenced
 
 
 def test_an_instance_configured_as_the_only_engine_fences_itself_while_another_engine_is_active(clusters, workdir):
@@ -96,11 +97,12 @@ def test_an_instance_configured_as_the_only_engine_fences_itself_while_another_e
     topic, mirror = unique("fence"), unique("fence-m")
     create(source.bootstrap, topic, PARTITIONS)
     produce_plain(source.bootstrap, topic, 200)
-    args = one_config(workdir, unique("kmp-state-fence"), 'role = "engine"\n')
+    state_topic = unique("kmp-state-fence")
+    args = one_config(workdir, state_topic, 'role = "engine"\n')
     prefix = unique("kmp-fixed")
     first, second = (Instance(destination, workdir, args, f"{prefix}-{i}") for i in range(2))
     for inst in (first, second):
-        inst.mirror = mirror
+        inst.mirror, inst.state_topic = mirror, state_topic
     try:
         first.start()
         wait_until("the first fixed engine elects itself", lambda: "engine: active" in first.proxy.http("/readyz")[1], ELECTION_BOUND_S)

@@ -21,7 +21,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions
 from confluent_kafka.admin import AdminClient
 
 from kmp_common import PROXY_BIN, ProxyProcess, unique, wait_until
-from tls.tls_clients import consume_in_group, create_topic
+from tls.tls_clients import consume_in_group, create_topic, read_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 import sec_wire  # noqa: E402
@@ -29,23 +29,6 @@ import sec_wire  # noqa: E402
 PARTITIONS = 2
 RECORDS = 400
 CLUSTER_MIRROR = 64
-
-
-def records(conf: dict, topic: str, want: int, timeout: float = 60) -> list[tuple[int, int, bytes | None, bytes]]:
-    """Every record of ``topic`` as (partition, offset, key, value), read_committed, until ``want``."""
-    c = Consumer({**conf, "group.id": unique("reader"), "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "enable.partition.eof": False})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got, deadline = [], time.time() + timeout
-        while len(got) < want and time.time() < deadline:
-            for m in c.consume(500, 0.2):
-                if m.error():
-                    raise KafkaException(m.error())
-                got.append((m.partition(), m.offset(), m.key(), m.value()))
-        return sorted(got)
-    finally:
-        c.close()
 
 
 def produce_keyed(conf: dict, topic: str, n: int, start: int = 0) -> None:
@@ -167,12 +150,12 @@ topics = ["{file_topic}"]
 
         # Catch up with identical offsets, for the API mirror and the config-file mirror.
         for t in (topic, file_topic):
-            want = records(src_conf, t, RECORDS)
+            want = read_records(src_conf, t, PARTITIONS, RECORDS)
             assert len(want) == RECORDS, f"source {t} holds {len(want)} records"
-            got = wait_for(f"{t} mirrored record for record", lambda t=t: (lambda r: r if r == want else None)(records(dst_conf, t, RECORDS, 5)))
+            got = wait_for(f"{t} mirrored record for record", lambda t=t: (lambda r: r if r == want else None)(read_records(dst_conf, t, PARTITIONS, RECORDS, 5)))
             assert got == want
         # Through the proxy the topic is read-only and reads the same records.
-        assert records(via_proxy, topic, RECORDS) == records(src_conf, topic, RECORDS), "reading through the proxy"
+        assert read_records(via_proxy, topic, PARTITIONS, RECORDS) == read_records(src_conf, topic, PARTITIONS, RECORDS), "reading through the proxy"
         errors = []
         p = Producer({**via_proxy, "message.timeout.ms": 10000})
         p.produce(topic, value=b"not allowed", on_delivery=lambda e, m: errors.append(e))
@@ -232,7 +215,7 @@ topics = ["{file_topic}"]
         assert "from-file" in stored and "<redacted>" in stored and f"file:{mirror_pw}" in stored, "both definitions are stored"
 
         # Failover through the secured proxy: stopped topics become writable and keep their offsets.
-        ends = {p: len([r for r in records(src_conf, topic, RECORDS) if r[0] == p]) for p in range(PARTITIONS)}
+        ends = {p: len([r for r in read_records(src_conf, topic, PARTITIONS, RECORDS) if r[0] == p]) for p in range(PARTITIONS)}
         code, out = cli(proxy, admin_props, "--stop", "--mirror", "sec", "--topics", topic, "--output", "json")
         assert code == 0, f"stop (failover): {out}"
         p = Producer({**via_proxy, "enable.idempotence": True})

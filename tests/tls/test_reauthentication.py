@@ -27,7 +27,6 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -36,10 +35,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from kmp_common import PROXY_BIN, KafkaCluster, ProxyProcess, free_port_block, unique, wait_until
+from kmp_common import KafkaCluster, ProxyProcess, free_port_block, unique, wait_until
 from tier import dial
 from tls.conftest import secure_listeners
-from tls.tls_clients import create_topic
+from tls.proxy_tls import credentials_file, suite_env  # noqa: F401  (suite_env is a fixture)
+from tls.tls_clients import create_topic, read_records
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 import sec_wire  # noqa: E402
@@ -69,11 +69,12 @@ def reauth_clusters(workdir, tls_certs, tls_users):
         dst.stop()
 
 
-def proxy_config(path: Path, ca: Path, source_addr: str, topic: str, mirror_password: str) -> Path:
+def proxy_config(path: Path, certs, source_addr: str, topic: str, mirror_password: str) -> Path:
+    ca = Path(certs.ca.cert)
     path.write_text(f"""
 [listener.tls]
-cert_file = "{path.parent / 'proxy-chain.pem'}"
-key_file = "{path.parent / 'proxy-key.pem'}"
+cert_file = "{certs.proxy.chain}"
+key_file = "{certs.proxy.key}"
 
 [upstream.properties]
 "security.protocol" = "SASL_SSL"
@@ -166,13 +167,27 @@ class Load:
             t.join(120)
 
 
-def metrics(proxy: ProxyProcess) -> dict[str, float]:
-    status, text = proxy.http("/metrics")
-    assert status == 200, f"/metrics answered {status}"
-    wanted = ("kmp_broker_connections_opened_total", "kmp_sasl_reauthentications_total")
-    got = {line.split()[0]: float(line.split()[-1]) for line in text.splitlines() if line.split() and line.split()[0] in wanted}
-    assert set(got) == set(wanted), f"/metrics lacks {set(wanted) - set(got)}"
-    return got
+def connection_counts(proxy: ProxyProcess) -> tuple[float, float]:
+    """(SASL logins renewed, broker connections opened) so far."""
+    return proxy.metric("kmp_sasl_reauthentications_total"), proxy.metric("kmp_broker_connections_opened_total")
+
+
+def assert_renewed_without_reconnects(proxy: ProxyProcess, load: "Load", before: tuple[float, float], after: tuple[float, float],
+                                      elapsed: float, broken: tuple[str, ...], what: str) -> tuple[float, float]:
+    """The clients of ``load`` saw no failed request and read all they produced, the proxy renewed
+    its logins (about one per long-lived connection every 8.5 s: 85 % of 10 s) and opened at most 2
+    connections — without renewal the broker closes each of them as often and every one is opened
+    again — and its log has none of ``broken``. Returns (renewed, opened)."""
+    assert not load.errors, f"a client request through the proxy failed: {load.errors[:3]}"
+    assert load.delivered and load.delivered <= load.consumed, \
+        f"every record produced through the proxy was read through it: {len(load.delivered - load.consumed)} missing"
+    renewed, opened = after[0] - before[0], after[1] - before[1]
+    assert opened <= 2, f"no reconnect storm ({what}): {opened} connections opened beside {renewed} renewals in {elapsed:.0f}s"
+    assert renewed >= elapsed / 8.5, f"{what}: logins renewed on their connections: {renewed} renewals in {elapsed:.0f}s"
+    log = proxy.log()
+    for needle in broken:
+        assert needle not in log, f"the proxy's log shows {needle!r}:\n" + "\n".join(l for l in log.splitlines() if needle in l)[:3000]
+    return renewed, opened
 
 
 def test_logins_are_renewed_on_open_connections_and_nothing_fails_while_brokers_expire_sessions_every_10s(
@@ -180,13 +195,11 @@ def test_logins_are_renewed_on_open_connections_and_nothing_fails_while_brokers_
     source, destination = reauth_clusters
     d = workdir / unique("reauth")
     d.mkdir()
-    (d / "proxy-chain.pem").write_bytes(Path(tls_certs.proxy.chain).read_bytes())
-    (d / "proxy-key.pem").write_bytes(Path(tls_certs.proxy.key).read_bytes())
     alice = tls_auth("SASL_SSL", "alice", "SCRAM-SHA-512")
     src_conf = alice.librdkafka(source.bootstrap_for("SASL_SSL"))
     topic, local = unique("reauth-mirrored"), unique("reauth-local")
     create_topic(src_conf, topic, PARTITIONS)
-    config = proxy_config(d / "proxy.toml", Path(tls_certs.ca.cert), source.bootstrap_for("SASL_SSL"), topic, tls_users["mirror"])
+    config = proxy_config(d / "proxy.toml", tls_certs, source.bootstrap_for("SASL_SSL"), topic, tls_users["mirror"])
     proxy = ProxyProcess(destination.bootstrap_for("SASL_SSL"), workdir, ["--config", str(config)],
                          env={"KMP_TEST_PROXY_PASSWORD": tls_users["proxy"], "KMP_MIRROR_SOURCE_ALLOW": source.bootstrap_for("SASL_SSL")}).start()
     try:
@@ -197,34 +210,24 @@ def test_logins_are_renewed_on_open_connections_and_nothing_fails_while_brokers_
         source_load = Load(src_conf, topic, "src")
         client_load = Load(via_proxy, local, "cli", group=unique("reauth-group"))
         time.sleep(5)  # every connection is open and past its first requests
-        before, started = metrics(proxy), time.time()
+        before, started = connection_counts(proxy), time.time()
         states = []
         while time.time() - started < RUN_SECONDS:
             states.append(proxy.metric("kmp_mirror_failed", f'mirror="reauth",topic="{topic}",partition="0"'))
             time.sleep(2)
-        after = metrics(proxy)
+        after = connection_counts(proxy)
         source_load.stop()
         client_load.stop()
         elapsed = time.time() - started
 
         assert not source_load.errors, f"writing the source directly failed: {source_load.errors[:3]}"
-        assert not client_load.errors, f"a client request through the proxy failed: {client_load.errors[:3]}"
-        assert client_load.delivered and client_load.delivered <= client_load.consumed, \
-            f"every record produced through the proxy was read through it: {len(client_load.delivered - client_load.consumed)} missing"
-        renewed = after["kmp_sasl_reauthentications_total"] - before["kmp_sasl_reauthentications_total"]
-        opened = after["kmp_broker_connections_opened_total"] - before["kmp_broker_connections_opened_total"]
-        # Each long-lived connection renews about every 8.5 s (85 % of 10 s): several connections
-        # over the run. Without renewal the broker would close each of them as often, and every
-        # one would be opened again.
-        assert opened <= 2, f"no reconnect storm: {opened} connections opened beside {renewed} renewals in {elapsed:.0f}s"
-        assert renewed >= elapsed / 8.5, f"the proxy's logins were renewed on their connections: {renewed} renewals in {elapsed:.0f}s"
+        renewed, opened = assert_renewed_without_reconnects(
+            proxy, client_load, before, after, elapsed, ("broker closed the connection", "re-authentication failed", "lost the group coordinator"),
+            "the proxy's own connections")
         assert all(s == 0 for s in states), f"no partition failed: {states}"
-        log = proxy.log()
-        for broken in ("broker closed the connection", "re-authentication failed", "lost the group coordinator"):
-            assert broken not in log, f"the proxy's log shows {broken!r}:\n" + "\n".join(l for l in log.splitlines() if broken in l)[:3000]
         # The destination ends equal to the source, read through the proxy.
-        want = sorted(read_values(src_conf, topic, len(source_load.delivered)))
-        got = wait_until("the mirror caught up", lambda: (lambda r: r if r == want else None)(sorted(read_values(via_proxy, topic, len(want), 10))), 90)
+        want = read_records(src_conf, topic, PARTITIONS, len(source_load.delivered))
+        got = wait_until("the mirror caught up", lambda: (lambda r: r if r == want else None)(read_records(via_proxy, topic, PARTITIONS, len(want), 10)), 90)
         assert got == want
         print(f"\nre-authentication: {renewed:.0f} logins renewed, {opened:.0f} connections opened in {elapsed:.0f}s "
               f"(brokers expire sessions every {REAUTH_MS / 1000:.0f}s); {len(client_load.delivered)} records through the proxy, "
@@ -233,34 +236,12 @@ def test_logins_are_renewed_on_open_connections_and_nothing_fails_while_brokers_
         assert proxy.stop() == 0, f"the proxy exits 0 on SIGTERM:\n{proxy.log()[-3000:]}"
 
 
-def read_values(conf: dict, topic: str, want: int, timeout: float = 60) -> list[tuple[int, int, str]]:
-    from confluent_kafka import TopicPartition
-    c = Consumer({**conf, "group.id": unique("reader"), "enable.auto.commit": False, "isolation.level": "read_committed",
-                  "enable.partition.eof": False})
-    try:
-        c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-        got, deadline = [], time.time() + timeout
-        while len(got) < want and time.time() < deadline:
-            for m in c.consume(500, 0.2):
-                if not m.error():
-                    got.append((m.partition(), m.offset(), m.value().decode()))
-        return got
-    finally:
-        c.close()
-
-
 def test_in_termination_mode_the_proxys_upstream_logins_are_renewed_between_the_clients_requests(
-        reauth_clusters, tls_certs, tls_users, tls_auth, workdir):
+        reauth_clusters, tls_certs, tls_users, tls_auth, workdir, suite_env):
     _, destination = reauth_clusters
     d = workdir / unique("reauth-term")
     d.mkdir()
-    entry = subprocess.run([str(PROXY_BIN), "scram-credential", "--user", "alice", "--mechanism", "SCRAM-SHA-512", "--password-env", "KMP_PW",
-                            "--iterations", "4096"], capture_output=True, text=True, env={"KMP_PW": tls_users["alice"], "PATH": "/usr/bin:/bin"},
-                           timeout=30)
-    assert entry.returncode == 0, f"scram-credential failed: {entry.stderr}"
-    users = d / "users.toml"
-    users.write_text(entry.stdout)
-    users.chmod(0o600)
+    users = credentials_file(suite_env, [("alice", "SCRAM-SHA-512")])
     config = d / "proxy.toml"
     config.write_text(f"""
 [listener.tls]
@@ -297,7 +278,7 @@ enabled = false
         create_topic(via_proxy, topic, PARTITIONS)
         load = Load(via_proxy, topic, "term", group=unique("reauth-term-group"))
         time.sleep(5)  # the clients' connections are open and past their first requests
-        before, started = metrics(proxy), time.time()
+        before, started = connection_counts(proxy), time.time()
         clients_before = proxy.metric("kmp_client_reauthentications_total")
         # Meanwhile a raw client logs in and then does not re-authenticate: its session ends.
         ctx = ssl.create_default_context(cafile=str(tls_certs.ca.cert))
@@ -318,23 +299,16 @@ enabled = false
         assert sec_wire.closed_by_peer(raw, 10), "a request after the session ended (no re-authentication) closes the connection"
         raw.close()
         time.sleep(max(0, RUN_SECONDS - (time.time() - started)))
-        after = metrics(proxy)
+        after = connection_counts(proxy)
         clients_renewed = proxy.metric("kmp_client_reauthentications_total") - clients_before
         expired = proxy.metric("kmp_connections_closed_by_limit_total", 'reason="session_expired"')
         load.stop()
         elapsed = time.time() - started
-        assert not load.errors, f"a client request through the terminating proxy failed: {load.errors[:3]}"
-        assert load.delivered and load.delivered <= load.consumed, \
-            f"every record produced through the proxy was read through it: {len(load.delivered - load.consumed)} missing"
-        renewed = after["kmp_sasl_reauthentications_total"] - before["kmp_sasl_reauthentications_total"]
-        opened = after["kmp_broker_connections_opened_total"] - before["kmp_broker_connections_opened_total"]
-        assert opened <= 2, f"no upstream connection was closed and opened again: {opened} opened beside {renewed} renewals in {elapsed:.0f}s"
-        assert renewed >= elapsed / 8.5, f"the proxy's upstream logins were renewed: {renewed} renewals in {elapsed:.0f}s"
+        renewed, opened = assert_renewed_without_reconnects(
+            proxy, load, before, after, elapsed, ("broker closed the connection", "failed; closing the connection"),
+            "the terminating proxy's upstream connections")
         assert clients_renewed >= elapsed / 10, f"librdkafka re-authenticated with the proxy: {clients_renewed} in {elapsed:.0f}s"
         assert expired == 1, f"only the raw client that never re-authenticated was closed for its session: {expired}"
-        log = proxy.log()
-        for broken in ("broker closed the connection", "failed; closing the connection"):
-            assert broken not in log, f"the proxy's log shows {broken!r}:\n" + "\n".join(l for l in log.splitlines() if broken in l)[:3000]
         print(f"\ntermination mode: {renewed:.0f} upstream logins renewed, {clients_renewed:.0f} client logins renewed, "
               f"{opened:.0f} connections opened in {elapsed:.0f}s; "
               f"{len(load.delivered)} records produced and read through the proxy")

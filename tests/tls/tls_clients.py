@@ -265,6 +265,24 @@ def read_all(conf: dict, topic: str, isolation: str, want: int, timeout: float =
         c.close()
 
 
+def read_records(conf: dict, topic: str, partitions: int, want: int, timeout: float = 60) -> list[tuple[int, int, bytes | None, bytes]]:
+    """Every record of ``topic``'s ``partitions`` as (partition, offset, key, value), sorted,
+    read_committed from offset 0, until ``want`` (or the timeout); a consumer error fails."""
+    c = Consumer({**conf, "group.id": f"reader-{topic}-{time.time_ns()}", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": False})
+    try:
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        got, deadline = [], time.time() + timeout
+        while len(got) < want and time.time() < deadline:
+            for m in c.consume(500, 0.2):
+                if m.error():
+                    raise KafkaException(m.error())
+                got.append((m.partition(), m.offset(), m.key(), m.value()))
+        return sorted(got)
+    finally:
+        c.close()
+
+
 def transactions(conf: dict, topic: str, transactional_id: str, timeout: float = 30) -> dict:
     """On a single-partition ``topic`` (created by the caller): commits 10 records, aborts 10,
     commits 5 more (so aborted records sit between committed ones), then reads the partition
