@@ -6,6 +6,7 @@
 
 mod client_props;
 mod listener_security;
+mod listeners;
 mod load;
 mod mirror;
 mod model;
@@ -18,6 +19,7 @@ pub use client_props::{
     SecretRef, SecurityProtocol, is_client_security_key, is_sensitive, parse_client_props, parse_jaas,
 };
 pub use listener_security::{AuthMode, ClientAuthConfig, TlsServerConfig};
+pub use listeners::{ClientListener, NamedListenerConfig};
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load};
 pub use mirror::{
     DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MAX_REQUEST_PATTERN_LEN, MAX_REQUEST_PATTERNS, MirrorConfig, check_request_patterns, topic_pattern,

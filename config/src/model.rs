@@ -9,6 +9,9 @@ use serde::Deserialize;
 pub struct Config {
     /// Where clients connect and which addresses they are told about.
     pub listener: ListenerConfig,
+    /// Several client listeners (`[[listeners]]`), replacing `[listener]`'s address, TLS and
+    /// authentication; default none (the `[listener]` section is the one listener).
+    pub listeners: Vec<crate::NamedListenerConfig>,
     /// The destination Kafka cluster the proxy fronts.
     pub upstream: UpstreamConfig,
     /// The HTTP admin endpoint (health, readiness, metrics).
@@ -146,21 +149,14 @@ impl std::fmt::Debug for AdminConfig {
 impl ListenerConfig {
     /// The host clients are told to connect to (see [`ListenerConfig::advertised_host`]).
     pub fn effective_advertised_host(&self) -> String {
-        if let Some(h) = &self.advertised_host {
-            return h.clone();
-        }
-        match split_host_port(&self.listen) {
-            Some((host, _)) if host != "0.0.0.0" && host != "::" && host != "[::]" => host.to_owned(),
-            _ => "localhost".to_owned(),
-        }
+        self.advertised_host
+            .clone()
+            .unwrap_or_else(|| crate::listeners::default_advertised_host(&self.listen))
     }
 
     /// The first per-broker port (see [`ListenerConfig::node_port_base`]).
     pub fn effective_node_port_base(&self) -> Option<u16> {
-        if let Some(p) = self.node_port_base {
-            return Some(p);
-        }
-        split_host_port(&self.listen).and_then(|(_, p)| p.checked_add(1))
+        self.node_port_base.or_else(|| crate::listeners::default_node_port_base(&self.listen))
     }
 }
 

@@ -24,17 +24,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigErrors> {
         let mut errors = Vec::new();
         let mut err = |key: &str, message: String| errors.push(ConfigError { key: key.to_owned(), message });
-        if split_host_port(&self.listener.listen).is_none() {
-            err("listener.listen", format!("`{}` is not host:port", self.listener.listen));
-        }
-        if let Some(h) = &self.listener.advertised_host
-            && (h.trim().is_empty() || h.contains(char::is_whitespace))
-        {
-            err("listener.advertised_host", format!("`{h}` is not a host name"));
-        }
-        if self.listener.effective_node_port_base().is_none() {
-            err("listener.node_port_base", "cannot be derived from listener.listen; set it".to_owned());
-        }
+        self.listener_errors(&mut err);
         if self.listener.listen_backlog == 0 || self.listener.listen_backlog > 65535 {
             err("listener.listen_backlog", "must be between 1 and 65535".to_owned());
         }
@@ -79,45 +69,6 @@ impl Config {
         }
         if self.limits.client_write_timeout_ms < 100 {
             err("limits.client_write_timeout_ms", "must be at least 100".to_owned());
-        }
-        let auth = &self.listener.auth;
-        if auth.max_receive_bytes < 64 {
-            err("listener.auth.max_receive_bytes", "must be at least 64".to_owned());
-        }
-        if auth.timeout_ms < 100 {
-            err("listener.auth.timeout_ms", "must be at least 100".to_owned());
-        }
-        if auth.session_lifetime_ms != 0 && auth.session_lifetime_ms < 1_000 {
-            // Kafka refuses re-authenticating more than once a second.
-            err(
-                "listener.auth.session_lifetime_ms",
-                "must be 0 (sessions never end) or at least 1000".to_owned(),
-            );
-        }
-        if auth.session_lifetime_ms != 0 && auth.mode != crate::AuthMode::Terminate {
-            err(
-                "listener.auth.session_lifetime_ms",
-                "only with mode = \"terminate\" (in pass-through the broker's connections.max.reauth.ms decides)".to_owned(),
-            );
-        }
-        if auth.mode == crate::AuthMode::Terminate {
-            for m in &auth.mechanisms {
-                if crate::SaslMechanism::parse(m).is_none() {
-                    err("listener.auth.mechanisms", format!("`{m}` is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"));
-                }
-            }
-            if !auth.mechanisms.is_empty() && auth.credentials_file.is_none() {
-                err(
-                    "listener.auth.credentials_file",
-                    "required when listener.auth.mode = \"terminate\" offers SASL mechanisms".to_owned(),
-                );
-            }
-            if auth.mechanisms.is_empty() && self.listener.tls.as_ref().and_then(|t| t.client_ca_file.as_ref()).is_none() {
-                err(
-                    "listener.auth.mechanisms",
-                    "empty (clients authenticate by certificate) needs listener.tls.client_ca_file".to_owned(),
-                );
-            }
         }
         let e = &self.engine;
         if e.state_topic.is_empty() || e.state_topic.len() > 249 || !e.state_topic.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {

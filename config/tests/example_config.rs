@@ -38,3 +38,27 @@ fn the_commented_mirror_and_admin_token_of_the_example_are_valid_when_uncommente
     assert_eq!(m.include, ["payments-.*"]);
     assert!(!m.source_properties.is_empty(), "[mirrors.source_properties] example not picked up");
 }
+
+/// The `[[listeners]]` example of docs/tls-sasl.md, as users copy it.
+#[test]
+fn the_several_listeners_example_of_the_docs_is_valid() {
+    let doc = include_str!("../../docs/tls-sasl.md");
+    let section = doc
+        .split("## Several listeners")
+        .nth(1)
+        .expect("docs/tls-sasl.md has the Several listeners section");
+    let toml = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a toml block in that section");
+    let text = format!("{toml}\n[upstream]\nbootstrap_servers = [\"d:9092\"]\n");
+    let c = kmp_config::parse_toml(&text).unwrap_or_else(|e| panic!("the docs' listeners example does not parse: {e}\n{text}"));
+    c.validate().unwrap_or_else(|e| panic!("the docs' listeners example is invalid: {e}"));
+    let names: Vec<_> = c
+        .client_listeners()
+        .into_iter()
+        .map(|l| (l.name, l.node_port_base, l.mirror_management))
+        .collect();
+    assert_eq!(names, [("internal".to_owned(), 9193, true), ("external".to_owned(), 9393, false)]);
+}

@@ -151,8 +151,13 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if config.limits.raise_fd_limit {
                 log_fd_limit(raise_fd_limit());
             }
-            let bootstrap = kafka_mirror_proxy::net::listen::bind(&config.listener.listen, config.listener.listen_backlog)
-                .with_context(|| format!("cannot bind the bootstrap listener {}", config.listener.listen))?;
+            let mut bootstrap = Vec::new();
+            for l in config.client_listeners() {
+                bootstrap.push(
+                    kafka_mirror_proxy::net::listen::bind(&l.listen, config.listener.listen_backlog)
+                        .with_context(|| format!("cannot bind the bootstrap listener {} (listener {})", l.listen, l.name))?,
+                );
+            }
             let admin = match &config.admin.listen {
                 Some(a) => Some(TcpListener::bind(a).await.with_context(|| format!("cannot bind the admin listener {a}"))?),
                 None => None,

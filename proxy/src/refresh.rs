@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::messages::MetadataRequest;
-use kmp_protocol::rewrite::{NodeAddresses, UpstreamNode};
+use kmp_protocol::rewrite::UpstreamNode;
 use kmp_protocol::{ProtocolError, versions};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -109,7 +109,7 @@ async fn refresh_metadata(shared: &Shared, conn: &mut Connection, state: &mut St
                     port: b.port,
                     rack: b.rack.as_ref().map(|r| r.as_str().to_owned()),
                 });
-                shared.cluster.ensure_listener(b.node_id.0);
+                shared.cluster.ensure_listeners(b.node_id.0);
             }
             shared.metrics.metadata_refreshes.inc();
             shared.metrics.known_brokers.set(resp.brokers.len() as i64);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
-use kmp_config::{AuthMode, Config, EngineRole, PropsOrigin};
+use kmp_config::{AuthMode, ClientListener, Config, EngineRole, PropsOrigin};
 use kmp_mirror_engine::EngineSlot;
 use kmp_protocol::security::ClientSecurity;
 use tokio::net::TcpListener;
@@ -22,16 +22,17 @@ use crate::filters::sasl_terminate::{CredentialStore, SaslTerminator};
 use crate::metrics::Metrics;
 use crate::net::limits;
 use crate::net::tls::{Reloadable, TlsIdentity};
-use crate::session::accept;
+use crate::session::accept::{self, Door};
 use crate::shared::Shared;
-use crate::upstream::cluster::{ClusterView, NewListener};
+use crate::upstream::cluster::{ClusterView, Exposure, NewListener};
 use crate::upstream::connect::{Connector, Target};
 use crate::{admin, refresh};
 
 /// Listeners bound by the caller.
 pub struct Listeners {
-    /// Bootstrap listener for Kafka clients.
-    pub bootstrap: TcpListener,
+    /// The bootstrap listener of every client listener, in the order of
+    /// [`Config::client_listeners`].
+    pub bootstrap: Vec<TcpListener>,
     /// Admin HTTP listener, if the admin endpoint is enabled.
     pub admin: Option<TcpListener>,
 }
@@ -42,15 +43,27 @@ const MIRROR_STATE_FLUSH: Duration = Duration::from_secs(5);
 /// Runs the proxy until `shutdown` completes, then drains in-flight requests (bounded by
 /// `listener.drain_timeout_ms`) and returns.
 pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Result<(), ProxyError> {
-    let bind_host = listeners
-        .bootstrap
-        .local_addr()
-        .map(|a| a.ip().to_string())
-        .map_err(|source| ProxyError::Listener {
-            addr: config.listener.listen.clone(),
+    let specs = config.client_listeners();
+    if specs.len() != listeners.bootstrap.len() {
+        return Err(ProxyError::Security(format!(
+            "{} client listeners configured but {} bootstrap listeners bound",
+            specs.len(),
+            listeners.bootstrap.len()
+        )));
+    }
+    let mut exposures = Vec::new();
+    for (spec, bound) in specs.iter().zip(&listeners.bootstrap) {
+        let bind_host = bound.local_addr().map(|a| a.ip().to_string()).map_err(|source| ProxyError::Listener {
+            addr: spec.listen.clone(),
             source,
         })?;
-    let node_port_base = config.listener.effective_node_port_base().unwrap_or(9193);
+        exposures.push(Exposure {
+            name: spec.name.clone(),
+            advertised_host: spec.advertised_host.clone(),
+            bind_host,
+            node_port_base: spec.node_port_base,
+        });
+    }
     let security = Security::load(&config)?;
     // Before anything is served: a SIGHUP at any time reloads, never terminates.
     let hangup = crate::net::tls::hangup_handler();
@@ -78,21 +91,13 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         kmp_mirror_engine::auto(&config.engine, config.mirrors.clone(), links, stop_rx.clone())
     };
     let shared = Arc::new(Shared {
-        cluster: ClusterView::new(
-            config.listener.effective_advertised_host(),
-            bind_host,
-            config.listener.listen_backlog,
-            node_port_base,
-            new_tx,
-        ),
+        cluster: ClusterView::new(exposures, config.listener.listen_backlog, new_tx),
         metrics: Metrics::new(),
         connector: Connector::new(
             config.upstream.bootstrap_servers.clone(),
             Duration::from_millis(config.upstream.connect_timeout_ms),
             security.upstream.clone(),
-            config.listener.auth.mode == AuthMode::Terminate,
         ),
-        tls: security.listener_tls.clone(),
         ready: AtomicBool::new(false),
         mirrors,
         next_connection_id: AtomicU64::new(1),
@@ -102,39 +107,55 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
     });
     // Every session holds a clone; when all are gone the drain is complete.
     let (drain_tx, mut drain_rx) = mpsc::channel::<()>(1);
-    let chain = Arc::new(Chain::new(&shared.config, security.terminator(&shared.config)));
+    let doors: Vec<Arc<Door>> = specs
+        .into_iter()
+        .zip(security.listeners.iter())
+        .enumerate()
+        .map(|(index, (spec, sec))| {
+            let chain = Arc::new(Chain::new(&shared.config, sec.terminator(&spec)));
+            Arc::new(Door {
+                index,
+                spec: Arc::new(spec),
+                tls: sec.tls.clone(),
+                chain,
+            })
+        })
+        .collect();
     tokio::spawn(crate::net::tls::watch(security.reloadable(), security.reload_interval, hangup, stop_rx.clone()));
 
     tokio::spawn(refresh::run(shared.clone(), stop_rx.clone()));
     if let Some(admin) = listeners.admin {
         tokio::spawn(admin::serve(admin, shared.clone(), security.admin_tls.clone(), stop_rx.clone()));
     }
-    tokio::spawn(accept::run(
-        listeners.bootstrap,
-        Target::Bootstrap,
-        shared.clone(),
-        chain.clone(),
-        stop_rx.clone(),
-        drain_tx.clone(),
-    ));
+    for (bootstrap, door) in listeners.bootstrap.into_iter().zip(&doors) {
+        tokio::spawn(accept::run(
+            bootstrap,
+            Target::Bootstrap,
+            shared.clone(),
+            door.clone(),
+            stop_rx.clone(),
+            drain_tx.clone(),
+        ));
+    }
     {
-        let (shared, chain, mut stop_rx, drain_tx) = (shared.clone(), chain.clone(), stop_rx.clone(), drain_tx.clone());
+        let (shared, doors, mut stop_rx, drain_tx) = (shared.clone(), doors.clone(), stop_rx.clone(), drain_tx.clone());
         tokio::spawn(async move {
             loop {
-                let NewListener { node_id, listener } = tokio::select! {
+                let NewListener { exposure, node_id, listener } = tokio::select! {
                     l = new_rx.recv() => match l {
                         Some(l) => l,
                         None => return,
                     },
                     _ = stop_rx.changed() => return,
                 };
+                let Some(door) = doors.get(exposure) else { continue };
                 match TcpListener::from_std(listener) {
                     Ok(l) => {
                         tokio::spawn(accept::run(
                             l,
                             Target::Node(node_id),
                             shared.clone(),
-                            chain.clone(),
+                            door.clone(),
                             stop_rx.clone(),
                             drain_tx.clone(),
                         ));
@@ -145,8 +166,12 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         });
     }
     drop(drain_tx);
-    info!(listen = %shared.config.listener.listen, advertised_host = %shared.config.listener.effective_advertised_host(), node_port_base, "kafka-mirror-proxy started");
-    crate::net::advertised::warn_unless_resolvable(shared.config.listener.effective_advertised_host());
+    for door in &doors {
+        let l = &door.spec;
+        info!(listener = %l.name, listen = %l.listen, advertised_host = %l.advertised_host, node_port_base = l.node_port_base, tls = l.tls.is_some(), auth = ?l.auth.mode, mirror_management = l.mirror_management, "kafka-mirror-proxy listening");
+        crate::net::advertised::warn_unless_resolvable(l.advertised_host.clone());
+    }
+    info!(listeners = doors.len(), "kafka-mirror-proxy started");
 
     shutdown.await;
     info!("shutdown requested: draining in-flight requests");
@@ -166,10 +191,24 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
 /// stops the proxy with a message naming the setting.
 struct Security {
     upstream: Arc<ClientSecurity>,
-    listener_tls: Option<Arc<TlsIdentity>>,
+    /// Per client listener, in configuration order.
+    listeners: Vec<ListenerSecurity>,
     admin_tls: Option<Arc<TlsIdentity>>,
-    credentials: Option<Arc<CredentialStore>>,
     reload_interval: Duration,
+}
+
+/// One client listener's TLS identity and SASL credentials.
+struct ListenerSecurity {
+    tls: Option<Arc<TlsIdentity>>,
+    credentials: Option<Arc<CredentialStore>>,
+}
+
+impl ListenerSecurity {
+    /// The termination filter when the listener's `auth.mode = "terminate"`.
+    fn terminator(&self, spec: &ClientListener) -> Option<SaslTerminator> {
+        let auth = &spec.auth;
+        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone(), auth.session_lifetime_ms))
+    }
 }
 
 impl Security {
@@ -186,41 +225,44 @@ impl Security {
                 .transpose()
                 .map_err(|e| ProxyError::Security(format!("{what}: {e}")))
         };
-        let listener_tls = identity("listener.tls", &config.listener.tls, &[])?;
+        let named = !config.listeners.is_empty();
+        let mut listeners = Vec::new();
+        for (i, spec) in config.client_listeners().iter().enumerate() {
+            let key = if named { format!("listeners[{i}]") } else { "listener".to_owned() };
+            let tls = identity(&format!("{key}.tls"), &spec.tls, &[])?;
+            let credentials = match (&spec.auth.mode, &spec.auth.credentials_file) {
+                (AuthMode::Terminate, Some(path)) => Some(
+                    CredentialStore::load(path.clone(), config.limits.max_security_file_bytes)
+                        .map_err(|e| ProxyError::Security(format!("{key}.auth.credentials_file: {e}")))?,
+                ),
+                _ => None,
+            };
+            listeners.push(ListenerSecurity { tls, credentials });
+        }
         let admin_tls = identity("admin.tls", &config.admin.tls, &[b"http/1.1"])?;
-        let auth = &config.listener.auth;
-        let credentials = match (&auth.mode, &auth.credentials_file) {
-            (AuthMode::Terminate, Some(path)) => Some(
-                CredentialStore::load(path.clone(), config.limits.max_security_file_bytes)
-                    .map_err(|e| ProxyError::Security(format!("listener.auth.credentials_file: {e}")))?,
-            ),
-            _ => None,
-        };
-        let reload_interval = listener_tls
-            .as_ref()
-            .or(admin_tls.as_ref())
-            .map_or(Duration::from_secs(10), |t| t.reload_interval());
+        let reload_interval = listeners
+            .iter()
+            .filter_map(|l| l.tls.as_ref())
+            .chain(admin_tls.as_ref())
+            .map(|t| t.reload_interval())
+            .next()
+            .unwrap_or(Duration::from_secs(10));
         Ok(Self {
             upstream,
-            listener_tls,
+            listeners,
             admin_tls,
-            credentials,
             reload_interval,
         })
-    }
-
-    /// The termination filter when `listener.auth.mode = "terminate"`.
-    fn terminator(&self, config: &Config) -> Option<SaslTerminator> {
-        let auth = &config.listener.auth;
-        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone(), auth.session_lifetime_ms))
     }
 
     /// Everything reloaded from files.
     fn reloadable(&self) -> Vec<Arc<dyn Reloadable>> {
         let mut v: Vec<Arc<dyn Reloadable>> = Vec::new();
-        v.extend(self.listener_tls.clone().map(|t| t as Arc<dyn Reloadable>));
+        for l in &self.listeners {
+            v.extend(l.tls.clone().map(|t| t as Arc<dyn Reloadable>));
+            v.extend(l.credentials.clone().map(|c| c as Arc<dyn Reloadable>));
+        }
         v.extend(self.admin_tls.clone().map(|t| t as Arc<dyn Reloadable>));
-        v.extend(self.credentials.clone().map(|c| c as Arc<dyn Reloadable>));
         v
     }
 }

@@ -28,6 +28,4 @@ pub(crate) struct Shared {
     pub(crate) next_connection_id: AtomicU64,
     /// ApiVersions answers kept to answer new connections while their upstream opens.
     pub(crate) early_versions: crate::upstream::early_versions::EarlyVersions,
-    /// Client-facing TLS of the Kafka listeners (`[listener.tls]`), reloadable.
-    pub(crate) tls: Option<Arc<crate::net::tls::TlsIdentity>>,
 }

@@ -167,6 +167,10 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     };
     if a.list {
         let l = c.list().await?;
+        if l.error_code != 0 {
+            eprintln!("cannot list mirrors: {}", outcome(l.error_code, l.error_message.as_deref()));
+            return Ok(ExitCode::FAILURE);
+        }
         if json_out {
             let v: Vec<_> = l
                 .mirrors
@@ -197,6 +201,10 @@ pub async fn run(a: MirrorsArgs) -> anyhow::Result<ExitCode> {
     }
     if a.describe {
         let d = c.describe(a.mirror.iter().cloned().collect()).await?;
+        if d.error_code != 0 {
+            eprintln!("cannot describe mirrors: {}", outcome(d.error_code, d.error_message.as_deref()));
+            return Ok(ExitCode::FAILURE);
+        }
         let ok = describe::print(&d, json_out, a.failed);
         return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
     }

@@ -24,7 +24,7 @@ impl Filter for AddressRewrite {
 
     fn on_response(&self, frame: Bytes, api_key: i16, api_version: i16, conn: &Conn) -> Result<Bytes, ProtocolError> {
         match ApiKey::try_from(api_key) {
-            Ok(key) => rewrite::rewrite_response(frame, key, api_version, &conn.shared.cluster),
+            Ok(key) => rewrite::rewrite_response(frame, key, api_version, &conn.shared.cluster.seen_from(conn.exposure)),
             Err(_) => Ok(frame),
         }
     }

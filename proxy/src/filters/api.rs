@@ -31,16 +31,29 @@ pub(crate) struct Conn {
     pub(crate) auth: Mutex<Progress>,
     /// The subject of the client's TLS certificate (mutual TLS), RFC 4514.
     pub(crate) tls_principal: Option<String>,
+    /// The client listener the connection came in on: its authentication and whether mirror
+    /// management is allowed on it.
+    pub(crate) listener: Arc<kmp_config::ClientListener>,
+    /// That listener's index among the configured ones (its broker addresses in `cluster`).
+    pub(crate) exposure: usize,
 }
 
 impl Conn {
-    pub(crate) fn new(shared: Arc<Shared>, peer: SocketAddr, tls_principal: Option<String>) -> Self {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        peer: SocketAddr,
+        tls_principal: Option<String>,
+        listener: Arc<kmp_config::ClientListener>,
+        exposure: usize,
+    ) -> Self {
         Self {
             shared,
             peer,
             sasl: Mutex::new(SaslState::default()),
             auth: Mutex::new(Progress::default()),
             tls_principal,
+            listener,
+            exposure,
         }
     }
 }

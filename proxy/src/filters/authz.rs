@@ -5,7 +5,8 @@
 //! subject of its client certificate under mutual TLS) may; otherwise loopback peers (IPv4, IPv6,
 //! IPv4-mapped) when `mirror_admin_loopback`, and peers in `mirror_admin_networks`. Everything
 //! else — and everything when `kafka_mirror_admin = false` — gets
-//! CLUSTER_MIRROR_AUTHORIZATION_FAILED (144). Answering the authorized requests belongs to
+//! CLUSTER_MIRROR_AUTHORIZATION_FAILED (144), and so does everything on a client listener with
+//! `mirror_management = false`. Answering the authorized requests belongs to
 //! `mirror_rpc` and `mirror_configs`.
 
 use kmp_protocol::mirror_api::{self, errors};
@@ -18,6 +19,12 @@ use crate::error::ProxyError;
 
 /// Why `conn` may not manage mirrors, or `None` when it may.
 pub(crate) fn refusal(conn: &Conn) -> Option<String> {
+    if !conn.listener.mirror_management {
+        return Some(format!(
+            "mirror management is not allowed on listener `{}` (mirror_management = false); use a listener that allows it or the admin REST API",
+            conn.listener.name
+        ));
+    }
     let sasl = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).clone();
     decide(&conn.shared.config.security, conn.peer.ip(), &sasl, conn.tls_principal.as_deref())
 }

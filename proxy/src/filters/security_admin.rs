@@ -59,7 +59,7 @@ fn is_security_api(key: ApiKey) -> bool {
 /// Whether the client of `conn` is one of `listener.auth.admin_principals` (`User:name` or the
 /// bare name; a certificate subject as written).
 fn is_admin(conn: &Conn) -> bool {
-    let admins = &conn.shared.config.listener.auth.admin_principals;
+    let admins = &conn.listener.auth.admin_principals;
     if admins.is_empty() {
         return false;
     }

@@ -1,6 +1,7 @@
 //! Accepting client connections on one listener: connection limits (`limits`), the per-connection
-//! span, the TLS handshake (`[listener.tls]`, via `tls`), opening the upstream connection, and
-//! handing both to `session`. Accept errors back off in `net::accept`; a failed handshake closes
+//! span, the TLS handshake (the client listener's `tls`, via `net::tls`), opening the upstream
+//! connection (with the proxy's login when the client listener terminates SASL), and handing both
+//! to `session`. Accept errors back off in `net::accept`; a failed handshake closes
 //! that connection only.
 
 use std::sync::Arc;
@@ -19,34 +20,55 @@ use crate::session;
 use crate::shared::Shared;
 use crate::upstream::connect::Target;
 
+/// A client listener as its accept loops serve it (its bootstrap listener and one per broker).
+pub(crate) struct Door {
+    /// Index among the configured client listeners (its broker addresses in `cluster`).
+    pub(crate) index: usize,
+    pub(crate) spec: Arc<kmp_config::ClientListener>,
+    /// Its TLS identity, reloadable.
+    pub(crate) tls: Option<Arc<crate::net::tls::TlsIdentity>>,
+    /// Its filter chain (its authentication mode decides SASL handling).
+    pub(crate) chain: Arc<Chain>,
+}
+
+impl Door {
+    fn terminates(&self) -> bool {
+        self.spec.auth.mode == kmp_config::AuthMode::Terminate
+    }
+}
+
 /// First and longest back-off after a failed accept.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_secs(1));
 
 /// Accepts connections on `listener` until `stop`; every session holds a clone of `drain`.
-pub(crate) async fn run(listener: TcpListener, target: Target, shared: Arc<Shared>, chain: Arc<Chain>, stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
-    let what = target.to_string();
+pub(crate) async fn run(listener: TcpListener, target: Target, shared: Arc<Shared>, door: Arc<Door>, stop: watch::Receiver<bool>, drain: mpsc::Sender<()>) {
+    let what = if door.spec.name == "default" {
+        target.to_string()
+    } else {
+        format!("{target} of listener {}", door.spec.name)
+    };
     let backoff = Backoff::new(BACKOFF.0, BACKOFF.1);
     accept_loop(listener, &what, backoff, stop.clone(), |client, peer| {
         let slot = match shared.limits.admit(peer.ip()) {
             Ok(slot) => slot,
             Err(limit) => {
                 shared.metrics.connection_refused(limit);
-                warn!(%peer, %target, limit, "connection refused: limits.{limit} reached");
+                warn!(%peer, %target, listener = %door.spec.name, limit, "connection refused: limits.{limit} reached");
                 drop(client);
                 return;
             }
         };
         let _ = client.set_nodelay(true);
         let id = shared.next_connection_id.fetch_add(1, Ordering::Relaxed);
-        let span = info_span!("conn", id, peer = %peer, %target);
-        let (shared, chain, stop, drain) = (shared.clone(), chain.clone(), stop.clone(), drain.clone());
+        let span = info_span!("conn", id, peer = %peer, %target, listener = %door.spec.name);
+        let (shared, door, stop, drain) = (shared.clone(), door.clone(), stop.clone(), drain.clone());
         tokio::spawn(
             async move {
                 let _drain = drain;
                 let _slot = slot;
                 shared.metrics.connections.inc();
                 shared.metrics.open_connections.inc();
-                let result = serve(client, peer, target, &shared, chain, stop).await;
+                let result = serve(client, peer, target, &shared, door, stop).await;
                 shared.metrics.open_connections.dec();
                 match result {
                     Ok(()) => tracing::debug!("connection closed"),
@@ -72,10 +94,10 @@ async fn serve(
     peer: std::net::SocketAddr,
     target: Target,
     shared: &Arc<Shared>,
-    chain: Arc<Chain>,
+    door: Arc<Door>,
     stop: watch::Receiver<bool>,
 ) -> Result<(), crate::error::ProxyError> {
-    let client = match &shared.tls {
+    let client = match &door.tls {
         None => Accepted::Plain(client),
         Some(identity) => {
             // A handshake is a few round trips: bounded by the frame timeout, at most 10 s.
@@ -94,9 +116,10 @@ async fn serve(
     // meanwhile, see `early_versions`): a client that connects and sends nothing, fails its TLS
     // handshake or (termination mode) has not authenticated holds no broker connection.
     let opening = shared.clone();
+    let authenticate = door.terminates();
     let upstream: session::Connecting<_> = Box::pin(
         async move {
-            match opening.connector.connect(target, &opening.cluster).await {
+            match opening.connector.connect(target, &opening.cluster, authenticate).await {
                 Ok((opened, addr)) => {
                     tracing::debug!(upstream = %addr, "connected");
                     Ok(opened)
@@ -109,13 +132,15 @@ async fn serve(
         }
         .in_current_span(),
     );
+    let conn = |principal| Arc::new(Conn::new(shared.clone(), peer, principal, door.spec.clone(), door.index));
+    let chain = door.chain.clone();
     match client {
-        Accepted::Plain(tcp) => session::run(tcp, upstream, target, Arc::new(Conn::new(shared.clone(), peer, None)), chain, stop).await,
+        Accepted::Plain(tcp) => session::run(tcp, upstream, target, conn(None), chain, stop).await,
         Accepted::Tls(tls, principal) => {
             if let Some(p) = &principal {
                 tracing::debug!(principal = %p, "client certificate accepted");
             }
-            session::run(*tls, upstream, target, Arc::new(Conn::new(shared.clone(), peer, principal)), chain, stop).await
+            session::run(*tls, upstream, target, conn(principal), chain, stop).await
         }
     }
 }

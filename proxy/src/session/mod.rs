@@ -212,7 +212,7 @@ async fn request_side<R: AsyncRead + Unpin, U: SplitStream>(
         Duration::from_millis(limits.frame_read_timeout_ms),
     );
     let max_frame = shared.config.listener.max_request_frame_bytes;
-    let auth = &shared.config.listener.auth;
+    let auth = &conn.listener.auth;
     let mut reader = FrameReader::new(client_r, max_frame, Side::Client)
         .with_budget(shared.limits.budget.clone())
         .with_frame_timeout(partial);

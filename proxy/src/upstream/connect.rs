@@ -47,22 +47,21 @@ pub(crate) struct Connector {
     bootstrap: Vec<String>,
     next: AtomicUsize,
     timeout: Duration,
-    /// What client connections use upstream.
-    clients: Arc<ClientSecurity>,
+    /// What client connections of pass-through listeners use upstream: the transport only.
+    transport: Arc<ClientSecurity>,
     /// What the proxy's own connections use (metadata refresh, readiness): with its SASL login.
     own: Arc<ClientSecurity>,
 }
 
 impl Connector {
-    /// `own`: the destination's full client security; `terminate`: whether client connections
-    /// authenticate upstream with it too (else they get its transport only).
-    pub(crate) fn new(bootstrap: Vec<String>, timeout: Duration, own: Arc<ClientSecurity>, terminate: bool) -> Self {
-        let clients = if terminate { own.clone() } else { Arc::new(own.transport_only()) };
+    /// `own`: the destination's full client security (client connections of a terminating
+    /// listener authenticate upstream with it; others get its transport only).
+    pub(crate) fn new(bootstrap: Vec<String>, timeout: Duration, own: Arc<ClientSecurity>) -> Self {
         Self {
             bootstrap,
             next: AtomicUsize::new(0),
             timeout,
-            clients,
+            transport: Arc::new(own.transport_only()),
             own,
         }
     }
@@ -72,17 +71,19 @@ impl Connector {
         &self.own
     }
 
-    /// Opens a connection for `target`.
-    pub(crate) async fn connect(&self, target: Target, cluster: &ClusterView) -> Result<(Opened, String), ProxyError> {
+    /// Opens a client connection's upstream connection for `target`; `authenticate`: with the
+    /// proxy's own login (the client's listener terminates SASL), else the transport only.
+    pub(crate) async fn connect(&self, target: Target, cluster: &ClusterView, authenticate: bool) -> Result<(Opened, String), ProxyError> {
+        let security = if authenticate { &self.own } else { &self.transport };
         match target {
             Target::Node(id) => match cluster.upstream_addr(id) {
-                Some(addr) => Ok((self.connect_addr(&addr).await?, addr)),
+                Some(addr) => Ok((self.connect_addr(security, &addr).await?, addr)),
                 None => {
                     warn!(node_id = id, "no known address for broker yet; using a bootstrap broker");
-                    self.connect_bootstrap().await
+                    self.connect_bootstrap(security).await
                 }
             },
-            Target::Bootstrap => self.connect_bootstrap().await,
+            Target::Bootstrap => self.connect_bootstrap(security).await,
         }
     }
 
@@ -93,10 +94,10 @@ impl Connector {
         (0..n).map(|i| self.bootstrap[(start + i) % n].clone()).collect()
     }
 
-    async fn connect_bootstrap(&self) -> Result<(Opened, String), ProxyError> {
+    async fn connect_bootstrap(&self, security: &ClientSecurity) -> Result<(Opened, String), ProxyError> {
         let mut last = None;
         for addr in self.bootstrap_order() {
-            match self.connect_addr(&addr).await {
+            match self.connect_addr(security, &addr).await {
                 Ok(s) => return Ok((s, addr)),
                 Err(e) => {
                     debug!(%addr, error = %e, "bootstrap broker unreachable, trying the next");
@@ -107,13 +108,10 @@ impl Connector {
         Err(last.unwrap_or(ProxyError::NoUpstream))
     }
 
-    pub(crate) async fn connect_addr(&self, addr: &str) -> Result<Opened, ProxyError> {
-        self.clients
-            .connect_session(addr, self.timeout, "kafka-mirror-proxy")
-            .await
-            .map_err(|e| match e {
-                ProtocolError::Connect { detail, .. } => ProxyError::UpstreamConnect { addr: addr.to_owned(), detail },
-                e => ProxyError::Protocol(e),
-            })
+    async fn connect_addr(&self, security: &ClientSecurity, addr: &str) -> Result<Opened, ProxyError> {
+        security.connect_session(addr, self.timeout, "kafka-mirror-proxy").await.map_err(|e| match e {
+            ProtocolError::Connect { detail, .. } => ProxyError::UpstreamConnect { addr: addr.to_owned(), detail },
+            e => ProxyError::Protocol(e),
+        })
     }
 }

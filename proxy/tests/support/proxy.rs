@@ -62,7 +62,7 @@ impl Proxy {
         let node_port_base = config.listener.effective_node_port_base().expect("a node port base");
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let listeners = Listeners {
-            bootstrap,
+            bootstrap: vec![bootstrap],
             admin: Some(admin_listener),
         };
         let server = tokio::spawn(serve(config, listeners, async move {

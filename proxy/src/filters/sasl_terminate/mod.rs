@@ -114,7 +114,7 @@ fn refuse(detail: &str) -> ProxyError {
 /// Whether `conn` must still authenticate with SASL before it may send anything but ApiVersions
 /// and SASL requests (termination mode with mechanisms offered, not authenticated yet).
 pub(crate) fn authenticating(conn: &Conn) -> bool {
-    let auth = &conn.shared.config.listener.auth;
+    let auth = &conn.listener.auth;
     auth.mode == kmp_config::AuthMode::Terminate && !auth.mechanisms.is_empty() && !matches!(*lock(conn), Progress::Authenticated { .. })
 }
 
