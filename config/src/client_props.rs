@@ -28,10 +28,22 @@ pub const CLIENT_SECURITY_KEYS: &[&str] = &[
     "sasl.jaas.config",
     "sasl.username",
     "sasl.password",
+    "sasl.oauthbearer.token.endpoint.url",
+    "sasl.oauthbearer.client.credentials.client.id",
+    "sasl.oauthbearer.client.credentials.client.secret",
+    "sasl.oauthbearer.scope",
+    "sasl.oauthbearer.header.urlencode",
+    "sasl.login.callback.handler.class",
 ];
 
 /// Properties whose values are secrets: never logged, returned or stored in clear.
-pub const SENSITIVE_KEYS: &[&str] = &["sasl.password", "sasl.jaas.config", "ssl.keystore.key", "ssl.key.password"];
+pub const SENSITIVE_KEYS: &[&str] = &[
+    "sasl.password",
+    "sasl.jaas.config",
+    "ssl.keystore.key",
+    "ssl.key.password",
+    "sasl.oauthbearer.client.credentials.client.secret",
+];
 
 /// Whether `key` names a secret (see [`SENSITIVE_KEYS`]).
 pub fn is_sensitive(key: &str) -> bool {
@@ -132,6 +144,9 @@ pub enum SaslMechanism {
     Plain,
     ScramSha256,
     ScramSha512,
+    /// RFC 7628 bearer tokens (KIP-255): a client-credentials token toward clusters, JWTs checked
+    /// against a JWKS in termination mode.
+    OAuthBearer,
 }
 
 impl SaslMechanism {
@@ -141,6 +156,7 @@ impl SaslMechanism {
             "PLAIN" => Some(Self::Plain),
             "SCRAM-SHA-256" => Some(Self::ScramSha256),
             "SCRAM-SHA-512" => Some(Self::ScramSha512),
+            "OAUTHBEARER" => Some(Self::OAuthBearer),
             _ => None,
         }
     }
@@ -150,6 +166,7 @@ impl SaslMechanism {
             Self::Plain => "PLAIN",
             Self::ScramSha256 => "SCRAM-SHA-256",
             Self::ScramSha512 => "SCRAM-SHA-512",
+            Self::OAuthBearer => "OAUTHBEARER",
         }
     }
 }
@@ -224,8 +241,13 @@ pub enum KeyStore {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SaslProps {
     pub mechanism: SaslMechanism,
+    /// The user (PLAIN, SCRAM) or OAuth client id (OAUTHBEARER); empty when it comes from a
+    /// referenced `sasl.jaas.config`.
     pub username: String,
+    /// The password or client secret, or a referenced `sasl.jaas.config` line.
     pub password: SecretRef,
+    /// OAUTHBEARER: where tokens come from.
+    pub oauth: Option<crate::OAuthClientProps>,
 }
 
 /// Parsed security properties of one cluster connection.
@@ -349,6 +371,7 @@ pub fn parse_client_props(props: &BTreeMap<String, String>, origin: PropsOrigin)
 fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProtocol, errs: &mut Vec<String>) -> Option<SaslProps> {
     let any_sasl = ["sasl.mechanism", "sasl.jaas.config", "sasl.username", "sasl.password"]
         .iter()
+        .chain(crate::oauth::OAUTH_CLIENT_KEYS)
         .any(|k| get(k).is_some());
     if !protocol.sasl() {
         if any_sasl {
@@ -359,10 +382,18 @@ fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProto
     let mech_name = get("sasl.mechanism").unwrap_or("GSSAPI");
     let Some(mechanism) = SaslMechanism::parse(mech_name) else {
         errs.push(format!(
-            "sasl.mechanism `{mech_name}` is not supported: use PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"
+            "sasl.mechanism `{mech_name}` is not supported: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"
         ));
         return None;
     };
+    if mechanism == SaslMechanism::OAuthBearer {
+        return crate::oauth::parse_client(get, errs);
+    }
+    for k in crate::oauth::OAUTH_CLIENT_KEYS {
+        if get(k).is_some() {
+            errs.push(format!("{k} is set but sasl.mechanism is {} (it is for OAUTHBEARER)", mechanism.name()));
+        }
+    }
     let (username, password) = match (get("sasl.jaas.config"), get("sasl.username"), get("sasl.password")) {
         (Some(jaas), None, None) => {
             let jaas = SecretRef::parse(jaas);
@@ -372,6 +403,7 @@ fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProto
                     mechanism,
                     username: String::new(),
                     password: jaas,
+                    oauth: None,
                 });
             }
             let SecretRef::Inline(text) = jaas else { return None };
@@ -396,41 +428,20 @@ fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProto
             return None;
         }
     };
-    Some(SaslProps { mechanism, username, password })
+    Some(SaslProps {
+        mechanism,
+        username,
+        password,
+        oauth: None,
+    })
 }
 
 /// `username` and `password` from a JAAS line such as
 /// `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`.
 /// The error never contains the line (it holds a password).
 pub fn parse_jaas(text: &str) -> Result<(String, String), String> {
-    let rest = text.trim().trim_end_matches(';');
-    let Some(opts) = rest.split_once(" required").map(|(_, o)| o) else {
-        return Err("sasl.jaas.config is not `<LoginModule> required username=\"…\" password=\"…\";`".into());
-    };
-    let mut user = None;
-    let mut pass = None;
-    let mut s = opts.trim();
-    while !s.is_empty() {
-        let Some((key, after)) = s.split_once('=') else { break };
-        let key = key.trim();
-        let after = after.trim_start();
-        let (value, next) = if let Some(q) = after.strip_prefix('"') {
-            match q.find('"') {
-                Some(end) => (&q[..end], &q[end + 1..]),
-                None => return Err("sasl.jaas.config has an unterminated quoted value".into()),
-            }
-        } else {
-            let end = after.find(char::is_whitespace).unwrap_or(after.len());
-            (&after[..end], &after[end..])
-        };
-        match key {
-            "username" => user = Some(value.to_owned()),
-            "password" => pass = Some(value.to_owned()),
-            _ => {}
-        }
-        s = next.trim();
-    }
-    match (user, pass) {
+    let mut o = crate::oauth::jaas_options(text)?;
+    match (o.remove("username"), o.remove("password")) {
         (Some(u), Some(p)) if !u.is_empty() => Ok((u, p)),
         _ => Err("sasl.jaas.config must set username=\"…\" and password=\"…\"".into()),
     }

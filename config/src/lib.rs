@@ -10,6 +10,7 @@ mod listeners;
 mod load;
 mod mirror;
 mod model;
+mod oauth;
 mod parse;
 mod security;
 mod validate;
@@ -25,6 +26,7 @@ pub use mirror::{
     DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MAX_REQUEST_PATTERN_LEN, MAX_REQUEST_PATTERNS, MirrorConfig, check_request_patterns, topic_pattern,
 };
 pub use model::{AdminConfig, Config, ListenerConfig, UpstreamConfig};
+pub use oauth::{KAFKA_OAUTH_LOGIN_HANDLER, OAUTH_CLIENT_KEYS, OAuthClientProps, OAuthValidationConfig, jaas_options, parse_oauth_jaas};
 pub use parse::parse_toml;
 pub use security::{LimitsConfig, SecurityConfig, in_network, is_loopback, parse_cidr, source_allowed};
 pub use validate::{ConfigError, ConfigErrors};

@@ -42,13 +42,17 @@ pub struct ClientAuthConfig {
     /// authenticates to the brokers with `[upstream.properties]`.
     pub mode: AuthMode,
     /// Terminate mode: SASL mechanisms offered to clients (`PLAIN`, `SCRAM-SHA-256`,
-    /// `SCRAM-SHA-512`). Empty: clients authenticate by their TLS certificate only
+    /// `SCRAM-SHA-512`, `OAUTHBEARER`). Empty: clients authenticate by their TLS certificate only
     /// (`[listener.tls] client_ca_file` must be set). Default `["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"]`.
     pub mechanisms: Vec<String>,
+    /// Terminate mode: how `OAUTHBEARER` logins are checked (`[listener.auth.oauthbearer]`:
+    /// the identity provider's JWKS, expected audience and issuer). Required when `mechanisms`
+    /// offers `OAUTHBEARER`. Default: unset.
+    pub oauthbearer: Option<crate::OAuthValidationConfig>,
     /// Terminate mode: TOML file of users with salted SCRAM credentials (never passwords; create
     /// entries with `kafka-mirror-proxy scram-credential`). PLAIN logins are checked against the
     /// same salted credentials. Re-read when it changes (with the TLS files' reload interval, or
-    /// every 10 s without TLS) and on SIGHUP. Required when `mechanisms` is not empty.
+    /// every 10 s without TLS) and on SIGHUP. Required when `mechanisms` offers PLAIN or SCRAM.
     pub credentials_file: Option<PathBuf>,
     /// Terminate mode: the largest request frame a client may send before it has authenticated
     /// (Kafka's `sasl.server.max.receive.size`); a larger one closes the connection. Default
@@ -80,6 +84,7 @@ impl Default for ClientAuthConfig {
             mode: AuthMode::Passthrough,
             mechanisms: vec!["SCRAM-SHA-512".into(), "SCRAM-SHA-256".into(), "PLAIN".into()],
             credentials_file: None,
+            oauthbearer: None,
             max_receive_bytes: DEFAULT_MAX_RECEIVE_BYTES,
             timeout_ms: 10_000,
             session_lifetime_ms: 0,

@@ -207,16 +207,31 @@ fn check_one(
         );
     }
     if auth.mode == AuthMode::Terminate {
+        let mut oauth = false;
+        let mut password = false;
         for m in &auth.mechanisms {
-            if crate::SaslMechanism::parse(m).is_none() {
-                err(&format!("{key}.auth.mechanisms"), format!("`{m}` is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"));
+            match crate::SaslMechanism::parse(m) {
+                None => err(
+                    &format!("{key}.auth.mechanisms"),
+                    format!("`{m}` is not PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+                ),
+                Some(crate::SaslMechanism::OAuthBearer) => oauth = true,
+                Some(_) => password = true,
             }
         }
-        if !auth.mechanisms.is_empty() && auth.credentials_file.is_none() {
+        if password && auth.credentials_file.is_none() {
             err(
                 &format!("{key}.auth.credentials_file"),
-                format!("required when {key}.auth.mode = \"terminate\" offers SASL mechanisms"),
+                format!("required when {key}.auth.mode = \"terminate\" offers PLAIN or SCRAM"),
             );
+        }
+        match &auth.oauthbearer {
+            Some(o) => o.errors(&format!("{key}.auth.oauthbearer"), err),
+            None if oauth => err(
+                &format!("{key}.auth.oauthbearer"),
+                "required when mechanisms offers OAUTHBEARER (jwks_endpoint_url, expected_audience, expected_issuer)".to_owned(),
+            ),
+            None => {}
         }
         if auth.mechanisms.is_empty() && tls.and_then(|t| t.client_ca_file.as_ref()).is_none() {
             err(
@@ -224,6 +239,11 @@ fn check_one(
                 format!("empty (clients authenticate by certificate) needs {key}.tls.client_ca_file"),
             );
         }
+    } else if auth.oauthbearer.is_some() {
+        err(
+            &format!("{key}.auth.oauthbearer"),
+            "only with mode = \"terminate\" (in pass-through the broker checks tokens)".to_owned(),
+        );
     }
 }
 

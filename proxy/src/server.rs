@@ -201,13 +201,16 @@ struct Security {
 struct ListenerSecurity {
     tls: Option<Arc<TlsIdentity>>,
     credentials: Option<Arc<CredentialStore>>,
+    /// OAUTHBEARER token checks (`[listener.auth.oauthbearer]`).
+    oauth: Option<Arc<kmp_protocol::security::oauth::Validator>>,
 }
 
 impl ListenerSecurity {
     /// The termination filter when the listener's `auth.mode = "terminate"`.
     fn terminator(&self, spec: &ClientListener) -> Option<SaslTerminator> {
         let auth = &spec.auth;
-        (auth.mode == AuthMode::Terminate).then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone(), auth.session_lifetime_ms))
+        (auth.mode == AuthMode::Terminate)
+            .then(|| SaslTerminator::new(&auth.mechanisms, self.credentials.clone(), auth.session_lifetime_ms, self.oauth.clone()))
     }
 }
 
@@ -237,7 +240,13 @@ impl Security {
                 ),
                 _ => None,
             };
-            listeners.push(ListenerSecurity { tls, credentials });
+            let oauth = match (&spec.auth.mode, &spec.auth.oauthbearer) {
+                (AuthMode::Terminate, Some(o)) => Some(Arc::new(
+                    kmp_protocol::security::oauth::Validator::new(o).map_err(|e| ProxyError::Security(format!("{key}.auth.oauthbearer: {e}")))?,
+                )),
+                _ => None,
+            };
+            listeners.push(ListenerSecurity { tls, credentials, oauth });
         }
         let admin_tls = identity("admin.tls", &config.admin.tls, &[b"http/1.1"])?;
         let reload_interval = listeners

@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use kmp_config::MirrorConfig;
 use tracing::{debug, info};
 
-use crate::control::settings::{check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
+use crate::control::settings::{check_endpoints, check_patterns, check_sources, csv, list_config, refuse_configs, security_properties, set_interval};
 use tokio::sync::oneshot;
 
 use crate::control::{TermCommand, TermControl, TopicResult, codes};
@@ -76,6 +76,10 @@ impl TermControl {
             } else if let Err(e) = set_interval(&mut def, key, value.as_deref()) {
                 return (INVALID_CONFIG, Some(e));
             }
+        }
+        // The token endpoint of OAUTHBEARER source properties too, before anything connects.
+        if let Err(e) = check_endpoints(self.source_allow(), &def) {
+            return (INVALID_CONFIG, Some(e));
         }
         if let Err(e) = check_patterns(&def) {
             return (INVALID_CONFIG, Some(e.to_string()));

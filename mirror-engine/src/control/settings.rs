@@ -104,6 +104,24 @@ pub(crate) fn check_sources(allow: &[String], servers: &[String]) -> Result<(), 
     }
 }
 
+/// [`check_sources`] for everything an API-created mirror connects to: its bootstrap servers and,
+/// with OAUTHBEARER source properties, the token endpoint (the proxy would otherwise send HTTP
+/// requests wherever an API caller points it).
+pub(crate) fn check_endpoints(allow: &[String], def: &MirrorConfig) -> Result<(), String> {
+    check_sources(allow, &def.source_bootstrap_servers)?;
+    let Some(url) = def.source_properties.0.get("sasl.oauthbearer.token.endpoint.url") else {
+        return Ok(());
+    };
+    let addr = kmp_protocol::security::oauth::endpoint_address(url.trim()).map_err(|e| e.to_string())?;
+    if kmp_config::source_allowed(allow, &addr) {
+        Ok(())
+    } else {
+        Err(format!(
+            "sasl.oauthbearer.token.endpoint.url address `{addr}` does not match security.mirror_source_allow (KMP_MIRROR_SOURCE_ALLOW) on the proxy"
+        ))
+    }
+}
+
 pub(crate) fn csv(v: Option<&str>) -> Vec<String> {
     v.map(|s| s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect())
         .unwrap_or_default()
@@ -235,6 +253,7 @@ fn apply_ops(mut def: MirrorConfig, ops: &[(String, i8, Option<String>)], allow:
         source_properties(&props)?;
         def.source_properties = props;
     }
+    check_endpoints(allow, &def).map_err(|e| (INVALID_CONFIG, Some(e)))?;
     Ok(def)
 }
 
@@ -297,6 +316,21 @@ pub(crate) fn source_properties(props: &kmp_config::ClientProperties) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_api_created_mirror_may_only_fetch_oauth_tokens_from_an_allowed_address() {
+        let allow = vec!["src.example:9092".to_owned(), "idp.example:443".to_owned()];
+        let mut def = MirrorConfig::new("m", vec!["src.example:9092".into()]);
+        def.source_properties
+            .0
+            .insert("sasl.oauthbearer.token.endpoint.url".into(), "https://idp.example/token".into());
+        assert_eq!(check_endpoints(&allow, &def), Ok(()));
+        def.source_properties
+            .0
+            .insert("sasl.oauthbearer.token.endpoint.url".into(), "http://169.254.169.254/latest/meta-data".into());
+        let e = check_endpoints(&allow, &def).unwrap_err();
+        assert!(e.contains("169.254.169.254:80") && e.contains("mirror_source_allow"), "{e}");
+    }
 
     #[test]
     fn kip_names_set_the_sync_settings_and_bad_values_are_refused() {

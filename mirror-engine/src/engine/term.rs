@@ -197,16 +197,14 @@ pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, 
         // Stored before the allow-list existed or changed since: such a mirror is not started
         // (its topics stay registered and read-only) until the list allows its source again. It
         // is still known: listed, described, and deletable once its topics are stopped.
-        .filter(
-            |def| match mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers) {
-                Ok(()) => true,
-                Err(e) => {
-                    tracing::error!(mirror = %def.name, "stored cluster mirror not started: {e}");
-                    shared.control.add_mirror(def.clone());
-                    false
-                }
-            },
-        )
+        .filter(|def| match mirror_settings::check_endpoints(shared.control.source_allow(), def) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(mirror = %def.name, "stored cluster mirror not started: {e}");
+                shared.control.add_mirror(def.clone());
+                false
+            }
+        })
         .collect();
     for def in mirrors.into_iter().chain(created) {
         mirrors::launch(&shared, &store, def);
@@ -262,7 +260,7 @@ fn boot_worker(shared: Shared, handle: &Control, store: Arc<StateStore>, flush: 
     let stored = store.mirrors().into_iter().filter(|r| r.origin.is(Origin::Api)).map(|r| r.definition);
     let mut all: Vec<MirrorConfig> = mirrors;
     for def in stored {
-        if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_sources(shared.control.source_allow(), &def.source_bootstrap_servers).is_ok() {
+        if !all.iter().any(|m| m.name == def.name) && mirror_settings::check_endpoints(shared.control.source_allow(), &def).is_ok() {
             all.push(def);
         }
     }

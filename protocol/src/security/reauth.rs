@@ -114,6 +114,23 @@ pub(crate) async fn login<T: SaslRoundTrip>(t: &mut T, login: &SaslLogin) -> Res
         lifetime_ms = resp.session_lifetime_ms;
         Ok(resp.auth_bytes)
     };
+    if let Some(source) = login.token_source() {
+        let token = source
+            .token(|| login.client_credentials(None))
+            .await
+            .map_err(|e| auth_err(format!("no OAuth access token: {e}")))?;
+        let challenge = step(t, super::oauth::message::client_message(&token)).await?;
+        if !challenge.is_empty() {
+            // RFC 7628: the server's error is a JSON challenge; the client answers with a lone
+            // separator and the server then fails the exchange.
+            let status = String::from_utf8_lossy(&challenge[..challenge.len().min(256)]).into_owned();
+            return Err(match step(t, vec![0x01]).await {
+                Err(e) => auth_err(format!("the broker refused the OAuth token ({status}): {e}")),
+                Ok(_) => auth_err(format!("the broker refused the OAuth token ({status})")),
+            });
+        }
+        return Ok(u64::try_from(lifetime_ms).ok().filter(|&ms| ms > 0).map(Duration::from_millis));
+    }
     let (username, password) = login.credentials().map_err(|e| auth_err(format!("credentials: {e}")))?;
     match Hash::of(login.mechanism) {
         None => {

@@ -45,7 +45,7 @@ impl Hash {
         match m {
             SaslMechanism::ScramSha256 => Some(Self::Sha256),
             SaslMechanism::ScramSha512 => Some(Self::Sha512),
-            SaslMechanism::Plain => None,
+            SaslMechanism::Plain | SaslMechanism::OAuthBearer => None,
         }
     }
 

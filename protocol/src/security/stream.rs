@@ -47,6 +47,8 @@ pub struct SaslLogin {
     secret: SecretRef,
     /// SCRAM: the salted password of the last exchange (same salt: no PBKDF2 per connection).
     salted: std::sync::Arc<SaltedCache>,
+    /// OAUTHBEARER: where the access tokens come from (shared by every connection of the login).
+    oauth: Option<std::sync::Arc<super::oauth::TokenSource>>,
 }
 
 impl SaslLogin {
@@ -63,11 +65,39 @@ impl SaslLogin {
             username: "u".into(),
             secret: SecretRef::Inline("p".into()),
             salted: Default::default(),
+            oauth: None,
         }
+    }
+
+    /// OAUTHBEARER: the token source (`None` for other mechanisms).
+    pub(crate) fn token_source(&self) -> Option<&super::oauth::TokenSource> {
+        self.oauth.as_deref()
+    }
+
+    /// OAUTHBEARER: client id, secret and scope as the references say right now.
+    pub(crate) fn client_credentials(&self, scope: Option<&str>) -> Result<super::oauth::ClientCredentials, String> {
+        let secret = self.secret.resolve()?;
+        if self.username.is_empty() {
+            // A referenced sasl.jaas.config: the whole line was the secret.
+            let (id, secret, jaas_scope) = kmp_config::parse_oauth_jaas(&secret)?;
+            return Ok(super::oauth::ClientCredentials {
+                id,
+                secret,
+                scope: scope.map(str::to_owned).or(jaas_scope),
+            });
+        }
+        Ok(super::oauth::ClientCredentials {
+            id: self.username.clone(),
+            secret,
+            scope: scope.map(str::to_owned),
+        })
     }
 
     /// `(user, password)` as the secret reference says right now.
     pub(crate) fn credentials(&self) -> Result<(String, String), String> {
+        if self.mechanism == SaslMechanism::OAuthBearer {
+            return self.client_credentials(None).map(|c| (c.id, c.secret));
+        }
         let secret = self.secret.resolve()?;
         if self.username.is_empty() {
             // A referenced sasl.jaas.config: the whole line was the secret.
@@ -110,6 +140,8 @@ pub enum SecurityError {
     Tls(#[from] TlsError),
     #[error("SASL credentials: {0}")]
     Secret(String),
+    #[error(transparent)]
+    OAuth(#[from] super::oauth::OAuthError),
 }
 
 impl ClientSecurity {
@@ -137,11 +169,16 @@ impl ClientSecurity {
         let sasl = match &props.sasl {
             None => None,
             Some(s) => {
+                let oauth = match &s.oauth {
+                    Some(o) => Some(std::sync::Arc::new(super::oauth::TokenSource::new(o, props.truststore.as_ref())?)),
+                    None => None,
+                };
                 let login = SaslLogin {
                     mechanism: s.mechanism,
                     username: s.username.clone(),
                     secret: s.password.clone(),
                     salted: Default::default(),
+                    oauth,
                 };
                 // Checked now, so a missing file or variable stops the start with its name.
                 login.credentials().map_err(SecurityError::Secret)?;

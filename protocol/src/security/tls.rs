@@ -104,6 +104,23 @@ pub fn client_config(props: &ClientSecurityProps) -> Result<Arc<ClientConfig>, T
     Ok(Arc::new(config))
 }
 
+/// The client configuration for an `https://` identity-provider endpoint (OAuth token endpoint,
+/// JWKS): the system's CA certificates, plus `extra` (a cluster's truststore or a configured CA
+/// file) when given. Host names are always checked.
+pub fn https_client_config(extra: Option<&PemSource>) -> Result<Arc<ClientConfig>, TlsError> {
+    let mut certs: Vec<CertificateDer<'static>> = rustls_native_certs::load_native_certs().certs;
+    if let Some(src) = extra {
+        certs.extend(certs_from(src, "CA certificates for the identity provider")?);
+    }
+    let roots = roots(certs, "CA certificates for the identity provider (the system's and the configured ones)")?;
+    let config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(VERSIONS)
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// The server configuration of a listener (`[listener.tls]` or `[admin.tls]`), read from its files
 /// now. `alpn`: protocols to offer (empty for Kafka).
 pub fn server_config(tls: &TlsServerConfig, alpn: &[&[u8]]) -> Result<Arc<ServerConfig>, TlsError> {

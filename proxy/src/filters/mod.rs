@@ -153,7 +153,7 @@ mod tests {
     fn chain(engine: bool, terminate: bool) -> usize {
         let mut config = Config::default();
         config.engine.enabled = engine;
-        let terminate = terminate.then(|| sasl_terminate::SaslTerminator::new(&[], None, 0));
+        let terminate = terminate.then(|| sasl_terminate::SaslTerminator::new(&[], None, 0, None));
         Chain::new(&config, terminate).filters.len()
     }
 

@@ -1,5 +1,6 @@
 //! Authentication termination (`listener.auth.mode = "terminate"`): the proxy answers SaslHandshake
-//! and SaslAuthenticate itself — PLAIN and SCRAM-SHA-256/512 against the salted credentials file —
+//! and SaslAuthenticate itself — PLAIN and SCRAM-SHA-256/512 against the salted credentials file,
+//! OAUTHBEARER tokens against the identity provider's keys (`[listener.auth.oauthbearer]`) —
 //! and the broker connection is already authenticated with the proxy's own credentials. Until a
 //! client authenticated, only ApiVersions and SASL requests are served: anything else closes the
 //! connection, as a Kafka SASL listener does; after a failed authentication too. The principal
@@ -86,15 +87,27 @@ pub(crate) struct SaslTerminator {
     backoff: login_backoff::LoginBackoff,
     /// `listener.auth.session_lifetime_ms` (`None`: sessions never end).
     lifetime: Option<std::time::Duration>,
+    /// OAUTHBEARER: checks client tokens (`None` when the mechanism is not offered).
+    oauth: Option<Arc<kmp_protocol::security::oauth::Validator>>,
 }
 
 impl SaslTerminator {
-    pub(crate) fn new(mechanisms: &[String], credentials: Option<Arc<CredentialStore>>, session_lifetime_ms: u64) -> Self {
+    pub(crate) fn new(
+        mechanisms: &[String],
+        credentials: Option<Arc<CredentialStore>>,
+        session_lifetime_ms: u64,
+        oauth: Option<Arc<kmp_protocol::security::oauth::Validator>>,
+    ) -> Self {
         Self {
-            mechanisms: mechanisms.iter().filter_map(|m| SaslMechanism::parse(m)).collect(),
+            mechanisms: mechanisms
+                .iter()
+                .filter_map(|m| SaslMechanism::parse(m))
+                .filter(|m| *m != SaslMechanism::OAuthBearer || oauth.is_some())
+                .collect(),
             credentials,
             backoff: Default::default(),
             lifetime: (session_lifetime_ms > 0).then(|| std::time::Duration::from_millis(session_lifetime_ms)),
+            oauth,
         }
     }
 
@@ -205,10 +218,14 @@ impl SaslTerminator {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+        let oauth = matches!(&*lock(conn), Progress::Handshaken(SaslMechanism::OAuthBearer, _, _));
+        if oauth {
+            return self.oauth_login(x, &req.auth_bytes, conn).await;
+        }
         let credentials = self.credentials.as_ref().map(|c| c.get()).unwrap_or_default();
         let step = match self.scram_step(conn, &req.auth_bytes, &credentials) {
             Ok(step) => step,
-            Err(()) => return self.answer(x, ILLEGAL_SASL_STATE, "SaslAuthenticate without a successful SaslHandshake", Bytes::new()),
+            Err(()) => return self.answer(x, ILLEGAL_SASL_STATE, "SaslAuthenticate without a successful SaslHandshake", Bytes::new(), None),
         };
         let outcome: Result<(Option<String>, Bytes), String> = match step {
             Some(Ok(ServerStep::Continue(msg))) => Ok((None, Bytes::from(msg))),
@@ -224,42 +241,78 @@ impl SaslTerminator {
         };
         match outcome {
             Ok((None, msg)) => self.answer_step(x, msg),
-            Ok((Some(user), msg)) => {
-                let reauth_of = match &*lock(conn) {
-                    Progress::Handshaken(_, _, reauth_of) => reauth_of.clone(),
-                    _ => None,
-                };
-                if reauth_of.as_ref().is_some_and(|p| *p != user) {
-                    // Kafka refuses a re-authentication as another principal.
-                    *lock(conn) = Progress::Failed;
-                    conn.shared.metrics.refused("sasl_reauthentication_principal_changed", 1);
-                    tracing::info!(peer = %conn.peer, "client re-authentication named another principal; closing");
-                    return self.answer(x, SASL_AUTHENTICATION_FAILED, "Cannot change principals during re-authentication", Bytes::new());
-                }
-                self.backoff.succeeded(conn.peer.ip());
-                if reauth_of.is_some() {
-                    conn.shared.metrics.client_reauthentications.inc();
-                }
-                *lock(conn) = Progress::Authenticated {
-                    until: self.lifetime.map(|l| std::time::Instant::now() + l),
-                };
-                let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
-                s.principal = Some(user.clone());
-                s.accepted_steps = 1;
-                tracing::debug!(principal = %user, "client authenticated");
-                drop(s);
-                self.answer(x, 0, "", msg)
-            }
-            Err(why) => {
-                self.backoff.failed(conn.peer.ip());
-                *lock(conn) = Progress::Failed;
-                conn.shared.metrics.refused("sasl_authentication_failed", 1);
-                tracing::info!(peer = %conn.peer, "client SASL authentication failed");
-                let mechanism = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).mechanism.clone();
-                let msg = broker_message(&mechanism, why);
-                self.answer(x, SASL_AUTHENTICATION_FAILED, &msg, Bytes::new())
-            }
+            Ok((Some(user), msg)) => self.authenticated(x, conn, user, msg, self.lifetime),
+            Err(why) => self.failed(x, conn, why),
         }
+    }
+
+    /// OAUTHBEARER: the client's token checked against the identity provider's keys; the
+    /// session ends no later than the token (when sessions have a lifetime at all, as in Kafka).
+    async fn oauth_login(&self, x: (i32, i16), auth: &[u8], conn: &Conn) -> Result<Bytes, ProxyError> {
+        let Some(validator) = self.oauth.clone() else {
+            return self.failed(x, conn, "OAUTHBEARER is not offered".into());
+        };
+        let token = match kmp_protocol::security::oauth::message::parse_client_message(auth) {
+            Ok(t) => t,
+            Err(why) => return self.failed(x, conn, why.to_owned()),
+        };
+        match validator.verify(token).await {
+            Ok(v) => {
+                let left = u64::try_from(v.expires_at - kmp_protocol::security::oauth::jwt::now_seconds()).unwrap_or(0);
+                let session = self.lifetime.map(|l| l.min(std::time::Duration::from_secs(left)));
+                self.authenticated(x, conn, v.principal, Bytes::new(), session)
+            }
+            Err(kmp_protocol::security::oauth::Refusal::Keys(e)) => {
+                tracing::warn!(peer = %conn.peer, error = %e, "cannot check a client's OAuth token: the identity provider's keys are not available");
+                self.failed(x, conn, "the identity provider's keys are not available".into())
+            }
+            Err(kmp_protocol::security::oauth::Refusal::Token(e)) => self.failed(x, conn, format!("invalid_token: {e}")),
+        }
+    }
+
+    /// A login of `user` succeeded: the session starts (`session`: how long it lasts).
+    fn authenticated(&self, x: (i32, i16), conn: &Conn, user: String, msg: Bytes, session: Option<std::time::Duration>) -> Result<Bytes, ProxyError> {
+        let reauth_of = match &*lock(conn) {
+            Progress::Handshaken(_, _, reauth_of) => reauth_of.clone(),
+            _ => None,
+        };
+        if reauth_of.as_ref().is_some_and(|p| *p != user) {
+            // Kafka refuses a re-authentication as another principal.
+            *lock(conn) = Progress::Failed;
+            conn.shared.metrics.refused("sasl_reauthentication_principal_changed", 1);
+            tracing::info!(peer = %conn.peer, "client re-authentication named another principal; closing");
+            return self.answer(
+                x,
+                SASL_AUTHENTICATION_FAILED,
+                "Cannot change principals during re-authentication",
+                Bytes::new(),
+                None,
+            );
+        }
+        self.backoff.succeeded(conn.peer.ip());
+        if reauth_of.is_some() {
+            conn.shared.metrics.client_reauthentications.inc();
+        }
+        *lock(conn) = Progress::Authenticated {
+            until: session.map(|l| std::time::Instant::now() + l),
+        };
+        let mut s = conn.sasl.lock().unwrap_or_else(|e| e.into_inner());
+        s.principal = Some(user.clone());
+        s.accepted_steps = 1;
+        tracing::debug!(principal = %user, "client authenticated");
+        drop(s);
+        self.answer(x, 0, "", msg, session)
+    }
+
+    /// A login failed for `why`: the connection is closed at its next request.
+    fn failed(&self, x: (i32, i16), conn: &Conn, why: String) -> Result<Bytes, ProxyError> {
+        self.backoff.failed(conn.peer.ip());
+        *lock(conn) = Progress::Failed;
+        conn.shared.metrics.refused("sasl_authentication_failed", 1);
+        tracing::info!(peer = %conn.peer, %why, "client SASL authentication failed");
+        let mechanism = conn.sasl.lock().unwrap_or_else(|e| e.into_inner()).mechanism.clone();
+        let msg = broker_message(&mechanism, why);
+        self.answer(x, SASL_AUTHENTICATION_FAILED, &msg, Bytes::new(), None)
     }
 
     /// The SCRAM step for `auth` (`None`: PLAIN, checked by the caller); `Err` when no handshake
@@ -293,13 +346,20 @@ impl SaslTerminator {
     }
 
     /// The final answer: `code` 0 (authenticated, with the session lifetime) or the failure.
-    fn answer(&self, (correlation_id, version): (i32, i16), code: i16, message: &str, auth: Bytes) -> Result<Bytes, ProxyError> {
+    fn answer(
+        &self,
+        (correlation_id, version): (i32, i16),
+        code: i16,
+        message: &str,
+        auth: Bytes,
+        session: Option<std::time::Duration>,
+    ) -> Result<Bytes, ProxyError> {
         let mut resp = SaslAuthenticateResponse::default();
         resp.error_code = code;
         resp.error_message = (code != 0).then(|| StrBytes::from_string(message.to_owned()));
         resp.auth_bytes = auth;
         // Told on success (KIP-368: SaslAuthenticate v1+); 0: the session does not end.
-        resp.session_lifetime_ms = match (code, self.lifetime) {
+        resp.session_lifetime_ms = match (code, session) {
             (0, Some(l)) => i64::try_from(l.as_millis()).unwrap_or(i64::MAX),
             _ => 0,
         };
