@@ -93,8 +93,16 @@ pub(crate) fn parse_client<'a>(get: &dyn Fn(&str) -> Option<&'a str>, errs: &mut
             },
         },
         (None, Some(id), Some(secret)) => (id.to_owned(), SecretRef::parse(secret)),
+        // Kafka 4.1's form: the login module without credentials, they are in the KIP-1139 keys.
+        (Some(jaas), Some(id), Some(secret)) if jaas_options(jaas).is_ok_and(|o| !o.contains_key("clientId") && !o.contains_key("clientSecret")) => {
+            scope = scope.or_else(|| jaas_options(jaas).ok().and_then(|mut o| o.remove("scope")).filter(|s| !s.is_empty()));
+            (id.to_owned(), SecretRef::parse(secret))
+        }
         (Some(_), _, _) => {
-            errs.push("give sasl.jaas.config or sasl.oauthbearer.client.credentials.client.id/client.secret, not both".into());
+            errs.push(
+                "give the client id and secret either in sasl.jaas.config or in sasl.oauthbearer.client.credentials.client.id/client.secret (with a bare `OAuthBearerLoginModule required ;`), not both"
+                    .into(),
+            );
             return None;
         }
         (None, _, _) => {
@@ -263,6 +271,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.sasl.unwrap().password, SecretRef::Env("KMP_SECRET".into()));
+
+        // Kafka 4.1: a bare login module beside the KIP-1139 keys.
+        let p = parse_client_props(
+            &props(
+                &[
+                    &base[..],
+                    &[
+                        (
+                            "sasl.jaas.config",
+                            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required ;",
+                        ),
+                        ("sasl.oauthbearer.client.credentials.client.id", "kmp-proxy"),
+                        ("sasl.oauthbearer.client.credentials.client.secret", "inline-secret"),
+                    ],
+                ]
+                .concat(),
+            ),
+            PropsOrigin::ConfigFile,
+        )
+        .unwrap();
+        assert_eq!(p.sasl.unwrap().username, "kmp-proxy");
     }
 
     #[test]

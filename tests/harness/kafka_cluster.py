@@ -163,6 +163,83 @@ class SecureListeners:
         }
 
 
+# Port offset of the OAUTH listener a cluster started with ``oauth=OAuthListener(...)`` adds (broker
+# ``i`` on ``base_port + 80 + i - 1``): inside every cluster shape's port block (up to 20 brokers).
+OAUTH_OFFSET = 80
+OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+# The JVM system property (Kafka 4.0+) listing the only URLs an OAUTHBEARER client or broker may
+# fetch tokens or keys from (KIP-1139 default: none).
+OAUTH_ALLOWED_URLS_PROPERTY = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+
+
+@dataclass
+class OAuthListener:
+    """What adds a listener ``OAUTH`` to every broker of a cluster: SASL with OAUTHBEARER only,
+    whose JWTs the broker validates itself (``OAuthBearerValidatorCallbackHandler``) against
+    ``idp``: its JWKS (``idp.jwks_url``), issuer (``idp.issuer``) and ``audience``.
+
+    ``idp``: anything with ``issuer``, ``jwks_url`` and ``token_endpoint`` (an
+    ``oidc_idp.OidcProvider``). ``tls``: SASL_SSL instead of SASL_PLAINTEXT; ``None`` (default)
+    means SASL_SSL exactly when the cluster is ``secure`` (its broker certificate is used).
+    ``principal_claim``: ``sasl.oauthbearer.sub.claim.name`` (Kafka's default ``sub``).
+    ``reauth_ms``: ``connections.max.reauth.ms`` of this listener's OAUTHBEARER (KIP-368); the
+    broker's SaslAuthenticate answer then carries session_lifetime_ms = min(token exp - now,
+    reauth_ms). ``extra``: more broker config (full names). The brokers' JVMs get
+    ``-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls=<token endpoint>,<JWKS URL>``."""
+    idp: object
+    tls: bool | None = None
+    audience: str = "kafka"
+    principal_claim: str | None = None
+    reauth_ms: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    def protocol(self, secure: bool) -> str:
+        tls = secure if self.tls is None else self.tls
+        assert not tls or secure, "an OAUTH listener over TLS needs a secure cluster (its certificates)"
+        return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+
+    def allowed_urls(self) -> str:
+        return f"{self.idp.token_endpoint},{self.idp.jwks_url}"
+
+    def broker_config(self, secure: bool) -> dict:
+        conf = {
+            "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+            "listener.name.oauth.oauthbearer.sasl.server.callback.handler.class": OAUTHBEARER_VALIDATOR,
+            "listener.name.oauth.oauthbearer.sasl.jaas.config": f"{OAUTHBEARER_LOGIN_MODULE} required ;",
+            "sasl.oauthbearer.jwks.endpoint.url": self.idp.jwks_url,
+            "sasl.oauthbearer.expected.audience": self.audience,
+            "sasl.oauthbearer.expected.issuer": self.idp.issuer,
+        }
+        if self.principal_claim:
+            conf["sasl.oauthbearer.sub.claim.name"] = self.principal_claim
+        if self.reauth_ms is not None:
+            conf["listener.name.oauth.oauthbearer.connections.max.reauth.ms"] = self.reauth_ms
+        if self.protocol(secure) == "SASL_SSL":
+            conf["listener.name.oauth.ssl.client.auth"] = "none"
+        conf.update(self.extra)
+        return conf
+
+    def client_config(self, client_id: str, secret: str, jaas_credentials: bool = False) -> dict:
+        """Java client properties (Kafka 4.1 names) that log in as ``client_id`` with the
+        client-credentials grant: the credentials in ``sasl.oauthbearer.client.credentials.*``, or
+        with ``jaas_credentials`` as the JAAS options ``clientId`` / ``clientSecret`` (deprecated
+        since 4.1: the client logs a warning). The client's JVM also needs the token endpoint in
+        the system property :data:`OAUTH_ALLOWED_URLS_PROPERTY` (and, for SASL_SSL, a truststore)."""
+        conf = {
+            "sasl.mechanism": "OAUTHBEARER",
+            "sasl.oauthbearer.token.endpoint.url": self.idp.token_endpoint,
+            "sasl.login.callback.handler.class": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler",
+        }
+        if jaas_credentials:
+            conf["sasl.jaas.config"] = f'{OAUTHBEARER_LOGIN_MODULE} required clientId="{client_id}" clientSecret="{secret}";'
+        else:
+            conf["sasl.jaas.config"] = f"{OAUTHBEARER_LOGIN_MODULE} required ;"
+            conf["sasl.oauthbearer.client.credentials.client.id"] = client_id
+            conf["sasl.oauthbearer.client.credentials.client.secret"] = secret
+        return conf
+
+
 class KafkaCluster:
     """A KRaft cluster of ``brokers`` combined-mode nodes with node ids 1..n.
 
@@ -172,7 +249,8 @@ class KafkaCluster:
 
     def __init__(self, name: str, brokers: int, base_port: int, workdir: Path, extra_config: dict | None = None,
                  version: str = KAFKA_VERSION, sasl_users: dict[str, str] | None = None,
-                 secure: SecureListeners | None = None, wan: bool = False):
+                 secure: SecureListeners | None = None, wan: bool = False, oauth: OAuthListener | None = None,
+                 jvm_props: dict[str, str] | None = None):
         """``sasl_users`` makes the client listener SASL_PLAINTEXT with PLAIN for those users; the
         brokers then talk to each other (and the readiness probe to them) on a plaintext listener
         at ``base_port + 50 + i - 1``.
@@ -185,10 +263,24 @@ class KafkaCluster:
         ``base_port + 70 + i - 1`` instead (see :meth:`wan_addr`): put a latency-injecting relay
         (tests/harness/latency.py) from the advertised port to the bound one, and a client that
         bootstraps from :attr:`wan_bootstrap` reaches every broker through it, while clients of
-        :attr:`bootstrap` stay direct."""
+        :attr:`bootstrap` stay direct.
+
+        ``oauth`` adds the listener ``OAUTH`` of :class:`OAuthListener` on ``base_port + 80 + i - 1``
+        (address it with ``addr_for("OAUTH", i)`` / ``bootstrap_for("OAUTH")``), next to whatever
+        listeners the cluster has otherwise; inter-broker traffic stays where it was.
+
+        ``jvm_props``: JVM system properties (``-Dkey=value``) for every broker (and StorageTool);
+        ``oauth`` adds its allowed-URLs property to them."""
         assert not (sasl_users and secure), "sasl_users and secure are alternatives"
         assert not (wan and (sasl_users or secure)), "wan is for plain clusters"
         self.wan = wan
+        self.oauth = oauth
+        self.jvm_props = dict(jvm_props or {})
+        if oauth:
+            assert brokers <= 20, "the OAUTH listener's ports allow at most 20 brokers"
+            urls = oauth.allowed_urls()
+            prev = self.jvm_props.get(OAUTH_ALLOWED_URLS_PROPERTY)
+            self.jvm_props[OAUTH_ALLOWED_URLS_PROPERTY] = f"{prev},{urls}" if prev else urls
         self.name = name
         self.version = version
         self.sasl_users = sasl_users
@@ -204,8 +296,9 @@ class KafkaCluster:
         return self.base_port + node_id - 1
 
     @staticmethod
-    def port_block_size(brokers: int, sasl_users=None, secure=None) -> int:
-        """How many consecutive ports from ``base_port`` a cluster of this shape uses."""
+    def port_block_size(brokers: int, sasl_users=None, secure=None, oauth=None) -> int:
+        """How many consecutive ports from ``base_port`` a cluster of this shape uses (an
+        ``oauth`` listener fits in every shape's block: it changes nothing)."""
         if secure:
             return max(SECURE_LISTENERS.values()) + brokers
         return 151 if sasl_users else 100 + brokers
@@ -232,13 +325,16 @@ class KafkaCluster:
 
     def addr_for(self, listener: str, node_id: int) -> str:
         """Address of ``listener`` (INTERNAL, SSL, SASL_PLAINTEXT or SASL_SSL) on broker ``node_id``
-        of a secure cluster."""
+        of a secure cluster, or of the OAUTH listener of a cluster started with ``oauth``."""
+        if listener == "OAUTH":
+            assert self.oauth, f"{self.name} has no OAUTH listener"
+            return f"127.0.0.1:{self.base_port + OAUTH_OFFSET + node_id - 1}"
         assert self.secure, f"{self.name} has no secure listeners"
         assert listener in SECURE_LISTENERS, f"unknown listener {listener}; have {', '.join(SECURE_LISTENERS)}"
         return f"127.0.0.1:{self.base_port + SECURE_LISTENERS[listener] + node_id - 1}"
 
     def bootstrap_for(self, listener: str) -> str:
-        """Bootstrap servers (every broker) of ``listener`` of a secure cluster."""
+        """Bootstrap servers (every broker) of ``listener`` of a secure cluster (or OAUTH)."""
         return ",".join(self.addr_for(listener, i) for i in range(1, self.n + 1))
 
     def probe_addr(self, node_id: int) -> str:
@@ -300,13 +396,18 @@ class KafkaCluster:
             conf["listeners"] += f",WAN://{self.wan_bind(node_id)}"
             conf["advertised.listeners"] += f",WAN://{self.wan_addr(node_id)}"
             conf["listener.security.protocol.map"] += ",WAN:PLAINTEXT"
+        if self.oauth:
+            conf["listeners"] += f",OAUTH://{self.addr_for('OAUTH', node_id)}"
+            conf["advertised.listeners"] += f",OAUTH://{self.addr_for('OAUTH', node_id)}"
+            conf["listener.security.protocol.map"] += f",OAUTH:{self.oauth.protocol(bool(self.secure))}"
+            conf.update(self.oauth.broker_config(bool(self.secure)))
         conf.update(self.extra)
         path = self.dir / f"server-{node_id}.properties"
         path.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
         return path
 
     def _java(self, *args: str) -> list[str]:
-        return ["java", "-Xms256m", "-Xmx768m", "-Djava.awt.headless=true",
+        return ["java", "-Xms256m", "-Xmx768m", "-Djava.awt.headless=true", *(f"-D{k}={v}" for k, v in self.jvm_props.items()),
                 f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}", "-cp", classpath(self.version), *args]
 
     def _format(self, props: Path) -> None:

@@ -49,6 +49,9 @@ pub(crate) enum Progress {
     /// Authenticated; `until`: when the session ends (`listener.auth.session_lifetime_ms`), after
     /// which only a re-authentication is accepted.
     Authenticated { until: Option<std::time::Instant> },
+    /// OAUTHBEARER: the token was refused and the client told so with RFC 7628's error challenge;
+    /// its next SaslAuthenticate (a lone `\x01`) gets the failure.
+    Challenged,
     /// Failed: the connection is closed at its next request.
     Failed,
 }

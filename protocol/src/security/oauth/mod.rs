@@ -14,7 +14,7 @@ pub mod token;
 use std::time::Duration;
 
 pub use jwt::{Expectations, JwtError, Verified};
-pub use token::{ClientCredentials, TokenSource};
+pub use token::{ClientCredentials, TokenSource, tokens_fetched_total};
 
 /// Longest token accepted or sent (a JWT is a few KiB; Kafka's SASL frames are bounded anyway).
 pub const MAX_TOKEN_BYTES: usize = 64 * 1024;

@@ -14,6 +14,14 @@ use tokio::time::Instant;
 use super::OAuthError;
 use super::http::{HttpClient, excerpt, form_encode};
 
+/// Tokens fetched by every source of this process.
+static FETCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many access tokens this process fetched from token endpoints, in total.
+pub fn tokens_fetched_total() -> u64 {
+    FETCHED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Share of a token's lifetime after which it is fetched again.
 const REFRESH_AT_PERCENT: u32 = 80;
 
@@ -77,6 +85,7 @@ impl TokenSource {
         let creds = credentials().map_err(OAuthError::Config)?;
         match self.fetch(&creds).await {
             Ok((value, lifetime)) => {
+                FETCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let got = Instant::now();
                 tracing::debug!(token_endpoint = %self.http.endpoint().url, ?lifetime, "OAuth access token fetched");
                 *held = Some(Held {

@@ -33,6 +33,9 @@ mod login_backoff;
 const UNSUPPORTED_SASL_MECHANISM: i16 = ResponseError::UnsupportedSaslMechanism.code();
 const ILLEGAL_SASL_STATE: i16 = ResponseError::IllegalSaslState.code();
 const SASL_AUTHENTICATION_FAILED: i16 = ResponseError::SaslAuthenticationFailed.code();
+/// RFC 7628's error status for a refused token, as Kafka's OAUTHBEARER server sends it (challenge
+/// and final error message alike).
+const INVALID_TOKEN: &str = r#"{"status":"invalid_token"}"#;
 
 /// The credentials file, reloadable.
 pub(crate) struct CredentialStore {
@@ -218,6 +221,10 @@ impl SaslTerminator {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
+        if matches!(&*lock(conn), Progress::Challenged) {
+            // The client acknowledged the error challenge: now the failure, worded as Kafka does.
+            return self.failed(x, conn, INVALID_TOKEN.to_owned());
+        }
         let oauth = matches!(&*lock(conn), Progress::Handshaken(SaslMechanism::OAuthBearer, _, _));
         if oauth {
             return self.oauth_login(x, &req.auth_bytes, conn).await;
@@ -262,11 +269,18 @@ impl SaslTerminator {
                 let session = self.lifetime.map(|l| l.min(std::time::Duration::from_secs(left)));
                 self.authenticated(x, conn, v.principal, Bytes::new(), session)
             }
-            Err(kmp_protocol::security::oauth::Refusal::Keys(e)) => {
-                tracing::warn!(peer = %conn.peer, error = %e, "cannot check a client's OAuth token: the identity provider's keys are not available");
-                self.failed(x, conn, "the identity provider's keys are not available".into())
+            Err(refusal) => {
+                match &refusal {
+                    kmp_protocol::security::oauth::Refusal::Keys(e) => {
+                        tracing::warn!(peer = %conn.peer, error = %e, "cannot check a client's OAuth token: the identity provider's keys are not available")
+                    }
+                    kmp_protocol::security::oauth::Refusal::Token(e) => tracing::info!(peer = %conn.peer, why = %e, "client OAuth token refused"),
+                }
+                // As a Kafka broker answers (RFC 7628 §3.2.2): an error challenge first; the
+                // client's acknowledgement then gets the failure.
+                *lock(conn) = Progress::Challenged;
+                self.answer_step(x, Bytes::from_static(INVALID_TOKEN.as_bytes()))
             }
-            Err(kmp_protocol::security::oauth::Refusal::Token(e)) => self.failed(x, conn, format!("invalid_token: {e}")),
         }
     }
 
@@ -341,6 +355,7 @@ impl SaslTerminator {
     /// An intermediate SCRAM step's answer (no session lifetime yet, as Kafka answers it).
     fn answer_step(&self, (correlation_id, version): (i32, i16), auth: Bytes) -> Result<Bytes, ProxyError> {
         let mut resp = SaslAuthenticateResponse::default();
+        resp.error_message = Some(StrBytes::from_static_str(""));
         resp.auth_bytes = auth;
         Ok(encode_response(correlation_id, ApiKey::SaslAuthenticate, version, &resp)?)
     }
@@ -356,7 +371,8 @@ impl SaslTerminator {
     ) -> Result<Bytes, ProxyError> {
         let mut resp = SaslAuthenticateResponse::default();
         resp.error_code = code;
-        resp.error_message = (code != 0).then(|| StrBytes::from_string(message.to_owned()));
+        // Kafka's answer carries an empty message on success, not none.
+        resp.error_message = Some(StrBytes::from_string(message.to_owned()));
         resp.auth_bytes = auth;
         // Told on success (KIP-368: SaslAuthenticate v1+); 0: the session does not end.
         resp.session_lifetime_ms = match (code, session) {
@@ -370,6 +386,9 @@ impl SaslTerminator {
 /// The text a Kafka broker sends for a failed login, so clients show the same through the proxy:
 /// SCRAM's wrong password or unknown user as Kafka's ScramSaslServer words it, PLAIN's as-is.
 fn broker_message(mechanism: &str, why: String) -> String {
+    if mechanism == "OAUTHBEARER" && why == INVALID_TOKEN {
+        return why;
+    }
     if mechanism.starts_with("SCRAM-") && why.contains("Invalid user credentials") {
         return format!("Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}");
     }
