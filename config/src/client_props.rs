@@ -12,6 +12,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+/// Where the OAUTHBEARER properties begin in [`CLIENT_SECURITY_KEYS`] (`crate::OAUTH_CLIENT_KEYS`).
+pub(crate) const FIRST_OAUTH_KEY: usize = 14;
+
 /// Property names understood here (anything else under these prefixes is refused).
 pub const CLIENT_SECURITY_KEYS: &[&str] = &[
     "security.protocol",

@@ -12,15 +12,9 @@ use serde::Deserialize;
 
 use crate::{SaslMechanism, SaslProps, SecretRef};
 
-/// The OAUTHBEARER client properties understood (besides `sasl.mechanism` and `sasl.jaas.config`).
-pub const OAUTH_CLIENT_KEYS: &[&str] = &[
-    "sasl.oauthbearer.token.endpoint.url",
-    "sasl.oauthbearer.client.credentials.client.id",
-    "sasl.oauthbearer.client.credentials.client.secret",
-    "sasl.oauthbearer.scope",
-    "sasl.oauthbearer.header.urlencode",
-    "sasl.login.callback.handler.class",
-];
+/// The OAUTHBEARER client properties understood (besides `sasl.mechanism` and `sasl.jaas.config`):
+/// the tail of [`crate::CLIENT_SECURITY_KEYS`], from `sasl.oauthbearer.token.endpoint.url` on.
+pub const OAUTH_CLIENT_KEYS: &[&str] = crate::CLIENT_SECURITY_KEYS.split_at(crate::client_props::FIRST_OAUTH_KEY).1;
 
 /// Kafka's login callback handler for client-credentials tokens: the only one the proxy's
 /// behaviour matches, so the only one accepted in `sasl.login.callback.handler.class`.
@@ -234,6 +228,21 @@ mod tests {
 
     fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn the_oauth_keys_are_the_oauthbearer_and_login_handler_properties() {
+        assert_eq!(OAUTH_CLIENT_KEYS[0], "sasl.oauthbearer.token.endpoint.url");
+        assert!(
+            OAUTH_CLIENT_KEYS
+                .iter()
+                .all(|k| k.starts_with("sasl.oauthbearer.") || *k == "sasl.login.callback.handler.class")
+        );
+        let before = &crate::CLIENT_SECURITY_KEYS[..crate::client_props::FIRST_OAUTH_KEY];
+        assert!(
+            before.iter().all(|k| !k.starts_with("sasl.oauthbearer.") && !k.starts_with("sasl.login.")),
+            "{before:?}"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -478,6 +479,21 @@ class KafkaCluster:
 
     def pids(self) -> dict[int, int]:
         return {i: p.pid for i, p in self.procs.items()}
+
+
+@contextmanager
+def started_together(*clusters: "KafkaCluster"):
+    """Starts ``clusters`` side by side (each boots while the others do), yields them once all are
+    ready, and stops them all afterwards, also when starting failed."""
+    try:
+        for c in clusters:
+            c.start(wait=False)
+        for c in clusters:
+            c.wait_ready()
+        yield clusters
+    finally:
+        for c in clusters:
+            c.stop()
 
 
 def _stop_groups(pids: list[int], timeout: float = 30) -> None:

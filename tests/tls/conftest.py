@@ -36,6 +36,7 @@ from kmp_common import KafkaCluster, free_port_block
 
 from certs import generate  # noqa: E402  (tests/harness is on sys.path through kmp_common)
 from kafka_cluster import SecureListeners  # noqa: E402
+from kafka_cluster import started_together  # noqa: E402
 from tls.tls_clients import USER_MECHANISMS, build_franz_client, client_auth  # noqa: E402
 
 
@@ -78,17 +79,10 @@ def secure_clusters(workdir, tls_certs, tls_users):
     src = KafkaCluster("secure-source", 1, base, workdir, secure=sec)
     dst = KafkaCluster("secure-destination", 1, base + size, workdir, secure=sec)
     started = time.time()
-    try:
-        src.start(wait=False)
-        dst.start(wait=False)
-        src.wait_ready()
-        dst.wait_ready()
+    with started_together(src, dst):
         print(f"\nsecure clusters ready in {time.time() - started:.1f}s: source SASL_SSL {src.bootstrap_for('SASL_SSL')}, "
               f"destination SASL_SSL {dst.bootstrap_for('SASL_SSL')}")
         yield src, dst
-    finally:
-        src.stop()
-        dst.stop()
 
 
 @pytest.fixture(scope="session")

@@ -38,7 +38,7 @@ from tier import dial
 from tls.reauth_load import Load, assert_renewed_without_reconnects, connection_counts
 from tls.tls_clients import ClientAuth, authentication_failed, connection_errors, create_topic, error_names, read_records, run_java_scenario
 
-from kafka_cluster import OAUTH_ALLOWED_URLS_PROPERTY, OAuthListener  # noqa: E402  (tests/harness)
+from kafka_cluster import OAUTH_ALLOWED_URLS_PROPERTY, OAuthListener, started_together  # noqa: E402  (tests/harness)
 from oidc_idp import WRONG_AUDIENCE_CLIENT, OidcProvider  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
@@ -70,15 +70,8 @@ def oauth_clusters(idp, workdir):
     base = free_port_block(2 * size)
     src = KafkaCluster("oauth-source", 1, base, workdir, oauth=listener)
     dst = KafkaCluster("oauth-destination", 1, base + size, workdir, oauth=listener)
-    try:
-        src.start(wait=False)
-        dst.start(wait=False)
-        src.wait_ready()
-        dst.wait_ready()
+    with started_together(src, dst):
         yield src, dst
-    finally:
-        src.stop()
-        dst.stop()
 
 
 @dataclass(frozen=True)

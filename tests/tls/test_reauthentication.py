@@ -35,6 +35,7 @@ import pytest
 
 from kmp_common import KafkaCluster, ProxyProcess, free_port_block, unique, wait_until
 from tier import dial
+from kafka_cluster import started_together  # noqa: E402  (tests/harness)
 from tls.conftest import secure_listeners
 from tls.proxy_tls import credentials_file, suite_env  # noqa: F401  (suite_env is a fixture)
 from tls.reauth_load import Load, assert_renewed_without_reconnects, connection_counts
@@ -57,15 +58,8 @@ def reauth_clusters(workdir, tls_certs, tls_users):
     extra = {"connections.max.reauth.ms": REAUTH_MS}
     src = KafkaCluster("reauth-source", 1, base, workdir, secure=sec, extra_config=extra)
     dst = KafkaCluster("reauth-destination", 1, base + size, workdir, secure=sec, extra_config=extra)
-    try:
-        src.start(wait=False)
-        dst.start(wait=False)
-        src.wait_ready()
-        dst.wait_ready()
+    with started_together(src, dst):
         yield src, dst
-    finally:
-        src.stop()
-        dst.stop()
 
 
 def proxy_config(path: Path, certs, source_addr: str, topic: str, mirror_password: str) -> Path:
