@@ -20,7 +20,7 @@ pub use client_props::{
     SecretRef, SecurityProtocol, is_client_security_key, is_sensitive, parse_client_props, parse_jaas,
 };
 pub use listener_security::{AuthMode, ClientAuthConfig, TlsServerConfig};
-pub use listeners::{ClientListener, NamedListenerConfig};
+pub use listeners::{CHECKED_NODE_IDS, ClientListener, NamedListenerConfig, node_port_overlaps};
 pub use load::{ENV_VARS, EnvSource, LoadError, Overrides, ProcessEnv, load};
 pub use mirror::{
     DEFAULT_TOPIC_CONFIG_EXCLUDE, EngineConfig, EngineRole, MAX_REQUEST_PATTERN_LEN, MAX_REQUEST_PATTERNS, MirrorConfig, check_request_patterns, topic_pattern,

@@ -166,6 +166,47 @@ impl Config {
     }
 }
 
+/// Node ids the layout check of [`node_port_overlaps`] assumes (0 to 99).
+pub const CHECKED_NODE_IDS: u16 = 100;
+
+/// Where one listener's node ports (for node ids below [`CHECKED_NODE_IDS`]) would take another
+/// listener's bootstrap port or node ports on an overlapping address (the same host, or a wildcard):
+/// one sentence each, for a warning at start. Binding then fails for those brokers and they are
+/// hidden from that listener's clients (`/readyz` says so) — not an error here, because node ids
+/// that high may not exist.
+pub fn node_port_overlaps(listeners: &[ClientListener]) -> Vec<String> {
+    let host = |l: &ClientListener| split_host_port(&l.listen).map(|(h, p)| (h.trim_matches(['[', ']']).to_owned(), p));
+    let wildcard = |h: &str| h == "0.0.0.0" || h == "::";
+    let mut out = Vec::new();
+    for a in listeners {
+        let Some((ha, _)) = host(a) else { continue };
+        let range = u32::from(a.node_port_base)..u32::from(a.node_port_base) + u32::from(CHECKED_NODE_IDS);
+        for b in listeners.iter().filter(|b| b.name != a.name) {
+            let Some((hb, pb)) = host(b) else { continue };
+            if !(ha == hb || wildcard(&ha) || wildcard(&hb)) {
+                continue;
+            }
+            if range.contains(&u32::from(pb)) {
+                out.push(format!(
+                    "listener `{}`'s broker with node id {} would listen on {pb}, listener `{}`'s bootstrap port: give `{}` a node_port_base whose range (node ids 0-{}) is free",
+                    a.name,
+                    u32::from(pb) - range.start,
+                    b.name,
+                    a.name,
+                    CHECKED_NODE_IDS - 1
+                ));
+            }
+            if a.node_port_base <= b.node_port_base && range.contains(&u32::from(b.node_port_base)) {
+                out.push(format!(
+                    "listeners `{}` and `{}` share node ports from {} on (node_port_base {} and {}): brokers with high node ids would collide",
+                    a.name, b.name, b.node_port_base, a.node_port_base, b.node_port_base
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// The rules of one listener's settings; `key` is `listener` or `listeners[i]`.
 fn check_one(
     key: &str,
@@ -309,6 +350,27 @@ mod tests {
         assert!(has("listeners[2].name", "used by another listener"), "{errs:?}");
         assert!(has("listeners[2].listen", "is not host:port"), "{errs:?}");
         assert!(has("listeners[1].node_port_base", "listener `a b`'s too"), "{errs:?}");
+    }
+
+    #[test]
+    fn overlapping_node_port_ranges_are_named() {
+        let c = parse_toml(&format!(
+            "{UPSTREAM}[[listeners]]\nname = \"a\"\nlisten = \"0.0.0.0:9092\"\n[[listeners]]\nname = \"b\"\nlisten = \"127.0.0.1:9094\"\n\
+             [[listeners]]\nname = \"c\"\nlisten = \"10.0.0.1:9300\"\nnode_port_base = 9400\n"
+        ))
+        .unwrap();
+        let warnings = super::node_port_overlaps(&c.client_listeners());
+        assert!(
+            warnings.iter().any(|w| w.contains("`a`'s broker with node id 1 would listen on 9094")),
+            "{warnings:?}"
+        );
+        assert!(warnings.iter().any(|w| w.contains("share node ports from 9095")), "{warnings:?}");
+        assert!(!warnings.iter().any(|w| w.contains("`c`")), "c's ranges are free: {warnings:?}");
+        let apart = parse_toml(&format!(
+            "{UPSTREAM}[[listeners]]\nname = \"a\"\nlisten = \"0.0.0.0:9092\"\n[[listeners]]\nname = \"b\"\nlisten = \"0.0.0.0:9292\"\n"
+        ))
+        .unwrap();
+        assert_eq!(super::node_port_overlaps(&apart.client_listeners()), Vec::<String>::new());
     }
 
     #[test]

@@ -165,11 +165,11 @@ pub struct OAuthValidationConfig {
     /// The identity provider's JWKS URL (`sasl.oauthbearer.jwks.endpoint.url`), `http://` or
     /// `https://`. Required.
     pub jwks_endpoint_url: String,
-    /// `sasl.oauthbearer.expected.audience`: a token's `aud` must contain one of these. Default:
-    /// empty, not checked.
+    /// `sasl.oauthbearer.expected.audience`: a token's `aud` must contain one of these. Required
+    /// (Kafka makes it optional; at the edge a token for any client of the provider must not do).
     #[serde(default)]
     pub expected_audience: Vec<String>,
-    /// `sasl.oauthbearer.expected.issuer`: a token's `iss` must equal it. Default: unset.
+    /// `sasl.oauthbearer.expected.issuer`: a token's `iss` must equal it. Required.
     #[serde(default)]
     pub expected_issuer: Option<String>,
     /// `sasl.oauthbearer.sub.claim.name`: the claim that names the principal. Default `sub`.
@@ -209,6 +209,19 @@ impl OAuthValidationConfig {
                 format!("`{}` is not an http:// or https:// URL", self.jwks_endpoint_url),
             );
         }
+        if self.expected_audience.iter().all(|a| a.trim().is_empty()) {
+            err(
+                &format!("{key}.expected_audience"),
+                "name the audience your identity provider puts in tokens for Kafka: without it a token issued to any client of the provider is accepted"
+                    .to_owned(),
+            );
+        }
+        if self.expected_issuer.as_deref().is_none_or(|i| i.trim().is_empty()) {
+            err(
+                &format!("{key}.expected_issuer"),
+                "name the identity provider's issuer (the iss claim of its tokens)".to_owned(),
+            );
+        }
         if self.sub_claim_name.is_empty() {
             err(&format!("{key}.sub_claim_name"), "must not be empty".to_owned());
         }
@@ -228,6 +241,36 @@ mod tests {
 
     fn props(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
         kv.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    }
+
+    #[test]
+    fn a_terminating_oauthbearer_listener_needs_its_key_set_audience_and_issuer() {
+        let base = "[upstream]\nbootstrap_servers = [\"d:1\"]\n[listener.auth]\nmode = \"terminate\"\nmechanisms = [\"OAUTHBEARER\"]\n";
+        let crate::ConfigErrors(errs) = crate::parse_toml(base).unwrap().validate().unwrap_err();
+        assert!(errs.iter().any(|e| e.key == "listener.auth.oauthbearer"), "{errs:?}");
+        assert!(
+            !errs.iter().any(|e| e.key == "listener.auth.credentials_file"),
+            "no password mechanism offered: {errs:?}"
+        );
+        let crate::ConfigErrors(errs) = crate::parse_toml(&format!(
+            "{base}[listener.auth.oauthbearer]\njwks_endpoint_url = \"idp/certs\"\njwks_refresh_ms = 5\n"
+        ))
+        .unwrap()
+        .validate()
+        .unwrap_err();
+        for key in ["jwks_endpoint_url", "expected_audience", "expected_issuer", "jwks_refresh_ms"] {
+            assert!(errs.iter().any(|e| e.key == format!("listener.auth.oauthbearer.{key}")), "{key}: {errs:?}");
+        }
+        let ok = format!(
+            "{base}[listener.auth.oauthbearer]\njwks_endpoint_url = \"https://idp/certs\"\nexpected_audience = [\"kafka\"]\nexpected_issuer = \"https://idp\"\n"
+        );
+        crate::parse_toml(&ok).unwrap().validate().unwrap();
+        let passthrough = ok.replace("mode = \"terminate\"\n", "");
+        let crate::ConfigErrors(errs) = crate::parse_toml(&passthrough).unwrap().validate().unwrap_err();
+        assert!(
+            errs.iter().any(|e| e.key == "listener.auth.oauthbearer" && e.message.contains("terminate")),
+            "{errs:?}"
+        );
     }
 
     #[test]

@@ -20,7 +20,6 @@
 //! - `mirrors/`: a mirror's topic discovery and a topic's lifecycle;
 //! - `engine/`: [`Engine`], [`follow`], [`auto`] (every engine is elected) and the terms' boot.
 
-mod backoff;
 mod cluster;
 mod context;
 mod control;
@@ -35,7 +34,6 @@ mod state;
 mod sync;
 mod topics;
 
-pub use backoff::Backoff;
 pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
 pub use control::definitions::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
@@ -50,6 +48,7 @@ pub use follow::follower::FollowProgress;
 pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
 pub use ha::forward::{ForwardError, Forwarding};
 pub use ha::share::{Share, owner_index};
+pub use kmp_protocol::Backoff;
 pub use lease::Lease;
 pub use state::catalog::{Catalog, CatalogTopic};
 pub use state::records::{Desired, How, MirrorRecord, Named, Origin, PartitionRecord, Stored, TopicRecord};

@@ -3,6 +3,7 @@
 //! Everything here is sans-io except [`frame`] (async frame cutting) and [`client`] (the small
 //! internal Kafka client). Nothing here knows about listeners, sessions or mirrors.
 
+mod backoff;
 pub mod batch;
 pub mod byte_budget;
 pub mod client;
@@ -28,5 +29,6 @@ pub mod security;
 pub mod shared_client;
 pub mod versions;
 
+pub use backoff::Backoff;
 pub use error::{ProtocolError, Side};
 pub use kafka_protocol;

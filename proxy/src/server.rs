@@ -171,6 +171,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         info!(listener = %l.name, listen = %l.listen, advertised_host = %l.advertised_host, node_port_base = l.node_port_base, tls = l.tls.is_some(), auth = ?l.auth.mode, mirror_management = l.mirror_management, "kafka-mirror-proxy listening");
         crate::net::advertised::warn_unless_resolvable(l.advertised_host.clone());
     }
+    for overlap in kmp_config::node_port_overlaps(&doors.iter().map(|d| (*d.spec).clone()).collect::<Vec<_>>()) {
+        warn!("{overlap}");
+    }
     info!(listeners = doors.len(), "kafka-mirror-proxy started");
 
     shutdown.await;

@@ -18,9 +18,9 @@ use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
 
-use crate::backoff::Backoff;
 use crate::cluster::links::{Lane, Links, Slots};
 use crate::error::MirrorError;
+use kmp_protocol::Backoff;
 
 /// Partitions of one topic as a cluster reports them.
 #[derive(Debug, Clone)]

@@ -112,6 +112,9 @@ pub(crate) fn check_endpoints(allow: &[String], def: &MirrorConfig) -> Result<()
     let Some(url) = def.source_properties.0.get("sasl.oauthbearer.token.endpoint.url") else {
         return Ok(());
     };
+    if !url.trim().starts_with("https://") {
+        return Err("sasl.oauthbearer.token.endpoint.url of a mirror created through the API must be https:// (the client secret is sent to it)".into());
+    }
     let addr = kmp_protocol::security::oauth::endpoint_address(url.trim()).map_err(|e| e.to_string())?;
     if kmp_config::source_allowed(allow, &addr) {
         Ok(())
@@ -327,9 +330,16 @@ mod tests {
         assert_eq!(check_endpoints(&allow, &def), Ok(()));
         def.source_properties
             .0
-            .insert("sasl.oauthbearer.token.endpoint.url".into(), "http://169.254.169.254/latest/meta-data".into());
+            .insert("sasl.oauthbearer.token.endpoint.url".into(), "https://169.254.169.254/latest/meta-data".into());
         let e = check_endpoints(&allow, &def).unwrap_err();
-        assert!(e.contains("169.254.169.254:80") && e.contains("mirror_source_allow"), "{e}");
+        assert!(e.contains("169.254.169.254:443") && e.contains("mirror_source_allow"), "{e}");
+        def.source_properties
+            .0
+            .insert("sasl.oauthbearer.token.endpoint.url".into(), "http://idp.example:443/token".into());
+        assert!(
+            check_endpoints(&allow, &def).unwrap_err().contains("https"),
+            "plain http is refused for API-created mirrors"
+        );
     }
 
     #[test]

@@ -16,13 +16,13 @@ use std::time::Duration;
 
 use tracing::{debug, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::state::records::PartitionRecord;
 use crate::state::status::PartitionState;
 use crate::state::store::StateStore;
 use crate::topics::create as topics;
+use kmp_protocol::Backoff;
 
 /// The error of a partition of a just-created (or adopted empty) destination topic whose offsets
 /// `start..end` hold records the mirror did not write.

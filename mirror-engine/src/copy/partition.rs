@@ -16,7 +16,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::copy::fetch::session::{FetchSessions, Heard};
 use crate::copy::produce::mux::Producers;
@@ -24,6 +23,7 @@ use crate::copy::produce::sink::{PartitionSink, Written};
 use crate::error::MirrorError;
 use crate::state::records::Desired;
 use crate::state::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
+use kmp_protocol::Backoff;
 
 mod resume;
 mod stream;

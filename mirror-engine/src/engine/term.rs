@@ -14,7 +14,6 @@ use kmp_config::MirrorConfig;
 use tokio::sync::{mpsc, watch};
 use tracing::{Instrument, info, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::context::Shared;
 use crate::control::handle::Control;
@@ -35,6 +34,7 @@ use crate::state::records::{MirrorRecord, Origin};
 use crate::state::status::StatusBoard;
 use crate::state::store::StateStore;
 use crate::sync;
+use kmp_protocol::Backoff;
 
 /// Longest wait at boot for the state topic's destination id before requests are let through
 /// (then it is looked up in the background).

@@ -21,7 +21,6 @@ use std::time::Duration;
 use tokio::sync::{Notify, watch};
 use tracing::{info, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::cluster::links::Lane;
 use crate::control::TermControl;
@@ -30,6 +29,7 @@ use crate::follow::followed::FollowedState;
 use crate::state::catalog::Catalog;
 use crate::state::reader::StateReader;
 use crate::state::status::now_ms;
+use kmp_protocol::Backoff;
 
 /// How long one Fetch waits at the end of the state topic for a new record.
 const LONG_POLL_MS: i32 = 500;

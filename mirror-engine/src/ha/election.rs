@@ -21,11 +21,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 use crate::ha::share::Share;
 use crate::lease::Lease;
+use kmp_protocol::Backoff;
 
 mod choice;
 mod group;

@@ -29,13 +29,13 @@ use dashmap::DashMap;
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
 
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::cluster::links::Lane;
 use crate::error::MirrorError;
 use crate::state::reader::StateReader;
 use crate::state::records::{REQUEST_PREFIX, RESPONSE_PREFIX};
 use crate::state::store::{RequestsAtLoad, StateStore, append};
+use kmp_protocol::Backoff;
 
 /// Largest request frame forwarded or served (mirror requests are small).
 pub const MAX_FORWARDED_BYTES: usize = 1 << 20;

@@ -11,7 +11,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::backoff::Backoff;
 use crate::context::TopicContext;
 use crate::control;
 use crate::copy::fresh_topic;
@@ -21,6 +20,7 @@ use crate::state::records::Desired;
 use crate::state::records::{How, Named, Stored, TopicRecord, id_from_hex, id_to_hex};
 use crate::state::status::{PartitionState, now_ms};
 use crate::topics::create::{self as topics, Prepared};
+use kmp_protocol::Backoff;
 
 /// Prepares the destination topic, then spawns one task per partition.
 pub(crate) fn start_topic(ctx: TopicContext, topic: String) {

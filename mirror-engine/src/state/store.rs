@@ -19,7 +19,6 @@ use tokio::sync::{Mutex, watch};
 use tracing::warn;
 
 use super::reader::StateReader;
-use crate::backoff::Backoff;
 use crate::cluster::client::ClusterClient;
 use crate::cluster::links::Lane;
 use crate::cluster::produce::{PRODUCE_VERSION, produce_request};
@@ -27,6 +26,7 @@ use crate::error::MirrorError;
 use crate::state::records::{FormerTopicRecord, MirrorRecord, PartitionRecord, REQUEST_PREFIX, RESPONSE_PREFIX, TopicRecord};
 use crate::state::status::{PartitionState, StatusBoard, now_ms};
 use crate::topics::create::{TopicSpec, create_topic};
+use kmp_protocol::Backoff;
 
 /// How long one state write is retried through leader moves and broker restarts.
 const WRITE_RETRY: Duration = Duration::from_secs(20);

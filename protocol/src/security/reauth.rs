@@ -115,8 +115,9 @@ pub(crate) async fn login<T: SaslRoundTrip>(t: &mut T, login: &SaslLogin) -> Res
         Ok(resp.auth_bytes)
     };
     if let Some(source) = login.token_source() {
+        let of = login.clone();
         let token = source
-            .token(|| login.client_credentials(None))
+            .token(move || of.client_credentials(None))
             .await
             .map_err(|e| auth_err(format!("no OAuth access token: {e}")))?;
         let challenge = step(t, super::oauth::message::client_message(&token)).await?;

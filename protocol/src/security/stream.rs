@@ -70,8 +70,8 @@ impl SaslLogin {
     }
 
     /// OAUTHBEARER: the token source (`None` for other mechanisms).
-    pub(crate) fn token_source(&self) -> Option<&super::oauth::TokenSource> {
-        self.oauth.as_deref()
+    pub(crate) fn token_source(&self) -> Option<&std::sync::Arc<super::oauth::TokenSource>> {
+        self.oauth.as_ref()
     }
 
     /// OAUTHBEARER: client id, secret and scope as the references say right now.

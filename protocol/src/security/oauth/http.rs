@@ -65,8 +65,20 @@ impl Endpoint {
                 None => (authority.to_owned(), default_port),
             }
         };
-        if host.is_empty() {
-            return Err(bad("no host"));
+        // A host name of letters, digits, `-` and `.` (labels of 1-63), an IPv4 address, or an IPv6
+        // address in brackets: nothing a resolver or an allow-list glob could read two ways.
+        let name_ok = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .split('.')
+                .all(|l| !l.is_empty() && l.len() <= 63 && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+        let ok = if authority.starts_with('[') {
+            host.parse::<std::net::Ipv6Addr>().is_ok()
+        } else {
+            name_ok
+        };
+        if !ok {
+            return Err(bad("the host is not a host name, an IPv4 address or a bracketed IPv6 address"));
         }
         Ok(Self {
             https,
@@ -97,12 +109,24 @@ pub(crate) struct HttpClient {
     timeout: Duration,
 }
 
+/// Aborts the connection task when the request is done or abandoned.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 impl HttpClient {
     /// `tls` is required for an `https://` endpoint.
     pub(crate) fn new(endpoint: Endpoint, tls: Option<Arc<rustls::ClientConfig>>, timeout: Duration) -> Result<Self, OAuthError> {
+        if !endpoint.https && !crate::security::oauth::http::is_loopback_host(&endpoint.host) {
+            tracing::warn!(url = %endpoint.url, "identity provider over plain http: client secrets and tokens cross the network unencrypted and keys can be replaced on the way; use https");
+        }
         let tls = match (endpoint.https, tls) {
             (true, Some(c)) => Some(TlsConnector::from(c)),
             (true, None) => return Err(OAuthError::Config(format!("{}: https needs a TLS configuration", endpoint.url))),
@@ -138,7 +162,8 @@ impl HttpClient {
             let (mut sender, conn) = hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
                 .await
                 .map_err(|e| fail(format!("HTTP: {e}")))?;
-            let driver = tokio::spawn(conn);
+            // Ended with this request whatever happens (a timeout drops this future).
+            let _driver = AbortOnDrop(tokio::spawn(conn));
             let mut req = Request::builder()
                 .method(method)
                 .uri(self.endpoint.path.as_str())
@@ -155,13 +180,17 @@ impl HttpClient {
                 .await
                 .map_err(|e| fail(format!("reading the answer (at most {MAX_BODY} bytes): {e}")))?
                 .to_bytes();
-            driver.abort();
             Ok((status, body))
         };
         tokio::time::timeout(self.timeout, work)
             .await
             .map_err(|_| fail(format!("no answer within {:?}", self.timeout)))?
     }
+}
+
+/// Whether `host` names this machine (plain http to it crosses no network).
+pub(crate) fn is_loopback_host(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `application/x-www-form-urlencoded` encoding of one value (and what Java's `URLEncoder` does,
@@ -206,7 +235,20 @@ mod tests {
             (e.host.as_str(), e.port, e.path.as_str(), e.authority().as_str()),
             ("::1", 8443, "/?x=1", "[::1]:8443")
         );
-        for bad in ["ftp://x/", "http://user:pw@x/", "http://:80/", "http://x:port/", "http://x/a#b"] {
+        for bad in [
+            "ftp://x/",
+            "http://user:pw@x/",
+            "http://:80/",
+            "http://x:port/",
+            "http://x/a#b",
+            "http://::1/",
+            "http://127.0.0.1 .idp.example/",
+            "http://169.254.169.254#.idp.example/",
+            "http://a..b/",
+            "http://a%2eb/",
+            "http://[not-v6]/",
+            "http://x\\y/",
+        ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad} must be refused");
         }
     }

@@ -1,18 +1,20 @@
 //! The identity provider's signing keys (a JWKS, RFC 7517): parsed with bounds (at most
-//! [`MAX_KEYS`] keys; RSA and EC P-256/P-384 kept, other key types skipped), fetched on the first
-//! login, again every `jwks_refresh_ms`, and — at most once per [`UNKNOWN_KEY_REFETCH`] — when a
-//! token names a key the set does not hold (the provider rotated its keys). A failed fetch keeps
-//! the keys held.
+//! [`MAX_KEYS`] signing keys; RSA and EC P-256/P-384 kept, other key types skipped), fetched on
+//! the first login, again every `jwks_refresh_ms` (in the background: the held keys serve
+//! meanwhile), and — at most once per [`UNKNOWN_KEY_REFETCH`] — when a token names a key the set
+//! does not hold (the provider rotated its keys). A failed fetch keeps the keys held and backs
+//! off; no login waits behind another one's fetch except the very first ones.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::OAuthError;
 use super::http::{Endpoint, HttpClient, excerpt};
+use crate::Backoff;
 
 /// Most keys kept from one key set.
 pub const MAX_KEYS: usize = 64;
@@ -20,6 +22,9 @@ pub const MAX_KEYS: usize = 64;
 /// Shortest interval between fetches caused by unknown key ids (a client naming made-up keys
 /// must not make the proxy hammer the provider).
 pub const UNKNOWN_KEY_REFETCH: Duration = Duration::from_secs(10);
+
+/// Longest pause after failed fetches (doubling from [`UNKNOWN_KEY_REFETCH`]).
+const RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// One public key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,10 +35,18 @@ pub enum Jwk {
     Ec { curve: u16, point: Vec<u8> },
 }
 
+/// One key of a set: its id, the algorithm it is for (when the set says), the key.
+#[derive(Debug, Clone)]
+struct Entry {
+    kid: Option<String>,
+    alg: Option<String>,
+    key: Jwk,
+}
+
 /// Keys by id.
 #[derive(Debug, Clone, Default)]
 pub struct KeySet {
-    keys: Vec<(Option<String>, Jwk)>,
+    keys: Vec<Entry>,
 }
 
 impl KeySet {
@@ -46,11 +59,15 @@ impl KeySet {
                 .and_then(|s| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).ok())
         };
         let mut keys = Vec::new();
-        for k in list.iter().take(MAX_KEYS) {
+        for k in list {
+            if keys.len() == MAX_KEYS {
+                break;
+            }
             if k.get("use").and_then(|u| u.as_str()).is_some_and(|u| u != "sig") {
                 continue;
             }
             let kid = k.get("kid").and_then(|v| v.as_str()).map(str::to_owned);
+            let alg = k.get("alg").and_then(|v| v.as_str()).map(str::to_owned);
             let key = match k.get("kty").and_then(|v| v.as_str()) {
                 Some("RSA") => match (b64(k.get("n")), b64(k.get("e"))) {
                     (Some(n), Some(e)) if !n.is_empty() && !e.is_empty() => Jwk::Rsa { n, e },
@@ -75,18 +92,20 @@ impl KeySet {
                 }
                 _ => continue,
             };
-            keys.push((kid, key));
+            keys.push(Entry { kid, alg, key });
         }
         Ok(Self { keys })
     }
 
-    /// The key named `kid`; with no id named, the only key of the set.
-    pub fn find(&self, kid: Option<&str>) -> Option<&Jwk> {
-        match kid {
-            Some(id) => self.keys.iter().find(|(k, _)| k.as_deref() == Some(id)).map(|(_, j)| j),
-            None if self.keys.len() == 1 => self.keys.first().map(|(_, j)| j),
+    /// The key named `kid` (with no id named, the only key of the set) and the algorithm the
+    /// set restricts it to, if any.
+    pub fn find(&self, kid: Option<&str>) -> Option<(&Jwk, Option<&str>)> {
+        let e = match kid {
+            Some(id) => self.keys.iter().find(|e| e.kid.as_deref() == Some(id)),
+            None if self.keys.len() == 1 => self.keys.first(),
             None => None,
-        }
+        }?;
+        Some((&e.key, e.alg.as_deref()))
     }
 
     /// How many keys are held.
@@ -100,17 +119,26 @@ impl KeySet {
     }
 }
 
-struct Held {
-    keys: std::sync::Arc<KeySet>,
+#[derive(Default)]
+struct State {
+    keys: Arc<KeySet>,
+    /// When the keys held were fetched (`None`: never).
     fetched: Option<Instant>,
-    last_attempt: Option<Instant>,
+    /// A background refresh is running.
+    refreshing: bool,
+    /// No fetch before this: [`MIN_REFETCH`] after a fetch ended, the back-off after a failure.
+    next_attempt: Option<Instant>,
+    last_error: Option<OAuthError>,
+    backoff: Option<Backoff>,
 }
 
 /// The provider's keys, fetched as needed.
 pub struct JwksSource {
     http: HttpClient,
     refresh: Duration,
-    held: Mutex<Held>,
+    state: std::sync::Mutex<State>,
+    /// Single flight of the fetches.
+    fetch: tokio::sync::Mutex<()>,
 }
 
 impl JwksSource {
@@ -125,35 +153,94 @@ impl JwksSource {
         Ok(Self {
             http: HttpClient::new(endpoint, tls, Duration::from_secs(10))?,
             refresh,
-            held: Mutex::new(Held {
-                keys: Default::default(),
-                fetched: None,
-                last_attempt: None,
-            }),
+            state: Default::default(),
+            fetch: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// The keys to verify a token naming `kid` with: fetched first when none are held, when
-    /// they are older than the refresh interval, or when `kid` is unknown (rate-limited).
-    pub async fn keys(&self, kid: Option<&str>) -> Result<std::sync::Arc<KeySet>, OAuthError> {
-        let mut held = self.held.lock().await;
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The keys to verify a token naming `kid` with. Only the first logins wait (for the one
+    /// fetch in flight); later, stale keys are refreshed in the background while the held ones
+    /// serve, and an unknown `kid` makes the login that finds the fetch slot free fetch again (at
+    /// most every [`UNKNOWN_KEY_REFETCH`]) — the others are answered with the keys held.
+    pub async fn keys(self: &Arc<Self>, kid: Option<&str>) -> Result<Arc<KeySet>, OAuthError> {
         let now = Instant::now();
-        let stale = held.fetched.is_none_or(|t| now.duration_since(t) >= self.refresh);
-        let unknown = kid.is_some() && held.keys.find(kid).is_none();
-        let may_retry = held.last_attempt.is_none_or(|t| now.duration_since(t) >= UNKNOWN_KEY_REFETCH);
-        if (stale || unknown) && may_retry {
-            held.last_attempt = Some(now);
-            match self.fetch().await {
-                Ok(set) => {
-                    tracing::info!(jwks = %self.http.endpoint().url, keys = set.len(), "identity provider keys fetched");
-                    held.keys = std::sync::Arc::new(set);
-                    held.fetched = Some(Instant::now());
+        let (keys, have, stale, unknown, may) = {
+            let st = self.state();
+            let may = st.next_attempt.is_none_or(|t| now >= t);
+            let stale = st.fetched.is_some_and(|t| now.duration_since(t) >= self.refresh) && !st.refreshing;
+            (st.keys.clone(), st.fetched.is_some(), stale, kid.is_some() && st.keys.find(kid).is_none(), may)
+        };
+        if !have {
+            let _one = self.fetch.lock().await;
+            // The fetch this login waited for may have brought keys, or failed just now.
+            let settled = {
+                let st = self.state();
+                if st.fetched.is_some() {
+                    Some(Ok(st.keys.clone()))
+                } else if st.next_attempt.is_some_and(|t| Instant::now() < t) {
+                    Some(Err(st.last_error.clone().unwrap_or_else(|| self.unavailable())))
+                } else {
+                    None
                 }
-                Err(e) if held.fetched.is_some() => tracing::warn!(error = %e, "cannot refresh the identity provider's keys; keeping the ones held"),
-                Err(e) => return Err(e),
+            };
+            return match settled {
+                Some(r) => r,
+                None => self.fetch_and_keep().await,
+            };
+        }
+        if stale && may {
+            self.state().refreshing = true;
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _one = me.fetch.lock().await;
+                let _ = me.fetch_and_keep().await;
+                me.state().refreshing = false;
+            });
+        } else if unknown
+            && may
+            && let Ok(_one) = self.fetch.try_lock()
+        {
+            return Ok(self.fetch_and_keep().await.unwrap_or(keys));
+        }
+        Ok(keys)
+    }
+
+    fn unavailable(&self) -> OAuthError {
+        OAuthError::Endpoint {
+            url: self.http.endpoint().url.clone(),
+            detail: "keys not fetched yet".into(),
+        }
+    }
+
+    /// One fetch; its keys (or its failure and the back-off) are kept.
+    async fn fetch_and_keep(&self) -> Result<Arc<KeySet>, OAuthError> {
+        let result = self.fetch().await;
+        let mut st = self.state();
+        let now = Instant::now();
+        match result {
+            Ok(set) => {
+                tracing::info!(jwks = %self.http.endpoint().url, keys = set.len(), "identity provider keys fetched");
+                st.keys = Arc::new(set);
+                st.fetched = Some(now);
+                st.next_attempt = Some(now + UNKNOWN_KEY_REFETCH);
+                st.last_error = None;
+                if let Some(b) = st.backoff.as_mut() {
+                    b.reset();
+                }
+                Ok(st.keys.clone())
+            }
+            Err(e) => {
+                let pause = st.backoff.get_or_insert_with(|| Backoff::new(UNKNOWN_KEY_REFETCH, RETRY_MAX)).next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, keys_held = st.keys.len(), "cannot fetch the identity provider's keys");
+                st.next_attempt = Some(now + pause);
+                st.last_error = Some(e.clone());
+                Err(e)
             }
         }
-        Ok(held.keys.clone())
     }
 
     async fn fetch(&self) -> Result<KeySet, OAuthError> {

@@ -71,6 +71,11 @@ pub fn unverified_expiry(token: &str) -> Option<i64> {
     claims.get("exp")?.as_i64()
 }
 
+/// A peer-chosen header value as it may appear in a log line: at most 64 characters, escaped.
+fn shown(v: &str) -> String {
+    v.chars().take(64).flat_map(char::escape_debug).collect()
+}
+
 /// Seconds since the epoch.
 pub fn now_seconds() -> i64 {
     std::time::SystemTime::now()
@@ -83,8 +88,17 @@ pub fn verify(token: &str, keys: &KeySet, expect: &Expectations, now: i64) -> Re
     let (h, p, s) = parts(token)?;
     let header: serde_json::Value = serde_json::from_slice(&b64(h)?).map_err(|_| JwtError::Malformed("the header is not JSON"))?;
     let alg = header.get("alg").and_then(|a| a.as_str()).ok_or(JwtError::Malformed("no alg"))?;
+    if header.get("crit").is_some() {
+        // RFC 7515 §4.1.11: extensions this verifier does not know must not be ignored.
+        return Err(JwtError::Malformed("a crit header names extensions this proxy does not implement"));
+    }
     let kid = header.get("kid").and_then(|k| k.as_str());
-    let key = keys.find(kid).ok_or_else(|| JwtError::UnknownKey(kid.unwrap_or("(none named)").to_owned()))?;
+    let (key, key_alg) = keys
+        .find(kid)
+        .ok_or_else(|| JwtError::UnknownKey(kid.map_or("(none named)".to_owned(), shown)))?;
+    if key_alg.is_some_and(|a| a != alg) {
+        return Err(JwtError::Algorithm(format!("{} with a key for {}", shown(alg), shown(key_alg.unwrap_or("")))));
+    }
     let signed = &token.as_bytes()[..h.len() + 1 + p.len()];
     let sig = b64(s)?;
     check_signature(alg, key, signed, &sig)?;
@@ -106,8 +120,8 @@ fn check_signature(alg: &str, key: &Jwk, signed: &[u8], sig: &[u8]) -> Result<()
         (Some(params), _, Jwk::Rsa { n, e }) => signature::RsaPublicKeyComponents { n, e }.verify(params, signed, sig).is_ok(),
         (None, "ES256", Jwk::Ec { curve: 256, point }) => UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, point).verify(signed, sig).is_ok(),
         (None, "ES384", Jwk::Ec { curve: 384, point }) => UnparsedPublicKey::new(&signature::ECDSA_P384_SHA384_FIXED, point).verify(signed, sig).is_ok(),
-        (None, "ES256" | "ES384", _) | (Some(_), _, _) => return Err(JwtError::Algorithm(format!("{alg} with a key of another type"))),
-        _ => return Err(JwtError::Algorithm(alg.chars().take(16).collect())),
+        (None, "ES256" | "ES384", _) | (Some(_), _, _) => return Err(JwtError::Algorithm(format!("{} with a key of another type", shown(alg)))),
+        _ => return Err(JwtError::Algorithm(shown(alg))),
     };
     if ok { Ok(()) } else { Err(JwtError::Signature) }
 }
@@ -122,10 +136,11 @@ fn check_claims(c: &serde_json::Value, x: &Expectations, now: i64) -> Result<Ver
         return Err(claim("the token has expired"));
     }
     for name in ["nbf", "iat"] {
-        if let Some(t) = c.get(name).and_then(|v| v.as_i64())
-            && t > now.saturating_add(x.clock_skew_s)
-        {
-            return Err(JwtError::Claims(format!("the token's {name} is in the future")));
+        match c.get(name).map(|v| v.as_i64()) {
+            None => {}
+            Some(None) => return Err(JwtError::Claims(format!("the token's {name} is not a number"))),
+            Some(Some(t)) if t > now.saturating_add(x.clock_skew_s) => return Err(JwtError::Claims(format!("the token's {name} is in the future"))),
+            Some(Some(_)) => {}
         }
     }
     if !x.audience.is_empty() {
@@ -227,6 +242,8 @@ mod tests {
             (sign(&pair, HEADER, &good.replace("}", ",\"nbf\":1500}")), 1000, "nbf is in the future"),
             (sign(&pair, r#"{"alg":"ES256","kid":"k2"}"#, good), 1000, "no key k2"),
             (sign(&pair, r#"{"alg":"HS256","kid":"k1"}"#, good), 1000, "not accepted"),
+            (sign(&pair, r#"{"alg":"ES256","kid":"k1","crit":["exp"]}"#, good), 1000, "crit"),
+            (sign(&pair, HEADER, &good.replace("}", ",\"iat\":\"soon\"}")), 1000, "iat is not a number"),
             (sign(&pair, r#"{"alg":"RS256","kid":"k1"}"#, good), 1000, "another type"),
             (format!("{}.{}.", b64e(br#"{"alg":"none"}"#), b64e(good.as_bytes())), 1000, "not three"),
             ("a.b".to_owned(), 1000, "not three"),

@@ -52,7 +52,7 @@ pub enum Refusal {
 
 /// Checks client tokens for one listener (`[listener.auth.oauthbearer]`).
 pub struct Validator {
-    keys: jwks::JwksSource,
+    keys: std::sync::Arc<jwks::JwksSource>,
     expect: Expectations,
 }
 
@@ -61,7 +61,11 @@ impl Validator {
     pub fn new(config: &kmp_config::OAuthValidationConfig) -> Result<Self, OAuthError> {
         let ca = config.ca_file.as_ref().map(|p| kmp_config::PemSource::File(p.clone()));
         Ok(Self {
-            keys: jwks::JwksSource::new(&config.jwks_endpoint_url, Duration::from_millis(config.jwks_refresh_ms), ca.as_ref())?,
+            keys: std::sync::Arc::new(jwks::JwksSource::new(
+                &config.jwks_endpoint_url,
+                Duration::from_millis(config.jwks_refresh_ms),
+                ca.as_ref(),
+            )?),
             expect: Expectations {
                 audience: config.expected_audience.clone(),
                 issuer: config.expected_issuer.clone(),

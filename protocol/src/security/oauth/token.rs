@@ -1,32 +1,41 @@
 //! The proxy's own access tokens (OAuth 2 client credentials grant, as Kafka's
 //! `OAuthBearerLoginCallbackHandler` gets them): fetched from the token endpoint when a login needs
-//! one, kept while most of their lifetime is left, fetched again after 80 % of it (Kafka's
-//! `sasl.login.refresh.window.factor`). One fetch at a time per source: connections that log in
-//! together wait for the same token.
+//! one, kept while most of their lifetime is left, refreshed after 80 % of it (Kafka's
+//! `sasl.login.refresh.window.factor`).
+//!
+//! A slow or failing endpoint never stalls logins that have a valid token: past the refresh point
+//! the held token is handed out at once while one background fetch replaces it. Only a login with
+//! no valid token waits, for the one fetch in flight (single flight); after a failure the next
+//! fetch waits out the back-off (1 s doubling to 60 s) and logins fail fast meanwhile.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::OAuthError;
 use super::http::{HttpClient, excerpt, form_encode};
+use crate::Backoff;
 
 /// Tokens fetched by every source of this process.
-static FETCHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FETCHED: AtomicU64 = AtomicU64::new(0);
 
 /// How many access tokens this process fetched from token endpoints, in total.
 pub fn tokens_fetched_total() -> u64 {
-    FETCHED.load(std::sync::atomic::Ordering::Relaxed)
+    FETCHED.load(Ordering::Relaxed)
 }
-
-/// Share of a token's lifetime after which it is fetched again.
-const REFRESH_AT_PERCENT: u32 = 80;
 
 /// Longest a token endpoint may take to answer.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest lifetime believed (a token that claims more is refreshed after 80 % of a day).
+const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// Pauses after failed fetches.
+const RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
 
 /// Client id, secret and scope of one fetch (resolved from their references each time).
 pub struct ClientCredentials {
@@ -35,17 +44,34 @@ pub struct ClientCredentials {
     pub scope: Option<String>,
 }
 
+#[derive(Clone)]
 struct Held {
     value: String,
     refresh_at: Instant,
     expires_at: Instant,
 }
 
+#[derive(Default)]
+struct State {
+    held: Option<Held>,
+    /// A background refresh is running.
+    refreshing: bool,
+    /// No fetch before this (after failures).
+    retry_at: Option<Instant>,
+    /// The last failure, told to logins that cannot wait for the back-off.
+    last_error: Option<OAuthError>,
+    backoff: Option<Backoff>,
+}
+
 /// Where one login's tokens come from, and the current one.
 pub struct TokenSource {
     http: HttpClient,
     header_urlencode: bool,
-    held: Mutex<Option<Held>>,
+    /// `sasl.oauthbearer.scope` (a scope in a referenced JAAS line wins).
+    scope: Option<String>,
+    state: std::sync::Mutex<State>,
+    /// Single flight of the fetches a login waits for.
+    fetch: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for TokenSource {
@@ -54,6 +80,14 @@ impl std::fmt::Debug for TokenSource {
             .field("token_endpoint", &self.http.endpoint().url)
             .finish_non_exhaustive()
     }
+}
+
+/// What a login does with the state it found.
+enum Plan {
+    Use(String),
+    UseAndRefresh(String),
+    Wait,
+    Fail(OAuthError),
 }
 
 impl TokenSource {
@@ -68,42 +102,100 @@ impl TokenSource {
         Ok(Self {
             http: HttpClient::new(endpoint, config, FETCH_TIMEOUT)?,
             header_urlencode: props.header_urlencode,
-            held: Mutex::new(None),
+            scope: props.scope.clone(),
+            state: Default::default(),
+            fetch: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// A token with most of its lifetime left: the one held, or a new one from the endpoint
-    /// (`credentials` is called only then).
-    pub async fn token(&self, credentials: impl FnOnce() -> Result<ClientCredentials, String>) -> Result<String, OAuthError> {
-        let mut held = self.held.lock().await;
-        let now = Instant::now();
-        if let Some(h) = held.as_ref()
-            && now < h.refresh_at
-        {
-            return Ok(h.value.clone());
+    /// The configured scope.
+    pub fn scope(&self) -> Option<&str> {
+        self.scope.as_deref()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn plan(&self, now: Instant) -> Plan {
+        let mut st = self.state();
+        match st.held.clone() {
+            Some(h) if now < h.refresh_at => Plan::Use(h.value),
+            Some(h) if now < h.expires_at => {
+                let due = !st.refreshing && st.retry_at.is_none_or(|t| now >= t);
+                if due {
+                    st.refreshing = true;
+                    Plan::UseAndRefresh(h.value)
+                } else {
+                    Plan::Use(h.value)
+                }
+            }
+            _ => match (st.retry_at, &st.last_error) {
+                (Some(t), Some(e)) if now < t => Plan::Fail(e.clone()),
+                _ => Plan::Wait,
+            },
         }
-        let creds = credentials().map_err(OAuthError::Config)?;
-        match self.fetch(&creds).await {
+    }
+
+    /// A token with time left: the one held (a background refresh replaces it after 80 % of its
+    /// life), or a new one from the endpoint when none is valid. `credentials` is asked only when
+    /// a fetch happens.
+    pub async fn token(self: &Arc<Self>, credentials: impl Fn() -> Result<ClientCredentials, String> + Send + Sync + 'static) -> Result<String, OAuthError> {
+        match self.plan(Instant::now()) {
+            Plan::Use(t) => Ok(t),
+            Plan::UseAndRefresh(t) => {
+                let me = self.clone();
+                tokio::spawn(async move {
+                    let _one = me.fetch.lock().await;
+                    let _ = me.fetch_and_keep(&credentials).await;
+                    me.state().refreshing = false;
+                });
+                Ok(t)
+            }
+            Plan::Fail(e) => Err(e),
+            Plan::Wait => {
+                let _one = self.fetch.lock().await;
+                // The fetch this login waited for may have brought a token.
+                match self.plan(Instant::now()) {
+                    Plan::Use(t) | Plan::UseAndRefresh(t) => Ok(t),
+                    Plan::Fail(e) => Err(e),
+                    Plan::Wait => self.fetch_and_keep(&credentials).await,
+                }
+            }
+        }
+    }
+
+    /// One fetch; its token (or its failure and the back-off) is kept.
+    async fn fetch_and_keep<F: Fn() -> Result<ClientCredentials, String> + Sync>(&self, credentials: &F) -> Result<String, OAuthError> {
+        let result = match credentials() {
+            Ok(creds) => self.fetch(&creds).await,
+            Err(e) => Err(OAuthError::Config(e)),
+        };
+        let mut st = self.state();
+        match result {
             Ok((value, lifetime)) => {
-                FETCHED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let got = Instant::now();
+                FETCHED.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(token_endpoint = %self.http.endpoint().url, ?lifetime, "OAuth access token fetched");
-                *held = Some(Held {
+                let got = Instant::now();
+                st.held = Some(Held {
                     value: value.clone(),
-                    refresh_at: got + lifetime * REFRESH_AT_PERCENT / 100,
+                    refresh_at: got + lifetime.mul_f64(0.8),
                     expires_at: got + lifetime,
                 });
+                st.retry_at = None;
+                st.last_error = None;
+                if let Some(b) = st.backoff.as_mut() {
+                    b.reset();
+                }
                 Ok(value)
             }
-            // The endpoint failing while the held token is still valid: use it (the next login
-            // tries the endpoint again).
-            Err(e) => match held.as_ref().filter(|h| now < h.expires_at) {
-                Some(h) => {
-                    tracing::warn!(error = %e, "cannot refresh the OAuth access token; using the current one until it expires");
-                    Ok(h.value.clone())
-                }
-                None => Err(e),
-            },
+            Err(e) => {
+                let pause = st.backoff.get_or_insert_with(|| Backoff::new(RETRY.0, RETRY.1)).next_pause();
+                tracing::warn!(error = %e, retry_in = ?pause, held_token_valid = st.held.as_ref().is_some_and(|h| Instant::now() < h.expires_at), "cannot fetch an OAuth access token");
+                st.retry_at = Some(Instant::now() + pause);
+                st.last_error = Some(e.clone());
+                Err(e)
+            }
         }
     }
 
@@ -117,7 +209,7 @@ impl TokenSource {
         };
         let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{id}:{secret}")));
         let mut body = "grant_type=client_credentials".to_owned();
-        if let Some(scope) = &c.scope {
+        if let Some(scope) = c.scope.as_deref().or(self.scope.as_deref()) {
             body.push_str("&scope=");
             body.push_str(&form_encode(scope));
         }
@@ -140,11 +232,45 @@ impl TokenSource {
         if token.len() > super::MAX_TOKEN_BYTES || token.bytes().any(|b| !(0x21..=0x7e).contains(&b)) {
             return Err(fail("the access_token is not a printable token of at most 64 KiB".into()));
         }
-        let lifetime = super::jwt::unverified_expiry(token)
-            .and_then(|exp| u64::try_from(exp - super::jwt::now_seconds()).ok())
-            .or_else(|| doc.get("expires_in").and_then(|v| v.as_u64()))
-            .filter(|s| *s > 0)
-            .ok_or_else(|| fail("the token has no expiry (neither a JWT exp claim nor expires_in) or has expired".into()))?;
-        Ok((token.to_owned(), Duration::from_secs(lifetime)))
+        let lifetime = lifetime(
+            super::jwt::unverified_expiry(token),
+            doc.get("expires_in").and_then(|v| v.as_u64()),
+            super::jwt::now_seconds(),
+        )
+        .map_err(|why| fail(why.to_owned()))?;
+        Ok((token.to_owned(), lifetime))
+    }
+}
+
+/// How long a token lives: from its JWT `exp` (which must lie ahead), else `expires_in`; capped at
+/// [`MAX_LIFETIME`].
+fn lifetime(exp: Option<i64>, expires_in: Option<u64>, now: i64) -> Result<Duration, &'static str> {
+    let secs = match exp {
+        Some(exp) => match exp.checked_sub(now) {
+            Some(left) if left > 0 => left.unsigned_abs(),
+            _ => return Err("the token has already expired (its exp claim is not ahead of this machine's clock)"),
+        },
+        None => match expires_in {
+            Some(s) if s > 0 => s,
+            _ => return Err("the token has no expiry (neither a JWT exp claim nor expires_in)"),
+        },
+    };
+    Ok(Duration::from_secs(secs).min(MAX_LIFETIME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lifetime_comes_from_exp_or_expires_in_and_never_overflows() {
+        assert_eq!(lifetime(Some(1060), Some(5), 1000), Ok(Duration::from_secs(60)), "exp wins");
+        assert_eq!(lifetime(None, Some(300), 1000), Ok(Duration::from_secs(300)));
+        assert!(lifetime(Some(999), Some(300), 1000).is_err(), "an expired token is not kept");
+        assert!(lifetime(Some(i64::MIN), None, 1000).is_err());
+        assert_eq!(lifetime(Some(i64::MAX), None, 1000), Ok(MAX_LIFETIME));
+        assert_eq!(lifetime(None, Some(u64::MAX), 1000), Ok(MAX_LIFETIME));
+        assert!(lifetime(None, None, 1000).is_err());
+        assert!(lifetime(None, Some(0), 1000).is_err());
     }
 }

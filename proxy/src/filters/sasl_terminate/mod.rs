@@ -222,8 +222,9 @@ impl SaslTerminator {
             tokio::time::sleep(wait).await;
         }
         if matches!(&*lock(conn), Progress::Challenged) {
-            // The client acknowledged the error challenge: now the failure, worded as Kafka does.
-            return self.failed(x, conn, INVALID_TOKEN.to_owned());
+            // The client acknowledged the error challenge: now the failure, worded as Kafka does
+            // (its back-off was counted with the refusal).
+            return self.failed(x, conn, INVALID_TOKEN.to_owned(), false);
         }
         let oauth = matches!(&*lock(conn), Progress::Handshaken(SaslMechanism::OAuthBearer, _, _));
         if oauth {
@@ -249,7 +250,7 @@ impl SaslTerminator {
         match outcome {
             Ok((None, msg)) => self.answer_step(x, msg),
             Ok((Some(user), msg)) => self.authenticated(x, conn, user, msg, self.lifetime),
-            Err(why) => self.failed(x, conn, why),
+            Err(why) => self.failed(x, conn, why, true),
         }
     }
 
@@ -257,16 +258,22 @@ impl SaslTerminator {
     /// session ends no later than the token (when sessions have a lifetime at all, as in Kafka).
     async fn oauth_login(&self, x: (i32, i16), auth: &[u8], conn: &Conn) -> Result<Bytes, ProxyError> {
         let Some(validator) = self.oauth.clone() else {
-            return self.failed(x, conn, "OAUTHBEARER is not offered".into());
+            return self.failed(x, conn, "OAUTHBEARER is not offered".into(), true);
         };
         let token = match kmp_protocol::security::oauth::message::parse_client_message(auth) {
             Ok(t) => t,
-            Err(why) => return self.failed(x, conn, why.to_owned()),
+            Err(why) => return self.failed(x, conn, why.to_owned(), true),
         };
         match validator.verify(token).await {
             Ok(v) => {
-                let left = u64::try_from(v.expires_at - kmp_protocol::security::oauth::jwt::now_seconds()).unwrap_or(0);
-                let session = self.lifetime.map(|l| l.min(std::time::Duration::from_secs(left)));
+                // Until the token's exp, at least a second (a token inside its clock-skew window
+                // gets one second, then a re-authentication), never 0 ("never ends").
+                let now_ms = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let left_ms = v.expires_at.saturating_mul(1000).saturating_sub(now_ms).max(1000);
+                let left = std::time::Duration::from_millis(left_ms.unsigned_abs());
+                let session = self.lifetime.map(|l| l.min(left));
                 self.authenticated(x, conn, v.principal, Bytes::new(), session)
             }
             Err(refusal) => {
@@ -274,7 +281,11 @@ impl SaslTerminator {
                     kmp_protocol::security::oauth::Refusal::Keys(e) => {
                         tracing::warn!(peer = %conn.peer, error = %e, "cannot check a client's OAuth token: the identity provider's keys are not available")
                     }
-                    kmp_protocol::security::oauth::Refusal::Token(e) => tracing::info!(peer = %conn.peer, why = %e, "client OAuth token refused"),
+                    kmp_protocol::security::oauth::Refusal::Token(e) => {
+                        // Counted now: a client that leaves after the challenge is slowed too.
+                        self.backoff.failed(conn.peer.ip());
+                        tracing::info!(peer = %conn.peer, why = %e, "client OAuth token refused")
+                    }
                 }
                 // As a Kafka broker answers (RFC 7628 §3.2.2): an error challenge first; the
                 // client's acknowledgement then gets the failure.
@@ -318,9 +329,12 @@ impl SaslTerminator {
         self.answer(x, 0, "", msg, session)
     }
 
-    /// A login failed for `why`: the connection is closed at its next request.
-    fn failed(&self, x: (i32, i16), conn: &Conn, why: String) -> Result<Bytes, ProxyError> {
-        self.backoff.failed(conn.peer.ip());
+    /// A login failed for `why`: the connection is closed at its next request. `count`: the
+    /// failure slows the peer's next logins (`login_backoff`).
+    fn failed(&self, x: (i32, i16), conn: &Conn, why: String, count: bool) -> Result<Bytes, ProxyError> {
+        if count {
+            self.backoff.failed(conn.peer.ip());
+        }
         *lock(conn) = Progress::Failed;
         conn.shared.metrics.refused("sasl_authentication_failed", 1);
         tracing::info!(peer = %conn.peer, %why, "client SASL authentication failed");

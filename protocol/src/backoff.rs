@@ -1,6 +1,7 @@
 //! The one retry pause: exponential back-off that starts at `first`, doubles after every failure
 //! in a row up to `max`, and starts over after a success. Every retry loop in the engine and the
-//! proxy uses it, so a pause is read the same way everywhere.
+//! proxy uses it (and the identity-provider fetches of `security::oauth`), so a pause is read the
+//! same way everywhere. The engine re-exports it as `kmp_mirror_engine::Backoff`.
 
 use std::time::Duration;
 
