@@ -288,4 +288,37 @@ mod tests {
         let doc = format!("{{\"keys\":[{}]}}", vec![one; MAX_KEYS + 10].join(","));
         assert_eq!(KeySet::parse(doc.as_bytes()).unwrap().len(), MAX_KEYS);
     }
+
+    const ONE_KEY: &str = r#"{"keys":[{"kty":"RSA","kid":"k1","n":"AQAB","e":"AQAB"}]}"#;
+
+    #[tokio::test]
+    async fn tokens_naming_unknown_keys_do_not_make_the_proxy_hammer_the_provider() {
+        let idp = super::super::test_server::TestServer::start(200, ONE_KEY.into(), false).await;
+        let source = Arc::new(JwksSource::new(&format!("{}/certs", idp.url), Duration::from_secs(3600), None).unwrap());
+        assert!(source.keys(Some("k1")).await.unwrap().find(Some("k1")).is_some());
+        for i in 0..50 {
+            let keys = source.keys(Some(&format!("made-up-{i}"))).await.unwrap();
+            assert!(keys.find(Some("k1")).is_some(), "the held keys answer");
+        }
+        assert_eq!(idp.requests(), 1, "no refetch within {UNKNOWN_KEY_REFETCH:?} of the last one");
+    }
+
+    #[tokio::test]
+    async fn a_provider_that_never_answers_costs_the_first_logins_one_timeout_and_later_ones_nothing() {
+        let idp = super::super::test_server::TestServer::start(200, ONE_KEY.into(), true).await;
+        let source = Arc::new(JwksSource::new(&format!("{}/certs", idp.url), Duration::from_secs(3600), None).unwrap());
+        let started = Instant::now();
+        let first = tokio::join!(source.keys(Some("k1")), source.keys(Some("k1")));
+        assert!(first.0.is_err() && first.1.is_err(), "no keys: refused");
+        assert!(
+            started.elapsed() < Duration::from_secs(15),
+            "one 10 s timeout for both, not one each: {:?}",
+            started.elapsed()
+        );
+        assert_eq!(idp.requests(), 1, "single flight");
+        let again = Instant::now();
+        assert!(source.keys(Some("k1")).await.is_err());
+        assert!(again.elapsed() < Duration::from_millis(100), "inside the back-off a login fails at once");
+        assert_eq!(idp.requests(), 1);
+    }
 }

@@ -9,6 +9,8 @@ mod http;
 pub mod jwks;
 pub mod jwt;
 pub mod message;
+#[cfg(test)]
+mod test_server;
 pub mod token;
 
 use std::time::Duration;

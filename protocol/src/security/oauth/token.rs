@@ -273,4 +273,55 @@ mod tests {
         assert!(lifetime(None, None, 1000).is_err());
         assert!(lifetime(None, Some(0), 1000).is_err());
     }
+
+    fn props(url: &str) -> kmp_config::OAuthClientProps {
+        kmp_config::OAuthClientProps {
+            token_endpoint_url: format!("{url}/token"),
+            scope: Some("kafka".into()),
+            header_urlencode: false,
+        }
+    }
+
+    fn creds() -> Result<ClientCredentials, String> {
+        Ok(ClientCredentials {
+            id: "kmp".into(),
+            secret: "s".into(),
+            scope: None,
+        })
+    }
+
+    #[tokio::test]
+    async fn one_token_serves_every_login_until_it_is_refreshed() {
+        let idp = super::super::test_server::TestServer::start(200, r#"{"access_token":"opaque-token","expires_in":3600}"#.into(), false).await;
+        let source = Arc::new(TokenSource::new(&props(&idp.url), None).unwrap());
+        let got = futures_join(&source, 20).await;
+        assert!(got.iter().all(|t| t.as_deref() == Ok("opaque-token")), "{got:?}");
+        assert_eq!(idp.requests(), 1, "one fetch for twenty logins");
+    }
+
+    #[tokio::test]
+    async fn a_failing_endpoint_is_asked_again_only_after_the_back_off() {
+        let idp = super::super::test_server::TestServer::start(401, r#"{"error":"unauthorized_client"}"#.into(), false).await;
+        let source = Arc::new(TokenSource::new(&props(&idp.url), None).unwrap());
+        let e = source.token(creds).await.unwrap_err().to_string();
+        assert!(e.contains("HTTP 401") && e.contains("unauthorized_client"), "{e}");
+        for _ in 0..10 {
+            assert!(source.token(creds).await.is_err());
+        }
+        assert_eq!(idp.requests(), 1, "logins inside the back-off fail with the last error at once");
+    }
+
+    async fn futures_join(source: &Arc<TokenSource>, n: usize) -> Vec<Result<String, OAuthError>> {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let s = source.clone();
+                tokio::spawn(async move { s.token(creds).await })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("the login task ends"));
+        }
+        out
+    }
 }
