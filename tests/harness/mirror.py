@@ -145,6 +145,27 @@ def call(proxy, method: str, path: str, body: dict | None = None, host: str = "1
         return e.code, json.loads(e.read() or b"{}")
 
 
+def call_retrying(proxy, method: str, path: str, body: dict | None = None, timeout: float = 60,
+                  log=None) -> tuple[int, dict, list[str]]:
+    """A management call sent again, as an operator would, while it is answered retriably: the
+    elected engine was demoted because a destination broker it relied on went away
+    (COORDINATOR_NOT_AVAILABLE, 15), its hand-over timed out (REQUEST_TIMED_OUT, 7) or a new term
+    is loading its stored state (HTTP 503) — for up to ``timeout`` seconds. Returns the last
+    answer and the retriable answers before it (each also given to ``log``)."""
+    deadline = time.time() + timeout
+    retries: list[str] = []
+    while True:
+        status, r = call(proxy, method, path, body)
+        codes = {r.get("error_code")} | {x.get("error_code") for x in r.get("results", [])} if isinstance(r, dict) else set()
+        retriable = method != "GET" and (status == 503 or codes & {7, 15})
+        if not retriable or time.time() > deadline:
+            return status, r, retries
+        retries.append(f"HTTP {status} {r}")
+        if log:
+            log(f"{method} {path}: retriable answer HTTP {status} {r}; retrying")
+        time.sleep(0.5)
+
+
 def describe(proxy, mirror: str, topic: str) -> dict:
     status, body = call(proxy, "GET", f"/v1/mirrors/{mirror}")
     assert status == 200, body

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, Producer
 from conftest import REPO, ProxyProcess, unique
 from kmp_common import java_command, wait_until
 from mirror import (
-    FILLER_KEY, call, cli, cli_json, create, high_watermarks, leader_of, produce_one, produce_plain,
+    FILLER_KEY, call, call_retrying, cli, cli_json, create, high_watermarks, leader_of, produce_one, produce_plain,
     produce_transactions, read_all, wait_caught_up,
 )
 
@@ -203,16 +203,9 @@ def test_a_follower_keeps_following_when_the_state_topic_leader_is_killed(cluste
         destination.kill_broker(victim, signal.SIGKILL)
         killed = time.time()
         # The engine is elected: when the killed broker was also its election's coordinator, the
-        # engine stops writing until it is elected again (a new term), and a stop meanwhile is
-        # answered COORDINATOR_NOT_AVAILABLE (15, retriable) — what an operator retries.
-        retries = []
-        while True:
-            status, r = call(engine, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]})
-            code = r.get("results", [{}])[0].get("error_code") if status == 200 else None
-            if code != 15 or time.time() - killed > 30:
-                break
-            retries.append(r["results"][0]["message"])
-            time.sleep(0.5)
+        # engine stops writing until it is elected again (a new term, which loads its stored state),
+        # and a stop meanwhile is answered retriably (15, or HTTP 503) — what an operator retries.
+        status, r, retries = call_retrying(engine, "POST", f"/v1/mirrors/{mirror}/stop", {"topics": [topic]}, timeout=30)
         stopped = time.time()
         assert status == 200 and r["results"][0]["error_code"] == 0, f"stop through the engine instance after the state leader died: {r} (after {len(retries)} retriable answers)"
         while True:

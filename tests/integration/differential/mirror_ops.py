@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 from confluent_kafka import KafkaException
 
-from mirror import call as rest_call
+from mirror import call_retrying
 
 from .kafka_io import TP, Admin, partition_counts, wait_until, watermarks
 
@@ -50,19 +49,10 @@ class MirrorSide:
     # -- REST -------------------------------------------------------------------------------
 
     def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        """A REST call; a management request answered retriably — the elected engine was demoted
-        because a destination broker it relied on went away (COORDINATOR_NOT_AVAILABLE, 15), its
-        hand-over timed out (REQUEST_TIMED_OUT, 7) or a new term is loading (503) — is sent again
-        for up to 60 s, as an operator would, each retry logged in the history."""
-        deadline = time.time() + 60
-        while True:
-            status, r = rest_call(self.proxy, method, path, body)
-            codes = {r.get("error_code")} | {x.get("error_code") for x in r.get("results", [])} if isinstance(r, dict) else set()
-            retriable = method != "GET" and (status == 503 or codes & {7, 15})
-            if not retriable or time.time() > deadline:
-                return status, r
-            self.log(f"{method} {path}: retriable answer HTTP {status} {r}; retrying")
-            time.sleep(0.5)
+        """A REST call, sent again while answered retriably (``mirror.call_retrying``), each retry
+        logged in the history."""
+        status, r, _ = call_retrying(self.proxy, method, path, body, log=self.log)
+        return status, r
 
     def _topic_op(self, action: str, topic: int) -> str:
         name = self.names[topic]
