@@ -3,10 +3,11 @@
 //! one, kept while most of their lifetime is left, refreshed after 80 % of it (Kafka's
 //! `sasl.login.refresh.window.factor`).
 //!
-//! A slow or failing endpoint never stalls logins that have a valid token: past the refresh point
-//! the held token is handed out at once while one background fetch replaces it. Only a login with
-//! no valid token waits, for the one fetch in flight (single flight); after a failure the next
-//! fetch waits out the back-off (1 s doubling to 60 s) and logins fail fast meanwhile.
+//! A slow or failing endpoint never stalls logins that have a usable token: past the refresh point
+//! the held token is handed out at once while one background fetch replaces it, as long as it has
+//! [`MIN_LEFT`] to live. Only a login with no such token waits, for the one fetch in flight
+//! (single flight; if it fails, a token still valid is used); after a failure the next fetch waits
+//! out the back-off (1 s doubling to 60 s) and logins fail fast meanwhile.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,12 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Longest lifetime believed (a token that claims more is refreshed after 80 % of a day).
 const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+
+/// Least lifetime a token must have left to be used for a login while its replacement is fetched
+/// in the background: a broker bounds the session by the token's expiry and refuses a
+/// re-authentication within a second of the last one, so a token about to expire would make the
+/// next renewal come too soon.
+const MIN_LEFT: Duration = Duration::from_secs(5);
 
 /// Pauses after failed fetches.
 const RETRY: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(60));
@@ -121,7 +128,7 @@ impl TokenSource {
         let mut st = self.state();
         match st.held.clone() {
             Some(h) if now < h.refresh_at => Plan::Use(h.value),
-            Some(h) if now < h.expires_at => {
+            Some(h) if now + MIN_LEFT <= h.expires_at => {
                 let due = !st.refreshing && st.retry_at.is_none_or(|t| now >= t);
                 if due {
                     st.refreshing = true;
@@ -130,8 +137,12 @@ impl TokenSource {
                     Plan::Use(h.value)
                 }
             }
-            _ => match (st.retry_at, &st.last_error) {
-                (Some(t), Some(e)) if now < t => Plan::Fail(e.clone()),
+            held => match (st.retry_at, &st.last_error) {
+                // Inside the back-off: the last few seconds of the held token, or the last error.
+                (Some(t), Some(e)) if now < t => match held.filter(|h| now < h.expires_at) {
+                    Some(h) => Plan::Use(h.value),
+                    None => Plan::Fail(e.clone()),
+                },
                 _ => Plan::Wait,
             },
         }
@@ -159,7 +170,17 @@ impl TokenSource {
                 match self.plan(Instant::now()) {
                     Plan::Use(t) | Plan::UseAndRefresh(t) => Ok(t),
                     Plan::Fail(e) => Err(e),
-                    Plan::Wait => self.fetch_and_keep(&credentials).await,
+                    Plan::Wait => match self.fetch_and_keep(&credentials).await {
+                        Ok(t) => Ok(t),
+                        // The endpoint failing: a token that is still valid beats none.
+                        Err(e) => self
+                            .state()
+                            .held
+                            .as_ref()
+                            .filter(|h| Instant::now() < h.expires_at)
+                            .map(|h| h.value.clone())
+                            .ok_or(e),
+                    },
                 }
             }
         }
