@@ -410,7 +410,7 @@ fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProto
                 });
             }
             let SecretRef::Inline(text) = jaas else { return None };
-            match parse_jaas(&text) {
+            match crate::jaas::parse_jaas(&text) {
                 Ok((u, p)) => (u, SecretRef::Inline(p)),
                 Err(e) => {
                     errs.push(e);
@@ -437,17 +437,6 @@ fn parse_sasl<'a>(get: &dyn Fn(&str) -> Option<&'a str>, protocol: SecurityProto
         password,
         oauth: None,
     })
-}
-
-/// `username` and `password` from a JAAS line such as
-/// `org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";`.
-/// The error never contains the line (it holds a password).
-pub fn parse_jaas(text: &str) -> Result<(String, String), String> {
-    let mut o = crate::oauth::jaas_options(text)?;
-    match (o.remove("username"), o.remove("password")) {
-        (Some(u), Some(p)) if !u.is_empty() => Ok((u, p)),
-        _ => Err("sasl.jaas.config must set username=\"…\" and password=\"…\"".into()),
-    }
 }
 
 #[cfg(test)]

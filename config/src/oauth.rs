@@ -5,11 +5,11 @@
 //! mode (`[listener.auth.oauthbearer]`: the identity provider's JWKS, audience, issuer). Pure data;
 //! fetching tokens and keys and checking signatures belong to `kmp_protocol::security::oauth`.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde::Deserialize;
 
+use crate::jaas::{jaas_options, parse_oauth_jaas};
 use crate::{SaslMechanism, SaslProps, SecretRef};
 
 /// The OAUTHBEARER client properties understood (besides `sasl.mechanism` and `sasl.jaas.config`):
@@ -71,6 +71,11 @@ pub(crate) fn parse_client<'a>(get: &dyn Fn(&str) -> Option<&'a str>, errs: &mut
     let mut scope = get("sasl.oauthbearer.scope").map(str::to_owned);
     let id = get("sasl.oauthbearer.client.credentials.client.id");
     let secret = get("sasl.oauthbearer.client.credentials.client.secret");
+    // A JAAS line naming no client id or secret (Kafka 4.1's form): its scope, if any.
+    let bare_module: Option<Option<String>> = get("sasl.jaas.config")
+        .and_then(|j| jaas_options(j).ok())
+        .filter(|o| !o.contains_key("clientId") && !o.contains_key("clientSecret"))
+        .map(|mut o| o.remove("scope").filter(|s| !s.is_empty()));
     let (username, password) = match (get("sasl.jaas.config"), id, secret) {
         (Some(jaas), None, None) => match SecretRef::parse(jaas) {
             // Resolved when a token is fetched: the reference holds the whole JAAS line.
@@ -88,8 +93,8 @@ pub(crate) fn parse_client<'a>(get: &dyn Fn(&str) -> Option<&'a str>, errs: &mut
         },
         (None, Some(id), Some(secret)) => (id.to_owned(), SecretRef::parse(secret)),
         // Kafka 4.1's form: the login module without credentials, they are in the KIP-1139 keys.
-        (Some(jaas), Some(id), Some(secret)) if jaas_options(jaas).is_ok_and(|o| !o.contains_key("clientId") && !o.contains_key("clientSecret")) => {
-            scope = scope.or_else(|| jaas_options(jaas).ok().and_then(|mut o| o.remove("scope")).filter(|s| !s.is_empty()));
+        (Some(_), Some(id), Some(secret)) if bare_module.is_some() => {
+            scope = scope.or(bare_module.flatten());
             (id.to_owned(), SecretRef::parse(secret))
         }
         (Some(_), _, _) => {
@@ -117,43 +122,6 @@ pub(crate) fn parse_client<'a>(get: &dyn Fn(&str) -> Option<&'a str>, errs: &mut
             header_urlencode,
         }),
     })
-}
-
-/// The options of a JAAS line `<LoginModule> required key="value" key=value …;`. The error never
-/// contains the line (it holds a secret).
-pub fn jaas_options(text: &str) -> Result<BTreeMap<String, String>, String> {
-    let rest = text.trim().trim_end_matches(';');
-    let Some(opts) = rest.split_once(" required").map(|(_, o)| o) else {
-        return Err("sasl.jaas.config is not `<LoginModule> required key=\"value\" …;`".into());
-    };
-    let mut out = BTreeMap::new();
-    let mut s = opts.trim();
-    while !s.is_empty() {
-        let Some((key, after)) = s.split_once('=') else { break };
-        let key = key.trim();
-        let after = after.trim_start();
-        let (value, next) = if let Some(q) = after.strip_prefix('"') {
-            match q.find('"') {
-                Some(end) => (&q[..end], &q[end + 1..]),
-                None => return Err("sasl.jaas.config has an unterminated quoted value".into()),
-            }
-        } else {
-            let end = after.find(char::is_whitespace).unwrap_or(after.len());
-            (&after[..end], &after[end..])
-        };
-        out.insert(key.to_owned(), value.to_owned());
-        s = next.trim();
-    }
-    Ok(out)
-}
-
-/// `clientId`, `clientSecret` and `scope` of an `OAuthBearerLoginModule` JAAS line.
-pub fn parse_oauth_jaas(text: &str) -> Result<(String, String, Option<String>), String> {
-    let mut o = jaas_options(text)?;
-    match (o.remove("clientId"), o.remove("clientSecret")) {
-        (Some(id), Some(secret)) if !id.is_empty() => Ok((id, secret, o.remove("scope").filter(|s| !s.is_empty()))),
-        _ => Err("sasl.jaas.config for OAUTHBEARER must set clientId=\"…\" and clientSecret=\"…\"".into()),
-    }
 }
 
 /// How a terminating listener checks OAUTHBEARER tokens (`[listener.auth.oauthbearer]`), as a
@@ -236,6 +204,8 @@ impl OAuthValidationConfig {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
     use crate::{PropsOrigin, parse_client_props};
 

@@ -51,6 +51,9 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
             listeners.bootstrap.len()
         )));
     }
+    for overlap in kmp_config::node_port_overlaps(&specs) {
+        warn!("{overlap}");
+    }
     let mut exposures = Vec::new();
     for (spec, bound) in specs.iter().zip(&listeners.bootstrap) {
         let bind_host = bound.local_addr().map(|a| a.ip().to_string()).map_err(|source| ProxyError::Listener {
@@ -170,9 +173,6 @@ pub async fn serve(config: Config, listeners: Listeners, shutdown: impl Future<O
         let l = &door.spec;
         info!(listener = %l.name, listen = %l.listen, advertised_host = %l.advertised_host, node_port_base = l.node_port_base, tls = l.tls.is_some(), auth = ?l.auth.mode, mirror_management = l.mirror_management, "kafka-mirror-proxy listening");
         crate::net::advertised::warn_unless_resolvable(l.advertised_host.clone());
-    }
-    for overlap in kmp_config::node_port_overlaps(&doors.iter().map(|d| (*d.spec).clone()).collect::<Vec<_>>()) {
-        warn!("{overlap}");
     }
     info!(listeners = doors.len(), "kafka-mirror-proxy started");
 

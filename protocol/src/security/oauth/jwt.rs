@@ -18,6 +18,17 @@ pub struct Verified {
     pub expires_at: i64,
 }
 
+impl Verified {
+    /// How long the token has left to live now, in milliseconds, at least `floor`.
+    pub fn time_left(&self, floor: std::time::Duration) -> std::time::Duration {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let left_ms = self.expires_at.saturating_mul(1000).saturating_sub(now_ms);
+        std::time::Duration::from_millis(u64::try_from(left_ms).unwrap_or(0)).max(floor)
+    }
+}
+
 /// What a token is checked against.
 #[derive(Debug, Clone)]
 pub struct Expectations {

@@ -221,12 +221,16 @@ impl SaslTerminator {
         if !wait.is_zero() {
             tokio::time::sleep(wait).await;
         }
-        if matches!(&*lock(conn), Progress::Challenged) {
+        let (challenged, oauth) = match &*lock(conn) {
+            Progress::Challenged => (true, false),
+            Progress::Handshaken(SaslMechanism::OAuthBearer, _, _) => (false, true),
+            _ => (false, false),
+        };
+        if challenged {
             // The client acknowledged the error challenge: now the failure, worded as Kafka does
             // (its back-off was counted with the refusal).
             return self.failed(x, conn, INVALID_TOKEN.to_owned(), false);
         }
-        let oauth = matches!(&*lock(conn), Progress::Handshaken(SaslMechanism::OAuthBearer, _, _));
         if oauth {
             return self.oauth_login(x, &req.auth_bytes, conn).await;
         }
@@ -268,12 +272,7 @@ impl SaslTerminator {
             Ok(v) => {
                 // Until the token's exp, at least a second (a token inside its clock-skew window
                 // gets one second, then a re-authentication), never 0 ("never ends").
-                let now_ms = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                let left_ms = v.expires_at.saturating_mul(1000).saturating_sub(now_ms).max(1000);
-                let left = std::time::Duration::from_millis(left_ms.unsigned_abs());
-                let session = self.lifetime.map(|l| l.min(left));
+                let session = self.lifetime.map(|l| l.min(v.time_left(std::time::Duration::from_secs(1))));
                 self.authenticated(x, conn, v.principal, Bytes::new(), session)
             }
             Err(refusal) => {
