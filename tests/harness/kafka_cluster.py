@@ -513,8 +513,8 @@ def _stop_groups(pids: list[int], timeout: float = 30) -> None:
             return False
         try:  # an exited broker not yet reaped by its new parent is a zombie: it is gone
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (FileNotFoundError, IndexError):
-            return True
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            return True  # the leader is gone (or going) but the group may not be: the next look decides
 
     while any(alive(p) for p in pids) and time.time() < deadline:
         time.sleep(0.2)
