@@ -31,9 +31,15 @@ pub enum MirrorError {
     SourceTopicDeleted(String),
     /// A run of offsets without visible data is larger than the mirror's `max_fill_offsets`.
     #[error(
-        "{count} offsets from {base} have no visible source data, more than max_fill_offsets = {limit}; raise max_fill_offsets to fill them (see docs/mirroring.md for the fill rate)"
+        "{count} offsets from {base} have no visible source data, more than max_fill_offsets = {limit}; filling them would take about {minutes} min (at {rate} million offsets/s, measured on a 2-core machine; see docs/mirroring.md): raise max_fill_offsets to fill them"
     )]
-    FillTooLarge { base: i64, count: i64, limit: i64 },
+    FillTooLarge {
+        base: i64,
+        count: i64,
+        limit: i64,
+        minutes: i64,
+        rate: i64,
+    },
     /// The source has something the engine cannot copy exactly yet.
     #[error("unsupported source data: {0}")]
     Unsupported(String),

@@ -12,8 +12,9 @@
 //!
 //! Filler format (documented for operators; also what the proxy masks from consumers): each
 //! filler record has key [`FILLER_KEY`], a null value (a tombstone, so compaction on the
-//! destination removes it) and one header [`FILLER_HEADER`] = `b"1"`; filler batches are
-//! uncompressed and never mix with real records. Deciding *when* to fill belongs to the engine.
+//! destination removes it) and one header [`FILLER_HEADER`] = `b"1"`; filler batches never mix
+//! with real records. They are uncompressed, or zstd-compressed for long runs stamped with
+//! timestamp 0 (a source's retention prefix). Deciding *when* to fill belongs to the engine.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -222,13 +223,20 @@ pub(crate) fn put_varint(buf: &mut BytesMut, v: i64) {
     buf.put_u8(z as u8);
 }
 
-/// Builds an uncompressed batch of `count` filler records (offset deltas `0..count`) stamped
-/// `timestamp`, carrying `fields`.
-pub fn filler_batch(count: i32, timestamp: i64, fields: ProducerFields) -> Result<Bytes, ProtocolError> {
-    if count <= 0 {
-        return Err(malformed(format!("a filler batch needs at least one record, asked for {count}")));
-    }
-    let mut records = BytesMut::new();
+/// Most records in one compressed filler batch ([`compressed_filler_batch`]): about 3.4 MB of
+/// filler records, a zstd section of about 40 KB. The proxy decompresses a compressed batch to
+/// check that it holds nothing but fillers only up to this many records, so this bounds what one
+/// batch can cost it (`fillers`).
+pub const MAX_COMPRESSED_FILLER_RECORDS: i32 = 100_000;
+/// Bytes of one filler record at most, its length prefix included, once the log cleaner re-based
+/// its timestamp delta (a 10-byte varint): what decompressing a filler batch may yield per record.
+pub const MAX_FILLER_RECORD_BYTES: usize = 48;
+/// Compression codec id of zstd in a batch's attributes.
+pub const ZSTD: i16 = 4;
+
+/// The records section of `count` filler records (offset deltas `0..count`, timestamp delta 0).
+fn filler_records(count: i32) -> BytesMut {
+    let mut records = BytesMut::with_capacity(count.max(0) as usize * 36);
     let mut rec = BytesMut::new();
     for delta in 0..i64::from(count) {
         rec.clear();
@@ -246,13 +254,48 @@ pub fn filler_batch(count: i32, timestamp: i64, fields: ProducerFields) -> Resul
         put_varint(&mut records, rec.len() as i64);
         records.put_slice(&rec);
     }
-    let mut b = BytesMut::with_capacity(HEADER_SIZE + records.len());
+    records
+}
+
+/// Builds an uncompressed batch of `count` filler records (offset deltas `0..count`) stamped
+/// `timestamp`, carrying `fields`.
+pub fn filler_batch(count: i32, timestamp: i64, fields: ProducerFields) -> Result<Bytes, ProtocolError> {
+    if count <= 0 {
+        return Err(malformed(format!("a filler batch needs at least one record, asked for {count}")));
+    }
+    Ok(filler_batch_around(count, timestamp, fields, 0, &filler_records(count)))
+}
+
+/// The zstd-compressed records section of `count` filler records, for
+/// [`compressed_filler_batch`]. The same `count` always gives the same bytes, so a caller
+/// writing many full batches compresses once.
+pub fn compressed_filler_section(count: i32) -> Result<Bytes, ProtocolError> {
+    if !(1..=MAX_COMPRESSED_FILLER_RECORDS).contains(&count) {
+        return Err(malformed(format!(
+            "a compressed filler batch holds 1 to {MAX_COMPRESSED_FILLER_RECORDS} records, asked for {count}"
+        )));
+    }
+    crate::codecs::compress(ZSTD, &filler_records(count))
+        .map(BytesMut::freeze)
+        .map_err(|e| malformed(format!("compressing fillers: {e}")))
+}
+
+/// A zstd batch of `count` filler records around `section` (from
+/// [`compressed_filler_section`]`(count)`), stamped `timestamp`, carrying `fields`. A long run of
+/// offsets costs the destination broker about a third of the time uncompressed fillers do, and a
+/// hundredth of the bytes.
+pub fn compressed_filler_batch(count: i32, timestamp: i64, fields: ProducerFields, section: &[u8]) -> Bytes {
+    filler_batch_around(count, timestamp, fields, ZSTD, section)
+}
+
+fn filler_batch_around(count: i32, timestamp: i64, fields: ProducerFields, codec: i16, section: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(HEADER_SIZE + section.len());
     b.put_i64(0);
-    b.put_i32((HEADER_SIZE - 12 + records.len()) as i32);
+    b.put_i32((HEADER_SIZE - 12 + section.len()) as i32);
     b.put_i32(-1);
     b.put_i8(2);
     b.put_u32(0); // crc, filled below
-    b.put_i16(0); // attributes: no compression, not transactional, not control
+    b.put_i16(codec); // attributes: the codec; not transactional, not control
     b.put_i32(count - 1);
     b.put_i64(timestamp);
     b.put_i64(timestamp);
@@ -260,10 +303,10 @@ pub fn filler_batch(count: i32, timestamp: i64, fields: ProducerFields) -> Resul
     b.put_i16(fields.producer_epoch);
     b.put_i32(fields.base_sequence);
     b.put_i32(count);
-    b.put_slice(&records);
+    b.put_slice(section);
     let crc = crc32c::crc32c(&b[ATTRIBUTES_OFFSET..]);
     b[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(b.freeze())
+    b.freeze()
 }
 
 #[cfg(test)]

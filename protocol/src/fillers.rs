@@ -1,5 +1,6 @@
 //! Hiding the mirror engine's filler records from clients of the proxy. A filler batch (made by
-//! [`crate::batch::filler_batch`]: uncompressed, every record exactly a filler record) is replaced in
+//! [`crate::batch::filler_batch`] or [`crate::batch::compressed_filler_batch`]: every record exactly
+//! a filler record) is replaced in
 //! Fetch responses by a transaction COMMIT marker batch over the same offsets (same base offset
 //! and last offset delta, one control record at the last offset). Every client skips control
 //! batches and moves its position past them, exactly as over the source's own transaction
@@ -19,7 +20,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use kafka_protocol::messages::{ApiKey, FetchResponse, ShareFetchResponse};
 
-use crate::batch::{FILLER_HEADER, FILLER_KEY, HEADER_SIZE, parse_header, put_varint};
+use crate::batch::{FILLER_HEADER, FILLER_KEY, HEADER_SIZE, MAX_COMPRESSED_FILLER_RECORDS, MAX_FILLER_RECORD_BYTES, parse_header, put_varint};
 use crate::codec::{decode_response, encode_response};
 use crate::cursor::Cursor;
 use crate::error::{ProtocolError, Side};
@@ -32,24 +33,52 @@ pub enum TopicRef<'a> {
     Id([u8; 16]),
 }
 
-/// Whether `batch` (a whole v2 batch) is a filler batch: an uncompressed, non-control batch
-/// whose records are all filler records as [`crate::batch::filler_batch`] writes them (key
+/// Whether `batch` (a whole v2 batch) is a filler batch: a non-control batch whose records are
+/// all filler records as [`crate::batch::filler_batch`] (uncompressed) or
+/// [`crate::batch::compressed_filler_batch`] (zstd, stamped 0) write them (key
 /// `__kmp_filler`, null value, header `kmp-filler: 1`) and nothing else. On a compacted mirror
 /// topic the log cleaner keeps a filler batch with some of its records removed (they share one
 /// key) and, once it sets the delete horizon, re-bases the timestamp deltas: offset deltas
 /// only have to increase within the batch's range, timestamp deltas may be anything.
 /// A client's batch on a writable topic that was a mirror topic (which may hold real fillers)
 /// is masked only if it consists of nothing but such records: one real record in it keeps the
-/// batch as it is. No allocation.
+/// batch as it is. An uncompressed batch is checked without allocating; a compressed one that
+/// may be a filler batch is decompressed once, to at most
+/// [`MAX_COMPRESSED_FILLER_RECORDS`] × [`MAX_FILLER_RECORD_BYTES`] bytes (about 4.8 MB).
 pub fn is_filler_batch(batch: &[u8]) -> bool {
     let Ok(h) = parse_header(batch) else { return false };
-    if h.compression() != 0 || h.is_control() || h.records_count <= 0 || batch.len() <= HEADER_SIZE {
+    if h.is_control() || h.records_count <= 0 || batch.len() <= HEADER_SIZE {
         return false;
     }
-    let mut at = HEADER_SIZE;
+    if h.compression() == 0 {
+        return all_fillers(&batch[HEADER_SIZE..], &h);
+    }
+    // A compressed batch is looked into only if it may be one the engine wrote: stamped 0 (a
+    // retention prefix), or re-stamped by the log cleaner's delete horizon, and no longer than the
+    // engine makes them. Its records are then decompressed (bounded by what that many fillers
+    // take) and must all be fillers; a real batch fails at its first record.
+    let stamped_by_engine = h.base_timestamp == 0 || h.attributes & DELETE_HORIZON != 0;
+    if !stamped_by_engine || h.records_count > MAX_COMPRESSED_FILLER_RECORDS {
+        return false;
+    }
+    let limit = h.records_count as usize * MAX_FILLER_RECORD_BYTES;
+    let section = Bytes::copy_from_slice(&batch[HEADER_SIZE..]);
+    match crate::codecs::decompress(h.compression(), &section, limit) {
+        Ok(records) => all_fillers(&records, &h),
+        Err(_) => false,
+    }
+}
+
+/// The delete-horizon bit of a batch's attributes (set by the log cleaner of a compacted topic).
+const DELETE_HORIZON: i16 = 1 << 6;
+
+/// Whether `records` (a batch's uncompressed records section) is exactly `h.records_count`
+/// filler records with increasing offset deltas inside the batch's range.
+fn all_fillers(records: &[u8], h: &crate::batch::BatchHeader) -> bool {
+    let mut at = 0;
     let mut previous = -1i64;
     for _ in 0..h.records_count {
-        match filler_record(batch, at) {
+        match filler_record(records, at) {
             Some((end, delta)) if delta > previous && delta <= i64::from(h.last_offset_delta) => {
                 at = end;
                 previous = delta;
@@ -57,7 +86,7 @@ pub fn is_filler_batch(batch: &[u8]) -> bool {
             _ => return false,
         }
     }
-    at == batch.len()
+    at == records.len()
 }
 
 /// If a filler record starts at `at` in `buf`: where it ends and its offset delta.
@@ -448,6 +477,101 @@ mod tests {
         for n in [1, 2, 63, 64, 65, 300, 20_000] {
             assert!(is_filler_batch(&filler_at(0, n)), "{n} filler records (offset deltas past one varint byte)");
         }
+    }
+
+    fn compressed_filler_at(base: i64, n: i32, timestamp: i64) -> Bytes {
+        let section = crate::batch::compressed_filler_section(n).unwrap();
+        let mut b = BytesMut::from(&crate::batch::compressed_filler_batch(n, timestamp, fields(), &section)[..]);
+        b[0..8].copy_from_slice(&base.to_be_bytes());
+        b.freeze()
+    }
+
+    /// A record's key, value and whether it carries the filler header.
+    type Shape = (Option<&'static [u8]>, Option<&'static [u8]>, bool);
+
+    /// A batch of `records` (all at `timestamp`) compressed with `compression`.
+    fn compressed_batch(records: &[Shape], timestamp: i64, compression: Compression) -> Bytes {
+        let records: Vec<Record> = records
+            .iter()
+            .enumerate()
+            .map(|(i, &(key, value, filler_header))| Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: 9,
+                producer_epoch: 0,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32,
+                timestamp,
+                key: key.map(Bytes::from_static),
+                value: value.map(Bytes::from_static),
+                headers: if filler_header {
+                    [(
+                        kafka_protocol::protocol::StrBytes::from_static_str("kmp-filler"),
+                        Some(Bytes::from_static(b"1")),
+                    )]
+                    .into_iter()
+                    .collect()
+                } else {
+                    Default::default()
+                },
+                delete_horizon: false,
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, records.iter(), &RecordEncodeOptions { version: 2, compression }).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn a_compressed_filler_batch_stamped_zero_is_masked_in_every_codec_the_broker_may_store_it_in() {
+        for n in [1, 2, 1000, crate::batch::MAX_COMPRESSED_FILLER_RECORDS] {
+            let b = compressed_filler_at(5, n, 0);
+            assert!(is_filler_batch(&b), "{n} zstd filler records");
+            let masked = mask_records(&b);
+            let shape: Vec<_> = split(&masked)
+                .unwrap()
+                .iter()
+                .map(|(h, _)| (h.base_offset, h.next_offset(), h.is_control()))
+                .collect();
+            assert_eq!(shape, vec![(5, 5 + i64::from(n), true)], "{n} fillers become one marker over their offsets");
+        }
+        // A destination topic with its own compression.type recompresses what the engine sent.
+        let filler = (Some(&b"__kmp_filler"[..]), None, true);
+        for c in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let b = compressed_batch(&[filler; 7], 0, c);
+            assert_eq!(split(&b).unwrap().len(), 1, "{c:?}: one batch");
+            assert!(is_filler_batch(&b), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_compressed_batch_is_masked_only_if_every_record_is_a_filler_and_the_engine_could_have_written_it() {
+        let filler = (Some(&b"__kmp_filler"[..]), None, true);
+        let real = (Some(&b"__kmp_filler"[..]), Some(&b"v"[..]), true);
+        assert!(
+            !is_filler_batch(&compressed_batch(&[filler, filler, real], 0, Compression::Zstd)),
+            "one real record at the end"
+        );
+        assert!(!is_filler_batch(&compressed_batch(&[real], 0, Compression::Lz4)), "a real record stamped 0");
+        assert!(
+            !is_filler_batch(&compressed_batch(&[filler; 3], 1_700_000_000_000, Compression::Zstd)),
+            "compressed fillers are only ever stamped 0 by the engine"
+        );
+        assert!(
+            !is_filler_batch(&compressed_batch(&[(None, None, false)], 0, Compression::Zstd)),
+            "an empty record"
+        );
+        // More records than the engine puts in one compressed batch: not decompressed at all.
+        let mut many = BytesMut::from(&compressed_filler_at(0, 3, 0)[..]);
+        many[57..61].copy_from_slice(&(crate::batch::MAX_COMPRESSED_FILLER_RECORDS + 1).to_be_bytes());
+        assert!(!is_filler_batch(&many), "a count above the engine's limit");
+        // A section that inflates past what its count of fillers can take stops there.
+        let bomb = crate::codecs::compress(4, &vec![0u8; 10 << 20]).unwrap();
+        let mut forged = BytesMut::from(&compressed_filler_at(0, 3, 0)[..HEADER_SIZE]);
+        forged.put_slice(&bomb);
+        assert!(!is_filler_batch(&forged), "a zstd bomb behind a filler header");
     }
 
     #[test]

@@ -25,6 +25,7 @@ use crate::state::records::Desired;
 use crate::state::status::{PartitionKey, PartitionState, StatusBoard, now_ms};
 use kmp_protocol::Backoff;
 
+mod fill;
 mod resume;
 mod stream;
 
@@ -50,6 +51,11 @@ pub struct PartitionTask {
     /// Most bytes of a destination batch merged from small source batches (0: no merging).
     pub coalesce_max_bytes: usize,
     pub max_fill_offsets: i64,
+    /// Long runs of fillers stamped 0 (a retention prefix) go as zstd batches of up to
+    /// `batch::MAX_COMPRESSED_FILLER_RECORDS` records (`stream::fill`); off once the destination
+    /// refused one as too large (a topic with `compression.type=uncompressed` stores them
+    /// uncompressed, over its `max.message.bytes`).
+    pub compressed_fillers: bool,
     /// Produce requests pipelined to the destination leader.
     pub max_in_flight: usize,
     /// The source fetch sessions of this mirror (they hold the engine-wide memory budget).
@@ -134,6 +140,21 @@ impl PartitionTask {
                 // `max.message.bytes` (copied from the source) may be below the merge limit: this
                 // partition then copies the source's batches as they came, from the log end.
                 // (Once per task: if a source batch itself is too large, the next attempt FAILs.)
+                // Compressed fillers first: a topic that stores its batches uncompressed holds 100,000
+                // of them in one batch of 3.4 MB.
+                Err(
+                    e @ MirrorError::Broker {
+                        side: "destination",
+                        code: MESSAGE_TOO_LARGE,
+                        ..
+                    },
+                ) if self.compressed_fillers => {
+                    warn!(error = %e, "the destination refused a batch as too large; fillers are written uncompressed for this partition");
+                    self.status.update(&self.key, |s| {
+                        s.last_error = Some(format!("{e}; compressed fillers turned off for this partition"));
+                    });
+                    self.compressed_fillers = false;
+                }
                 Err(
                     e @ MirrorError::Broker {
                         side: "destination",

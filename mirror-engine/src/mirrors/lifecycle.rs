@@ -384,6 +384,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         max_filler_batch_records: m.max_filler_batch_records,
         coalesce_max_bytes: usize::try_from(m.coalesce_max_bytes).unwrap_or(0),
         max_fill_offsets: m.max_fill_offsets,
+        compressed_fillers: true,
         max_in_flight: ctx.shared.max_in_flight,
         fetchers: ctx.fetchers.clone(),
         producers: ctx.shared.producers.clone(),

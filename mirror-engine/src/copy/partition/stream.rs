@@ -120,7 +120,7 @@ impl PartitionTask {
                     let (start, end) = offsets("source", &src, topic, partition).await?;
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
-                        next = self.fill(sink, next, start - next, 0).await?;
+                        next = self.fill(sink, next, start - next, 0, Some(&mut dest_log_start)).await?;
                         forget_before_jump(&mut fetches, &mut aborts);
                         aligned = false;
                         continue;
@@ -139,7 +139,7 @@ impl PartitionTask {
                 if fetched.log_start_offset - next > answer_check::CONFIRM_GAP {
                     self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
                 }
-                next = self.fill(sink, next, fetched.log_start_offset - next, 0).await?;
+                next = self.fill(sink, next, fetched.log_start_offset - next, 0, Some(&mut dest_log_start)).await?;
                 forget_before_jump(&mut fetches, &mut aborts);
                 aligned = false;
                 continue;
@@ -209,7 +209,7 @@ impl PartitionTask {
         let mut next = planned.actions.first().map_or(planned_end, |a| a.range().0);
         for action in planned.actions {
             match action {
-                Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp).await?,
+                Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp, None).await?,
                 Action::Write { base, header, batch } => {
                     sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
                     next = header.next_offset();
@@ -237,36 +237,6 @@ impl PartitionTask {
             *dest_log_start = follow;
         }
         Ok(())
-    }
-
-    /// Sends `count` fillers from `base` in batches; returns the new planned log end.
-    async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64) -> Result<i64, MirrorError> {
-        if count > self.max_fill_offsets {
-            return Err(MirrorError::FillTooLarge {
-                base,
-                count,
-                limit: self.max_fill_offsets,
-            });
-        }
-        let long = count > i64::from(self.max_filler_batch_records);
-        if long {
-            info!(base, count, "filling offsets without visible source data");
-            self.status.update(&self.key, |s| s.state = PartitionState::Filling);
-        }
-        let mut next = base;
-        let end = base + count;
-        while next < end {
-            let n = (end - next).min(i64::from(self.max_filler_batch_records)) as i32;
-            sink.write_fillers(n, timestamp, next).await?;
-            next += i64::from(n);
-            self.account(sink.take_acknowledged());
-        }
-        if long {
-            sink.flush().await?;
-            self.account(sink.take_acknowledged());
-            self.status.update(&self.key, |s| s.state = PartitionState::Mirroring);
-        }
-        Ok(next)
     }
 }
 

@@ -104,6 +104,17 @@ impl PartitionSink {
     /// Sends `count` filler records starting at `base`.
     pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
         let out = batch::filler_batch(count, timestamp, self.fields(base)).map_err(MirrorError::Destination)?;
+        self.send_fillers(out, count, timestamp, base).await
+    }
+
+    /// Sends `count` filler records starting at `base` as one zstd batch stamped 0 around
+    /// `section` (`batch::compressed_filler_section(count)`).
+    pub async fn write_compressed_fillers(&mut self, count: i32, base: i64, section: &[u8]) -> Result<(), MirrorError> {
+        let out = batch::compressed_filler_batch(count, 0, self.fields(base), section);
+        self.send_fillers(out, count, 0, base).await
+    }
+
+    async fn send_fillers(&mut self, out: Bytes, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
         let w = Written {
             base,
             records: count,
