@@ -26,6 +26,10 @@ Operations (``op`` and its parameters):
 * ``txn_produce``    slot, topic, partitions, count, content
 * ``txn_end``        slot, commit
 * ``delete_records`` topic, partition, where ("fraction" | "last_batch"), fraction
+* ``jump``           topic, partition, offsets — append that many empty records (raw gzip batches of
+                     up to 100,000, tests/harness/prefix.py) and DeleteRecords to the log end: the
+                     log start jumps by ``offsets`` (10^3..10^8), before or while the mirror copies
+                     (a retention prefix, or one deleted ahead of the engine); not on compacted topics
 * ``compact``        topic           — roll the segments and wait until the source cleaner ran
 * ``time_retention`` topic           — roll, retention.ms=1 until the old segments are gone, back
 * ``add_partitions`` topic, add
@@ -95,7 +99,7 @@ class _State:
         self.paused: set[int] = set()
         self.open_txns: set[int] = set()
         self.broker_down = False
-        self.counts = {"time_retention": 0, "compact": 0, "kill_proxy": 0, "kill_dest_leader": 0, "add_partitions": 0}
+        self.counts = {"time_retention": 0, "compact": 0, "kill_proxy": 0, "kill_dest_leader": 0, "add_partitions": 0, "jump": 0}
 
 
 def _partitions(rng: random.Random, n: int) -> list[int]:
@@ -141,6 +145,10 @@ def _candidates(rng: random.Random, st: _State, features: dict) -> list[tuple[in
     def boost(kind: str) -> int:
         return 12 if st.counts[kind] == 0 else 3
 
+    if features["jump"] and st.kinds[topic] != "compact" and st.counts["jump"] < 2:
+        # Log-uniform over 10^3..10^8; the largest cost about 10 s to make and 13 s to fill.
+        offsets = rng.choices([1_000, 30_000, 100_000, 1_000_000, 10_000_000, 100_000_000], weights=[3, 3, 3, 3, 2, 1])[0]
+        c.append((boost("jump"), {"op": "jump", "topic": topic, "partition": rng.randrange(st.partitions[topic]), "offsets": offsets}))
     if features["kill_proxy"] and st.counts["kill_proxy"] < 2:
         c.append((boost("kill_proxy"), {"op": "kill_proxy"}))
     if features["kill_broker"] and not st.broker_down and st.counts["kill_dest_leader"] < 1 and st.started:
@@ -188,7 +196,8 @@ def generate(seed: int) -> dict:
     rng.shuffle(kinds)
     topics = [topic_spec(rng, k) for k in kinds]
     # Expensive operations appear in a subset of the seeds only (CI time).
-    features = {"kill_proxy": rng.random() < 0.35, "kill_broker": rng.random() < 0.12, "add_partitions": rng.random() < 0.25}
+    features = {"kill_proxy": rng.random() < 0.35, "kill_broker": rng.random() < 0.12, "add_partitions": rng.random() < 0.25,
+                "jump": rng.random() < 0.4}
     txn_producers = [{"codec": rng.choice(CODECS), "linger_ms": rng.choice([0, 5, 50]), "batch_size": rng.choice([2000, 16384, 1000000])}
                      for _ in range(MAX_TXN_SLOTS)]
     st = _State(topics)
@@ -220,7 +229,7 @@ def generate(seed: int) -> dict:
 def expensive(history: dict) -> list[str]:
     """The expensive operations a history uses (for the per-seed summary line)."""
     kinds = {op["op"] for op in history["ops"]}
-    return sorted(kinds & {"kill_proxy", "kill_dest_leader", "time_retention", "compact", "add_partitions"})
+    return sorted(kinds & {"kill_proxy", "kill_dest_leader", "time_retention", "compact", "add_partitions", "jump"})
 
 
 def describe_op(i: int, op: dict) -> str:

@@ -73,7 +73,7 @@ class Run:
             return src.produce(i, op)
         if kind == "txn_produce":
             return src.txn_produce(i, op)
-        if kind in ("txn_begin", "txn_end", "delete_records", "compact", "time_retention"):
+        if kind in ("txn_begin", "txn_end", "delete_records", "jump", "compact", "time_retention"):
             return getattr(src, kind)(op)
         if kind == "add_partitions":
             out = src.add_partitions(op)

@@ -20,6 +20,8 @@ from confluent_kafka import Producer
 
 from . import content
 from .history import COMPACT_CONFIG, RETENTION_SEGMENT_MS
+from prefix import append_empty_records
+
 from .kafka_io import TP, Admin, wait_until, watermarks
 
 COMPACT_SEGMENT_MS = int(COMPACT_CONFIG["segment.ms"])
@@ -168,6 +170,17 @@ class SourceSide:
         new_lo = self.admin.delete_records(tp[0], tp[1], offset)
         assert new_lo == offset, f"DeleteRecords {tp} to {offset} left the log start at {new_lo}"
         return f"{tp[0]}/{tp[1]}: log start {lo} -> {offset} ({where}; log end {hi}; last produce {first}-{last})"
+
+    def jump(self, op: dict) -> str:
+        """Moves the partition's log start ``offsets`` past its end: that many empty records, then
+        DeleteRecords to the new end (the records are never in the model: no comparison sees them)."""
+        tp = (self.names[op["topic"]], op["partition"])
+        lo, hi = watermarks(self.bootstrap, [tp])[tp]
+        end = append_empty_records(self.bootstrap, tp[0], tp[1], op["offsets"])
+        new_lo = self.admin.delete_records(tp[0], tp[1], end)
+        assert new_lo == end, f"DeleteRecords {tp} to {end} left the log start at {new_lo}"
+        self.last_append[op["topic"]] = time.time()
+        return f"{tp[0]}/{tp[1]}: log start {lo} -> {end} ({end - hi} empty records appended and deleted; log end was {hi})"
 
     def _wait_for_roll(self, topic: int, segment_ms: int) -> None:
         """Waits until a new append rolls the segment: segment.ms after the last append (the
