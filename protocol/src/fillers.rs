@@ -53,11 +53,13 @@ pub fn is_filler_batch(batch: &[u8]) -> bool {
     if h.compression() == 0 {
         return all_fillers(&batch[HEADER_SIZE..], &h);
     }
-    // A compressed batch is looked into only if it may be one the engine wrote: stamped 0 (a
-    // retention prefix), or re-stamped by the log cleaner's delete horizon, and no longer than the
-    // engine makes them. Its records are then decompressed (bounded by what that many fillers
-    // take) and must all be fillers; a real batch fails at its first record.
-    let stamped_by_engine = h.base_timestamp == 0 || h.attributes & DELETE_HORIZON != 0;
+    // A compressed batch is looked into only if it may be one the engine wrote: every record
+    // stamped 0 (max timestamp 0; the log cleaner keeps the records' own timestamps when it sets a
+    // delete horizon as the batch's base timestamp), and no longer than the engine makes them —
+    // a header no real producer's batch has, so reading a compacted topic with tombstones past
+    // their horizon decompresses nothing here. Its records are then decompressed (bounded by what
+    // that many fillers take) and must all be fillers; a real batch fails at its first record.
+    let stamped_by_engine = h.max_timestamp == 0 && (h.base_timestamp == 0 || h.attributes & DELETE_HORIZON != 0);
     if !stamped_by_engine || h.records_count > MAX_COMPRESSED_FILLER_RECORDS {
         return false;
     }
@@ -563,6 +565,17 @@ mod tests {
             !is_filler_batch(&compressed_batch(&[(None, None, false)], 0, Compression::Zstd)),
             "an empty record"
         );
+        // After the log cleaner set a delete horizon: the horizon is the base timestamp, the
+        // records keep theirs (0), so the max timestamp stays 0.
+        let mut cleaned = BytesMut::from(&compressed_filler_at(0, 3, 0)[..]);
+        let attributes = i16::from_be_bytes([cleaned[21], cleaned[22]]) | DELETE_HORIZON;
+        cleaned[21..23].copy_from_slice(&attributes.to_be_bytes());
+        cleaned[27..35].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
+        let crc = crc32c::crc32c(&cleaned[21..]);
+        cleaned[17..21].copy_from_slice(&crc.to_be_bytes());
+        assert!(is_filler_batch(&cleaned), "a cleaned compressed filler batch (horizon set, records stamped 0)");
+        cleaned[35..43].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
+        assert!(!is_filler_batch(&cleaned), "a batch with a real max timestamp is not looked into");
         // More records than the engine puts in one compressed batch: not decompressed at all.
         let mut many = BytesMut::from(&compressed_filler_at(0, 3, 0)[..]);
         many[57..61].copy_from_slice(&(crate::batch::MAX_COMPRESSED_FILLER_RECORDS + 1).to_be_bytes());
