@@ -6,22 +6,42 @@ same run.
 Starts a 1-broker source and a 1-broker destination KRaft cluster (tests/harness), fills the
 source topic ``bench`` with ``--records`` 1 KiB records (lz4, Kafka's ProducerPerformance), then:
 
-1. destination ceiling: ProducerPerformance straight into the destination (same records, same
-   producer settings, acks=all) — the most the destination takes from one producer here;
+1. destination ceiling: ProducerPerformance writes the same records straight into a topic of the
+   destination (its payload generator is seeded, so the same bytes; lz4, acks=all, linger.ms=10,
+   batch.size=131072) — what the destination takes from one producer in this run, the limit a
+   copy into it is measured against;
 2. kafka-mirror-proxy (release build) mirrors ``bench``; then MirrorMaker 2 (connect-mirror jars
    from Maven Central via `tests/harness/kafka-jars.sh 4.1.2 mm2`, dedicated mode, IdentityReplicationPolicy) mirrors
    the same topic after the destination copy was deleted.
 
-For each mirror: records/s and MB/s (uncompressed record bytes) from the first record arriving on
-the destination until the destination holds every record, CPU seconds of the mirroring process
-(/proc utime+stime, start to caught-up), throughput per CPU second, then end-to-end lag
-(destination receive time minus the record's CreateTime) under a steady ``--rate`` producer.
+The report has one row for the ceiling and one per mirror; its columns:
+
+- startup s: process start to the first record on the destination (mirrors only);
+- copy s: first record on the destination until it holds every record (watermarks read every
+  0.25 s); for the ceiling, ProducerPerformance's own time from its first send to its flush
+  (records / its records/s);
+- records/s, MB/s: records and uncompressed record bytes (MB = 10^6 bytes) per copy second; for
+  the ceiling, ProducerPerformance's records/s (its own MB/sec is MiB/s, so MB/s is converted from
+  records/s the same way as for the mirrors);
+- × ceiling: the mirror's records/s over the ceiling's (issue #38's goal: at least 0.9);
+- CPU s (all / copy): /proc utime+stime of the mirroring process from its start to caught-up, and
+  during the copy only; for the ceiling, the producer's (JVM start to exit, from its rusage);
+- MB per copy CPU s, × MirrorMaker 2 per copy CPU s: throughput per CPU second of the copy, and
+  its ratio to MirrorMaker 2's (mirrors only);
+- destination broker CPU s: the destination broker's /proc utime+stime during the copy (for the
+  ceiling: during the producer's run);
+- offsets identical, lag p50 / p99 / max, added by the mirror p50 / p99 (mirrors only): end-to-end
+  lag (destination receive time minus the record's CreateTime) under a steady ``--rate`` producer,
+  and the part of it the mirror adds (see :func:`steady_lag`).
+
+A figure that cannot be measured fails the run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -72,6 +92,25 @@ def watermarks(bootstrap: str, topic: str, partitions: int) -> list[int] | None:
         c.close()
 
 
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    """High watermarks of ``topic``; fails the run if they cannot be read."""
+    hw = watermarks(bootstrap, topic, partitions)
+    if hw is None:
+        raise RuntimeError(f"cannot read the end offsets of {topic} on {bootstrap}")
+    return hw
+
+
+def ceiling_run(cp: str, dst: KafkaCluster, topic: str, records: int) -> dict:
+    """The destination ceiling: :func:`producer_perf` writes ``records`` straight into ``topic`` on
+    ``dst``. Adds the producer's CPU seconds (JVM start to exit: rusage of the reaped child) and
+    the destination broker's over the same span."""
+    (broker,) = dst.pids().values()
+    before, broker_before = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(broker)
+    r = producer_perf(cp, dst.bootstrap, topic, records)
+    after, broker_after = resource.getrusage(resource.RUSAGE_CHILDREN), cpu_seconds(broker)
+    return r | {"cpu_s": after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, "dst_cpu_s": broker_after - broker_before}
+
+
 def create_topic(cp: str, bootstrap: str, topic: str, partitions: int) -> None:
     java(cp, "org.apache.kafka.tools.TopicCommand", "--bootstrap-server", bootstrap, "--create", "--topic", topic,
          "--partitions", str(partitions), "--replication-factor", "1")
@@ -86,8 +125,9 @@ def delete_topic(cp: str, bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partitions: int, expected: list[int],
-             topic: str = TOPIC) -> dict:
-    """Waits until the destination holds ``expected`` records per partition of ``topic``."""
+             topic: str = TOPIC, dst_pid: int | None = None) -> dict:
+    """Waits until the destination holds ``expected`` records per partition of ``topic``; with
+    ``dst_pid`` (the destination broker) also its CPU seconds during the copy."""
     first = None
     while True:
         if proc.poll() is not None:
@@ -96,6 +136,7 @@ def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partiti
         now = time.time()
         if hw and sum(hw) > 0 and first is None:
             first, cpu_first = now, cpu_seconds(proc.pid)
+            dst_first = cpu_seconds(dst_pid) if dst_pid is not None else None
         if hw and sum(hw) >= sum(expected):
             done = now
             break
@@ -103,7 +144,10 @@ def copy_run(proc: subprocess.Popen, started: float, src: str, dst: str, partiti
             raise RuntimeError("mirror did not catch up within an hour")
         time.sleep(0.25)
     cpu = cpu_seconds(proc.pid)
-    return {"startup_s": first - started, "copy_s": done - first, "cpu_s": cpu, "copy_cpu_s": cpu - cpu_first, "identical": hw == expected}
+    r = {"startup_s": first - started, "copy_s": done - first, "cpu_s": cpu, "copy_cpu_s": cpu - cpu_first, "identical": hw == expected}
+    if dst_pid is not None:
+        r["dst_cpu_s"] = cpu_seconds(dst_pid) - dst_first
+    return r
 
 
 def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds: int, topic: str = TOPIC) -> dict:
@@ -118,7 +162,7 @@ def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds:
     seen: dict[str, dict[tuple[int, int], tuple[float, int]]] = {"src": {}, "dst": {}}
 
     def reader(side: str, bootstrap: str) -> Consumer:
-        ends = watermarks(bootstrap, topic, partitions) or [0] * partitions
+        ends = end_offsets(bootstrap, topic, partitions)
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"lag-{side}-{time.time_ns()}", "enable.auto.commit": False,
                       "fetch.wait.max.ms": 5, "fetch.error.backoff.ms": 5})
         c.assign([TopicPartition(topic, p, ends[p]) for p in range(partitions)])
@@ -135,9 +179,12 @@ def steady_lag(cp: str, src: str, dst: str, partitions: int, rate: int, seconds:
     for t in threads:
         t.start()
     producer_perf(cp, src, topic, rate * seconds, rate)
-    expected = sum(watermarks(src, topic, partitions) or [])
+    expected = sum(end_offsets(src, topic, partitions))
     deadline = time.time() + 120
-    while sum(watermarks(dst, topic, partitions) or []) < expected and time.time() < deadline:
+    while sum(watermarks(dst, topic, partitions) or []) < expected:
+        if time.time() > deadline:
+            stop.set()
+            raise RuntimeError("the destination did not receive the lag phase's records within 120 s of the producer's end")
         time.sleep(0.2)
     time.sleep(1)
     stop.set()
@@ -225,10 +272,11 @@ def main() -> int:
         t = time.time()
         prep = producer_perf(cp, src.bootstrap, TOPIC, n, batch_bytes=args.source_batch_bytes)
         print(f"source filled: {n} records in {time.time() - t:.0f}s ({prep['mb_s']:.1f} MB/s)", flush=True)
-        expected = watermarks(src.bootstrap, TOPIC, parts) or []
+        expected = end_offsets(src.bootstrap, TOPIC, parts)
+        (dst_pid,) = dst.pids().values()
 
         create_topic(cp, dst.bootstrap, "ceiling", parts)
-        results["ceiling"] = producer_perf(cp, dst.bootstrap, "ceiling", n)
+        results["ceiling"] = ceiling_run(cp, dst, "ceiling", n)
         delete_topic(cp, dst.bootstrap, "ceiling", parts)
         print(f"destination ceiling: {results['ceiling']}", flush=True)
 
@@ -241,7 +289,7 @@ def main() -> int:
             started = time.time()
             proc = subprocess.Popen(argv, stdout=open(work / log, "wb"), stderr=subprocess.STDOUT)
             try:
-                results[name] = copy_run(proc, started, src.bootstrap, dst.bootstrap, parts, expected)
+                results[name] = copy_run(proc, started, src.bootstrap, dst.bootstrap, parts, expected, dst_pid=dst_pid)
                 print(f"{name}: {results[name]}", flush=True)
                 results[name] |= steady_lag(cp, src.bootstrap, dst.bootstrap, parts, args.rate, args.lag_seconds)
             finally:
@@ -253,7 +301,7 @@ def main() -> int:
                                        "--admin-listen", f"127.0.0.1:{admin}", "--config", str(cfg), "--log", "warn"], "proxy.log", expected)
         for extra in args.also:
             name, binary = extra.split("=", 1)
-            expected = watermarks(src.bootstrap, TOPIC, parts) or []
+            expected = end_offsets(src.bootstrap, TOPIC, parts)
             delete_topic(cp, dst.bootstrap, TOPIC, parts)
             extra_cfg = work / f"proxy-{name}.toml"
             extra_cfg.write_text(f'[engine]\nstate_topic = "__kmp_state_{name}"\n\n' + cfg.read_text())
@@ -262,7 +310,7 @@ def main() -> int:
                                                      "--node-port-base", str(free_port_block(4) - 1), "--admin-listen",
                                                      f"127.0.0.1:{admin}", "--config", str(extra_cfg), "--log", "warn"],
                     f"proxy-{name}.log", expected)
-        expected = watermarks(src.bootstrap, TOPIC, parts) or []
+        expected = end_offsets(src.bootstrap, TOPIC, parts)
         delete_topic(cp, dst.bootstrap, TOPIC, parts)
         props = mm2_config(work, src.bootstrap, dst.bootstrap, TOPIC, args.mm2_tasks,
                            {"emit.checkpoints.enabled": "false", "dst.producer.compression.type": "lz4",
@@ -281,29 +329,41 @@ def main() -> int:
              f" batch.size={args.source_batch_bytes}" + ("" if src_linger else ": one record per batch") + ").",
              f"Command: `python3 bench/mirror_bench.py --records {n} --partitions {parts} --rate {args.rate} --lag-seconds {args.lag_seconds}"
              f" --mm2-tasks {args.mm2_tasks} --source-batch-bytes {args.source_batch_bytes}" + "".join(f" --also {e.split('=', 1)[0]}=…" for e in args.also) + "`", "",
-             f"Destination produce ceiling (ProducerPerformance straight into the destination, linger.ms=10, batch.size=131072): "
-             f"{ceiling['rec_s']:,.0f} records/s, {ceiling['mb_s']:.1f} MB/s.", "",
-             "| mirror | startup s | copy s | records/s | MB/s | % of ceiling | CPU s (all / copy) | MB per copy CPU s | offsets identical |"
-             f" lag p50 / p99 / max at {args.rate} rec/s | added by the mirror p50 / p99 |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    per_cpu = {}
+             "| mirror | startup s | copy s | records/s | MB/s | × ceiling | CPU s (all / copy) | MB per copy CPU s | × MirrorMaker 2 per copy CPU s |"
+             f" destination broker CPU s | offsets identical | lag p50 / p99 / max at {args.rate} rec/s | added by the mirror p50 / p99 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+             f"| destination ceiling (ProducerPerformance straight into the destination, no mirror) | — | {n / ceiling['rec_s']:.1f} |"
+             f" {ceiling['rec_s']:,.0f} | {ceiling['rec_s'] * 1024 / 1e6:.1f} | 1 | {ceiling['cpu_s']:.1f} (producer) / — | — | — |"
+             f" {ceiling['dst_cpu_s']:.1f} | — | — | — |"]
     extras = [f"kafka-mirror-proxy ({e.split('=', 1)[0]})" for e in args.also]
-    for name in ("kafka-mirror-proxy", *extras, "MirrorMaker 2"):
+    names = ("kafka-mirror-proxy", *extras, "MirrorMaker 2")
+    for name in names:
+        if results[name]["copy_cpu_s"] <= 0:
+            raise RuntimeError(f"{name}: no CPU time measured during the copy ({results[name]['copy_cpu_s']} s); use more --records")
+    per_cpu = {name: mb / results[name]["copy_cpu_s"] for name in names}
+    to_ceiling = {name: n / results[name]["copy_s"] / ceiling["rec_s"] for name in names}
+    for name in names:
         r = results[name]
         rec_s, mb_s = n / r["copy_s"], mb / r["copy_s"]
-        per_cpu[name] = mb / max(r["copy_cpu_s"], 0.01)
-        lines.append(f"| {name} | {r['startup_s']:.1f} | {r['copy_s']:.1f} | {rec_s:,.0f} | {mb_s:.1f} | {100 * rec_s / ceiling['rec_s']:.0f} % |"
-                     f" {r['cpu_s']:.1f} / {r['copy_cpu_s']:.1f} | {per_cpu[name]:.1f} | {'yes' if r['identical'] else 'no'} |"
+        lines.append(f"| {name} | {r['startup_s']:.1f} | {r['copy_s']:.1f} | {rec_s:,.0f} | {mb_s:.1f} | {to_ceiling[name]:.2f} |"
+                     f" {r['cpu_s']:.1f} / {r['copy_cpu_s']:.1f} | {per_cpu[name]:.1f} | {per_cpu[name] / per_cpu['MirrorMaker 2']:.1f} |"
+                     f" {r['dst_cpu_s']:.1f} | {'yes' if r['identical'] else 'no'} |"
                      f" {r['lag_p50_ms']:.0f} / {r['lag_p99_ms']:.0f} / {r['lag_max_ms']:.0f} ms |"
                      f" {r['added_p50_ms']:.0f} / {r['added_p99_ms']:.0f} ms |")
-    lines += ["", f"Throughput per CPU second, kafka-mirror-proxy / MirrorMaker 2: "
+    lines += ["", f"Copy throughput / the destination ceiling (records/s): kafka-mirror-proxy **{to_ceiling['kafka-mirror-proxy']:.2f}**"
+              + "".join(f"; {e}: {to_ceiling[e]:.2f}" for e in extras) + f"; MirrorMaker 2 {to_ceiling['MirrorMaker 2']:.2f}"
+              " (issue #38's goal for the mirror: at least 0.9).",
+              f"Throughput per CPU second, kafka-mirror-proxy / MirrorMaker 2: "
               f"**{per_cpu['kafka-mirror-proxy'] / per_cpu['MirrorMaker 2']:.1f}×**"
               + "".join(f"; {e}: {per_cpu[e] / per_cpu['MirrorMaker 2']:.1f}×" for e in extras) + ".", "",
               "MB = 10^6 bytes of record payload (uncompressed). Copy time runs from the first record on the destination to",
               "the last; startup is process start to the first record. CPU seconds of the mirroring process: from its start",
               "to caught-up (all, JVM start-up included for MM2) and during the copy only (used for MB per CPU s).",
-              "The ceiling is one Java producer (ProducerPerformance) writing the same records straight into the destination;",
-              "on 2 cores it is bound by the producer's own lz4 compression, which the mirror does not repeat.",
+              "The ceiling is one Java producer (ProducerPerformance, acks=all, lz4, linger.ms = 10, batch.size = 131072) writing",
+              f"the same records straight into the destination: {n / ceiling['rec_s']:.1f} s of sending by its own clock,"
+              f" {ceiling['cpu_s']:.1f} CPU s of the producer (JVM start included)",
+              f"and {ceiling['dst_cpu_s']:.1f} CPU s of the destination broker; the producer compresses every batch, which a mirror"
+              " forwarding compressed batches does not.",
               f"MirrorMaker 2 ran with tasks.max = {args.mm2_tasks}, lz4, linger.ms = 10, batch.size = 131072; it decompresses",
               "and recompresses every batch, kafka-mirror-proxy forwards the compressed batches."]
     report = "\n".join(lines)
