@@ -70,6 +70,12 @@ impl Lease {
         self.0.revoked.store(true, Ordering::Release);
     }
 
+    /// Whether the lease was given up for good (the term is over), as opposed to having lapsed
+    /// for now (a late heartbeat acknowledgement; the next one extends it again).
+    pub fn is_revoked(&self) -> bool {
+        self.0.revoked.load(Ordering::Acquire)
+    }
+
     /// Whether `other` is this very lease (a clone of it), not just one with the same end.
     pub fn same(&self, other: &Lease) -> bool {
         Arc::ptr_eq(&self.0, &other.0)

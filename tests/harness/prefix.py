@@ -97,11 +97,23 @@ def _produce_answer(sock: socket.socket) -> tuple[int, int]:
     return error, base
 
 
-def leader_address(bootstrap: str, topic: str, partition: int) -> tuple[str, int]:
-    md = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
-    leader = md.topics[topic].partitions[partition].leader
-    broker = md.brokers[leader]
-    return broker.host, broker.port
+def leader_address(bootstrap: str, topic: str, partition: int, timeout: float = 60) -> tuple[str, int]:
+    """The partition leader's address, once the broker answering Metadata knows it: a topic just
+    created is in the controller's log before every broker has loaded it (seconds on a loaded
+    machine), and meanwhile Metadata names no leader."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline, seen = time.time() + timeout, None
+    while True:
+        md = admin.list_topics(topic, timeout=30)
+        t = md.topics.get(topic)
+        p = t.partitions.get(partition) if t is not None and t.error is None else None
+        seen = (t.error if t is not None else "absent") if p is None else f"leader {p.leader}"
+        if p is not None and p.leader in md.brokers:
+            broker = md.brokers[p.leader]
+            return broker.host, broker.port
+        if time.time() > deadline:
+            raise TimeoutError(f"no leader for {topic}-{partition} within {timeout:.0f} s (last seen: {seen})")
+        time.sleep(0.2)
 
 
 def append_empty_records(bootstrap: str, topic: str, partition: int, offsets: int) -> int:

@@ -132,9 +132,27 @@ impl PartitionTask {
             let Some(result) = result else { continue };
             match result {
                 Ok(()) => return,
-                Err(MirrorError::Fenced) => {
+                Err(MirrorError::Fenced) if self.producers.term_over() => {
                     info!("writes fenced: this instance is no longer the active mirror engine; partition stops here");
                     return;
+                }
+                // The lease lapsed without the term ending: an acknowledgement of the election's
+                // heartbeat came late (a loaded machine), and the next one extends it again, or
+                // the election revokes it. Nothing was written meanwhile (every write checks the
+                // lease); the partition retries like after any retriable error, resuming from the
+                // destination's settled log end. Before, it stopped here for good while the
+                // instance stayed the active engine (found by the long tier, 2,000 partitions).
+                Err(e @ MirrorError::Fenced) => {
+                    warn!(backoff = ?backoff.peek(), "writes refused: the engine's lease lapsed for now; retrying once it holds again");
+                    self.status.update(&self.key, |s| {
+                        s.state = PartitionState::Retrying;
+                        s.last_error = Some(e.to_string());
+                    });
+                    tokio::select! {
+                        _ = tokio::time::sleep(backoff.next_pause()) => {}
+                        _ = stop.changed() => return,
+                        _ = desired.changed() => {}
+                    }
                 }
                 // A merged batch can be larger than any source batch, and the destination topic's
                 // `max.message.bytes` (copied from the source) may be below the merge limit: this

@@ -119,6 +119,12 @@ impl Producers {
         self.inner.lease.holds()
     }
 
+    /// Whether this engine's term is over (its lease revoked): a write refused because the lease
+    /// only lapsed for now is retried, one refused after this is final.
+    pub(crate) fn term_over(&self) -> bool {
+        self.inner.lease.is_revoked()
+    }
+
     /// Hands `records` for `topic`-`partition` to broker `addr`'s lane; the receiver gets the
     /// broker's answer (dropping it withdraws the batch if it was not sent yet).
     pub fn submit(&self, addr: &str, topic: TopicName, partition: i32, records: RecordsBlob) -> oneshot::Receiver<Reply> {
