@@ -16,7 +16,7 @@ import functools
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from . import content
 from .history import COMPACT_CONFIG, RETENTION_SEGMENT_MS
@@ -90,8 +90,19 @@ class SourceSide:
 
         for r in recs:
             kwargs = {"timestamp": r.timestamp} if r.timestamp else {}
-            producer.produce(name, key=r.key, value=r.value, headers=r.headers, partition=r.partition,
-                             on_delivery=functools.partial(report, r), **kwargs)
+            deadline = time.time() + SOURCE_WAIT_S
+            while True:
+                try:
+                    producer.produce(name, key=r.key, value=r.value, headers=r.headers, partition=r.partition,
+                                     on_delivery=functools.partial(report, r), **kwargs)
+                    break
+                except KafkaException as e:
+                    # A partition added a moment ago is unknown to a long-lived producer until its
+                    # metadata is refreshed (librdkafka refreshes every 5 minutes): ask for it.
+                    if e.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.time() > deadline:
+                        raise
+                    producer.list_topics(name, timeout=10)
+                    time.sleep(0.2)
             producer.poll(0)
         left = producer.flush(30)
         assert left == 0 and not errors, f"source produce to {name} failed (environment, not the mirror): {left} left, {errors[:3]}"
