@@ -79,6 +79,7 @@ const RETRIABLE: &[ResponseError] = &[
     ResponseError::NotController,
     ResponseError::OutOfOrderSequenceNumber, // producer is re-initialised
     ResponseError::ConcurrentTransactions,
+    ResponseError::NotCoordinator, // a transactional id's coordinator moved
     ResponseError::KafkaStorageError,
     ResponseError::FetchSessionIdNotFound,
     ResponseError::InvalidFetchSessionEpoch,

@@ -172,7 +172,13 @@ pub struct ProducerFields {
 /// records: a batch corrupted on its way from the source must not reach the destination under a
 /// fresh, valid CRC.
 pub fn rewrite_for_produce(batch: &Bytes, fields: ProducerFields) -> Result<crate::produce_frame::RecordsBlob, ProtocolError> {
-    let head = rewritten_header(batch, fields)?;
+    rewrite_for_produce_as(batch, fields, false)
+}
+
+/// [`rewrite_for_produce`] with the transactional bit set to `transactional` (a source
+/// transaction's data replayed in a destination transaction keeps it).
+pub fn rewrite_for_produce_as(batch: &Bytes, fields: ProducerFields, transactional: bool) -> Result<crate::produce_frame::RecordsBlob, ProtocolError> {
+    let head = rewritten_header(batch, fields, transactional)?;
     Ok(crate::produce_frame::RecordsBlob {
         head: Bytes::copy_from_slice(&head),
         body: batch.slice(HEADER_SIZE..),
@@ -180,7 +186,7 @@ pub fn rewrite_for_produce(batch: &Bytes, fields: ProducerFields) -> Result<crat
 }
 
 /// The checks of [`rewrite_for_produce`] and the header it writes (CRC included).
-fn rewritten_header(batch: &[u8], fields: ProducerFields) -> Result<[u8; HEADER_SIZE], ProtocolError> {
+fn rewritten_header(batch: &[u8], fields: ProducerFields, transactional: bool) -> Result<[u8; HEADER_SIZE], ProtocolError> {
     let h = parse_header(batch)?;
     if batch.len() != h.size() {
         return Err(malformed(format!("batch of {} bytes announces {}", batch.len(), h.size())));
@@ -204,7 +210,8 @@ fn rewritten_header(batch: &[u8], fields: ProducerFields) -> Result<[u8; HEADER_
     b.copy_from_slice(&batch[..HEADER_SIZE]);
     b[0..8].copy_from_slice(&0i64.to_be_bytes());
     b[12..16].copy_from_slice(&(-1i32).to_be_bytes());
-    b[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&(h.attributes & !TRANSACTIONAL_BIT).to_be_bytes());
+    b[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2]
+        .copy_from_slice(&((h.attributes & !TRANSACTIONAL_BIT) | if transactional { TRANSACTIONAL_BIT } else { 0 }).to_be_bytes());
     b[43..51].copy_from_slice(&fields.producer_id.to_be_bytes());
     b[51..53].copy_from_slice(&fields.producer_epoch.to_be_bytes());
     b[53..57].copy_from_slice(&fields.base_sequence.to_be_bytes());

@@ -10,6 +10,7 @@ pub mod client;
 pub mod codec;
 mod codecs;
 pub mod compact;
+pub mod control;
 pub mod crc_shift;
 mod cursor;
 pub mod error;

@@ -41,8 +41,8 @@ impl RecordsBlob {
         self.len() == 0
     }
 
-    /// The blob as one buffer (copies unless `body` is empty; the tests' view of it).
-    #[cfg(test)]
+    /// The blob as one buffer (copies unless `body` is empty): the tests' view of it, and the
+    /// engine's transactional writes, which are built as whole requests.
     pub fn to_bytes(&self) -> Bytes {
         if self.body.is_empty() {
             return self.head.clone();

@@ -126,9 +126,13 @@ def mirroring_proxy(source, destination, workdir, topics):
 
 
 def assert_equal(source, destination, topic, partitions):
-    src = read_all(source.bootstrap, topic, partitions, "read_committed")
-    dst = strip_fillers(read_all(destination.bootstrap, topic, partitions, "read_uncommitted"))
-    assert dst == src, f"{topic}: destination equals the source record by record ({len(dst)} vs {len(src)} records)"
+    """The destination holds the source's records at both isolation levels (fillers aside): aborted
+    transactions' records too (read_uncommitted), and only what the source's read_committed readers
+    see (read_committed); and the same high watermarks."""
+    for isolation in ("read_uncommitted", "read_committed"):
+        src = read_all(source.bootstrap, topic, partitions, isolation)
+        dst = strip_fillers(read_all(destination.bootstrap, topic, partitions, isolation))
+        assert dst == src, f"{topic}: destination equals the source record by record, {isolation} ({len(dst)} vs {len(src)} records)"
     assert high_watermarks(destination.bootstrap, topic, partitions) == high_watermarks(source.bootstrap, topic, partitions)
 
 

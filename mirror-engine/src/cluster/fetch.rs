@@ -1,4 +1,4 @@
-//! Reading a partition: read_committed Fetch (so only decided data is copied) from the source,
+//! Reading a partition: read_uncommitted Fetch (every record, transactions replayed by `copy::txn`) from the source,
 //! and single reads of the destination (the state topic, checking what a failed attempt left).
 //! Turning what was read into writes belongs to `plan`.
 
@@ -17,7 +17,10 @@ use crate::error::MirrorError;
 /// source topic deleted and recreated under the same name answers UNKNOWN_TOPIC_ID instead of
 /// handing out another topic's records at the same offsets.
 pub(crate) const FETCH_VERSION: i16 = 13;
-pub(crate) const READ_COMMITTED: i8 = 1;
+/// Every engine Fetch reads up to the high watermark: a source's open transactions must not hold
+/// back other producers' records (they are replayed in destination transactions, `copy::txn`),
+/// and reading back the destination must see the engine's own open transactions.
+pub(crate) const READ_UNCOMMITTED: i8 = 0;
 
 /// What one Fetch returned for one partition.
 #[derive(Debug)]
@@ -74,7 +77,7 @@ pub async fn fetch(conn: &SharedConnection, at: FetchAt<'_>) -> Result<Fetched, 
     req.max_wait_ms = max_wait_ms;
     req.min_bytes = 1;
     req.max_bytes = max_bytes;
-    req.isolation_level = READ_COMMITTED;
+    req.isolation_level = READ_UNCOMMITTED;
     req.session_epoch = -1; // no fetch session
     req.topics = vec![t];
     let resp = conn.call(&req, FETCH_VERSION).await.map_err(|e| MirrorError::on(side, e))?;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::cluster::client::{ClusterClient, READ_COMMITTED, list_offset};
+use crate::cluster::client::{ClusterClient, READ_UNCOMMITTED, list_offset};
 use crate::error::MirrorError;
 use crate::state::status::{PartitionState, StatusBoard};
 
@@ -51,12 +51,13 @@ pub(crate) async fn wait_copied(
     }
 }
 
-/// The last stable offset of each partition of `topic` on the source (ListOffsets, read_committed).
+/// The high watermark of each partition of `topic` on the source (ListOffsets, read_uncommitted):
+/// records of transactions still open are copied too, and aborted on the destination at stop.
 async fn stable_ends(source: &ClusterClient, topic: &str, partitions: usize) -> Result<Vec<i64>, MirrorError> {
     let mut out = Vec::with_capacity(partitions);
     for p in 0..partitions as i32 {
         let (conn, epoch) = source.leader_link(topic, p).await?;
-        out.push(list_offset("source", &conn, topic, p, LATEST, READ_COMMITTED, epoch).await?);
+        out.push(list_offset("source", &conn, topic, p, LATEST, READ_UNCOMMITTED, epoch).await?);
     }
     Ok(out)
 }

@@ -3,8 +3,8 @@
 //! pipelined idempotent writes through per-broker produce lanes (`produce`), and around them the
 //! engine-wide memory bound (`budget`), broker quota throttles (`throttle`), checks of what a
 //! broker answered (`answer_check`), the watch of a partition that waits for source progress
-//! (`progress_watch`) and the emptiness check of a destination topic the mirror just created
-//! (`fresh_topic`).
+//! (`progress_watch`), the emptiness check of a destination topic the mirror just created
+//! (`fresh_topic`), and the replay of source transactions in destination transactions (`txn`).
 
 pub(crate) mod answer_check;
 pub(crate) mod budget;
@@ -16,3 +16,4 @@ pub(crate) mod produce;
 pub(crate) mod progress_watch;
 pub(crate) mod sources;
 pub(crate) mod throttle;
+pub(crate) mod txn;

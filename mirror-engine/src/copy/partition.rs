@@ -1,7 +1,8 @@
 //! One mirrored partition: resume at the destination's high watermark (offsets are identical,
-//! so that is also the source offset to read next), fetch read_committed from the source leader
+//! so that is also the source offset to read next), fetch read_uncommitted from the source leader
 //! (within the engine's memory budget, overlapping the previous Fetch's acknowledgements), plan,
-//! pipeline fillers and batches through the partition's idempotent producer, and retry
+//! pipeline fillers and batches through the partition's idempotent producer (a source
+//! transaction's batches and markers through its destination transaction, `copy::txn`), and retry
 //! transient failures with exponential backoff. A non-retriable error turns this partition
 //! FAILED; the others keep going.
 //!
@@ -218,7 +219,9 @@ impl PartitionTask {
     }
 
     /// Stops copying for a pause or a stop: the copy was cancelled, so writes may still be in
-    /// flight; once the destination log end has settled it is the last mirrored offset.
+    /// flight; once the destination log end has settled it is the last mirrored offset. A stop
+    /// first aborts the destination transactions still open (`copy::txn::abort_open`); a pause
+    /// keeps them open.
     async fn halt(&self, to: Desired, uncertain: Vec<Written>) {
         let (transitional, done) = match to {
             Desired::Stopped => (PartitionState::Stopping, PartitionState::Stopped),
@@ -231,6 +234,10 @@ impl PartitionTask {
         for _ in 0..8 {
             let settled = async {
                 let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
+                if to == Desired::Stopped {
+                    // A stopped topic keeps no transaction the source had not decided.
+                    crate::copy::txn::abort_open(&self.destination, &self.producers, &conn, topic, *partition).await?;
+                }
                 let (log_start, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
                 self.account_landed(&conn, epoch, uncertain.clone(), log_start, e).await?;
                 Ok::<_, MirrorError>(e)

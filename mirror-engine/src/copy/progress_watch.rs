@@ -80,7 +80,7 @@ pub(crate) fn mark(s: &mut PartitionStatus, stalled_since: Option<i64>, now: i64
                     "{STALL_REASON} {} s while the source holds {} records not copied (source end {}, destination at {})",
                     (now - since) / 1000,
                     s.lag_records(),
-                    s.source_last_stable_offset,
+                    s.source_high_watermark,
                     s.destination_next_offset
                 ));
             }
@@ -129,7 +129,7 @@ pub(crate) async fn run(key: PartitionKey, source: ClusterClient, status: Status
             if stalled.is_some() && s.stalled_since_ms < 0 {
                 warn!(
                     destination = s.destination_next_offset,
-                    source_end = s.source_last_stable_offset,
+                    source_end = s.source_high_watermark,
                     "partition makes no progress while the source holds more records"
                 );
             }

@@ -124,15 +124,16 @@ impl Default for PartitionStatus {
 }
 
 impl PartitionStatus {
-    /// Records the source is ahead of the destination (by the last stable offset).
+    /// Records the source is ahead of the destination (by the high watermark: the engine copies
+    /// open transactions' records too, `copy::txn`).
     pub fn lag_records(&self) -> i64 {
-        (self.source_last_stable_offset - self.destination_next_offset).max(0)
+        (self.source_high_watermark - self.destination_next_offset).max(0)
     }
 
     /// The lag as views show it (REST, dashboard, DescribeClusterMirrors): [`Self::lag_records`],
     /// or -1 while the source's end has not been read (unknown, not caught up).
     pub fn lag_shown(&self) -> i64 {
-        if self.source_last_stable_offset < 0 { -1 } else { self.lag_records() }
+        if self.source_high_watermark < 0 { -1 } else { self.lag_records() }
     }
 
     /// Seconds (at `now_ms`) the partition has made no progress while behind the source; 0 while
@@ -329,14 +330,15 @@ mod tests {
     #[test]
     fn time_lag_is_zero_when_caught_up_and_the_age_of_the_newest_copy_otherwise() {
         let mut s = PartitionStatus {
-            source_last_stable_offset: 10,
+            source_high_watermark: 10,
+            source_last_stable_offset: 2,
             destination_next_offset: 10,
             ..Default::default()
         };
         s.record_write(1_000, 1_250);
         assert_eq!(s.replication_latency_ms, 250);
-        assert_eq!(s.lag_seconds(5_000), 0.0, "caught up");
-        s.source_last_stable_offset = 20;
+        assert_eq!(s.lag_seconds(5_000), 0.0, "caught up with the high watermark, an open transaction included");
+        s.source_high_watermark = 20;
         assert_eq!(s.lag_records(), 10);
         assert_eq!(s.lag_seconds(5_000), 4.0);
     }

@@ -12,6 +12,7 @@ use crate::cluster::client::{leader_log_end, offsets};
 use crate::copy::fetch::session::Heard;
 use crate::copy::produce::landed::{self, ReadBack};
 use crate::copy::produce::sink::{PartitionSink, Written};
+use crate::copy::txn::Transactions;
 use crate::error::MirrorError;
 
 /// How long the destination high watermark must stay unchanged before the engine trusts it as
@@ -35,10 +36,20 @@ impl PartitionTask {
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
         let producer = self.producers.identity()?;
+        let held = crate::copy::txn::requests::producers(&dest_conn, topic, partition)
+            .await?
+            .into_iter()
+            .find(|p| p.producer_id == producer.producer_id)
+            .map(|p| (p.producer_epoch, p.last_sequence));
+        let next_sequence = crate::copy::produce::producer_id::first_sequence(held, producer, next);
+        let dest_topic_id = self.destination.layout(topic).await?.topic_id;
+        let txns = Transactions::new(self.destination.clone(), self.producers.clone(), topic, dest_topic_id, partition);
         let sink = slot.insert(PartitionSink::open(
             dest_conn,
             self.producers.clone(),
             producer,
+            next_sequence,
+            txns,
             topic,
             partition,
             self.max_in_flight,

@@ -15,7 +15,7 @@ use crate::copy::fetch::session::{Heard, Wanted};
 use crate::copy::fetch::size::next_fetch_size;
 use crate::copy::fetch::stream::FetchStream;
 use crate::copy::plan::action::Action;
-use crate::copy::plan::{AbortTracker, Plan, plan_coalesced};
+use crate::copy::plan::{Plan, plan_coalesced};
 use crate::copy::produce::sink::PartitionSink;
 use crate::error::MirrorError;
 use crate::state::status::{PartitionState, now_ms};
@@ -25,14 +25,9 @@ const UNKNOWN_TOPIC_OR_PARTITION: i16 = ResponseError::UnknownTopicOrPartition.c
 const UNKNOWN_TOPIC_ID: i16 = ResponseError::UnknownTopicId.code();
 
 /// After a fill moved the partition past offsets no answer covered (the source's log start
-/// moved): what was learnt before the jump is dropped. Fetches still in flight were asked before
-/// it (an answer to one would be cut to the new position and could hide an aborted transaction
-/// spanning it that no answer reported yet), and the abort state may name transactions whose
-/// markers lay in the deleted range. The next Fetch, asked at the new position, reports every
-/// aborted transaction spanning it again (Kafka returns those overlapping the fetched range).
-fn forget_before_jump(fetches: &mut FetchStream, aborts: &mut AbortTracker) {
+/// moved): Fetches still in flight were asked before it, and their answers are dropped.
+fn forget_before_jump(fetches: &mut FetchStream) {
     fetches.reset();
-    *aborts = AbortTracker::default();
 }
 
 /// Whether the source's `layout` of the topic shows it gone, or replaced by another topic of the
@@ -54,13 +49,6 @@ impl PartitionTask {
         }
         let (leader, leader_epoch) = self.source.leader_in(&layout, topic, partition)?;
         let topic_id = *self.source_topic_id.get_or_init(|| layout.topic_id);
-        // Aborted transactions reported by the answers so far, across answers. When a fill moves
-        // the partition past offsets no answer covered (the source's log start moved), it starts
-        // afresh: a transaction whose abort marker lay in the deleted range would otherwise leave
-        // its producer marked aborted, and that producer's later committed batches would become
-        // fillers. The next Fetch, at the new position, reports again every aborted transaction
-        // spanning it (Kafka returns those overlapping the fetched range).
-        let mut aborts = AbortTracker::default();
         info!(next, leader_epoch, "mirroring from the destination's high watermark");
         self.status.update(&self.key, |s| {
             s.state = PartitionState::Mirroring;
@@ -121,7 +109,7 @@ impl PartitionTask {
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = self.fill(sink, next, start - next, 0, Some(&mut dest_log_start)).await?;
-                        forget_before_jump(&mut fetches, &mut aborts);
+                        forget_before_jump(&mut fetches);
                         aligned = false;
                         continue;
                     }
@@ -140,7 +128,7 @@ impl PartitionTask {
                     self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
                 }
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0, Some(&mut dest_log_start)).await?;
-                forget_before_jump(&mut fetches, &mut aborts);
+                forget_before_jump(&mut fetches);
                 aligned = false;
                 continue;
             }
@@ -148,19 +136,15 @@ impl PartitionTask {
                 self.confirm_source(&leader, Claim::End(end)).await?;
             }
             let last_end = answer_check::last_end(&fetched);
-            aborts.extend(fetched.aborted.iter().copied());
-            let planned = plan_coalesced(next, fetched.batches, &mut aborts, self.coalesce_max_bytes)?;
+            let planned = plan_coalesced(next, fetched.batches, self.coalesce_max_bytes)?;
             if planned.reencoded > 0 || planned.coalesced > 0 {
                 self.status.update(&self.key, |s| {
                     s.reencoded_batches += planned.reencoded;
                     s.coalesced_batches += planned.coalesced;
                 });
             }
-            let source_end = if fetched.last_stable_offset >= 0 {
-                fetched.last_stable_offset
-            } else {
-                fetched.high_watermark
-            };
+            // Copied up to the high watermark, open transactions included (`copy::txn`).
+            let source_end = fetched.high_watermark;
             let ceiling = growth.ceiling(self.fetch_grow_max_bytes, self.fetch_max_bytes);
             // An answer that left data on the source: catching up, bound by bandwidth (one
             // Fetch at a time, no duplicates). Sized by what the broker sent, duplicates included.
@@ -210,9 +194,20 @@ impl PartitionTask {
         for action in planned.actions {
             match action {
                 Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp, None).await?,
+                Action::Write { base, header, batch } if header.is_transactional() => {
+                    let span = header.last_offset_delta + 1;
+                    sink.write_txn_batch(header.producer_id, &batch, header.records_count, base, span, header.max_timestamp)
+                        .await?;
+                    next = header.next_offset();
+                }
                 Action::Write { base, header, batch } => {
                     sink.write_batch(&batch, header.records_count, base, header.max_timestamp).await?;
                     next = header.next_offset();
+                }
+                Action::Marker { base, producer_id, commit } => {
+                    sink.end_txn(producer_id, commit, base).await?;
+                    self.account(sink.take_acknowledged());
+                    next = base + 1;
                 }
                 Action::Run {
                     base,
@@ -220,7 +215,10 @@ impl PartitionTask {
                     max_timestamp,
                     batch,
                 } => {
-                    sink.write_batch(&batch, records, base, max_timestamp).await?;
+                    match kmp_protocol::batch::parse_header(&batch).map_err(MirrorError::Source)? {
+                        h if h.is_transactional() => sink.write_txn_batch(h.producer_id, &batch, records, base, records, max_timestamp).await?,
+                        _ => sink.write_batch(&batch, records, base, max_timestamp).await?,
+                    }
                     next = base + i64::from(records);
                 }
             }

@@ -5,7 +5,8 @@
 //!
 //! Only consecutive data writes (`Write`, `Run`) that are small (under a sixteenth of the limit),
 //! adjacent and of one codec (uncompressed batches among them too: producers send a batch
-//! uncompressed when compressing would not shrink it) are merged, up to `coalesce_max_bytes` per
+//! uncompressed when compressing would not shrink it) and not transactional (a transaction's batches
+//! are written inside it, by its producer) are merged, up to `coalesce_max_bytes` per
 //! batch; fillers, large batches and a second codec end a run. A merge that fails or comes out larger than the limit
 //! leaves the run as it was: merging never turns a write that would have been made into an
 //! error. How records are merged (and checked) is `kmp_protocol::merge`; planning what to write
@@ -25,17 +26,22 @@ const SMALL_PART: usize = 16;
 fn batch_of(a: &Action) -> Option<&Bytes> {
     match a {
         Action::Write { batch, .. } | Action::Run { batch, .. } => Some(batch),
-        Action::Fill { .. } => None,
+        Action::Fill { .. } | Action::Marker { .. } => None,
     }
 }
 
 /// The batch bytes and codec of a data write, if it may be merged under `max_bytes`.
 fn mergeable(a: &Action, max_bytes: usize) -> Option<(&Bytes, i16)> {
     let batch = batch_of(a)?;
-    let codec = match a {
-        Action::Write { header, .. } => header.compression(),
-        _ => parse_header(batch).ok()?.compression(),
+    let header = match a {
+        Action::Write { header, .. } => *header,
+        _ => parse_header(batch).ok()?,
     };
+    // A transaction's batches are written inside it, one producer's, never merged with others.
+    if header.is_transactional() {
+        return None;
+    }
+    let codec = header.compression();
     (batch.len() < max_bytes / SMALL_PART).then_some((batch, codec))
 }
 

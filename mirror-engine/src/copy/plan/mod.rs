@@ -1,8 +1,9 @@
 //! The offset-preserving plan, sans-io: given where the destination log ends and what a
-//! read_committed Fetch returned, decide what to write so every source record lands at its own
-//! offset. Offsets with no visible source data (compaction gaps, transaction markers, aborted
-//! transactional data, empty batches, offsets below the source log start) become filler
-//! records. A batch is written whole when it can be; the part of a batch at and after the
+//! read_uncommitted Fetch returned, decide what to write so every source record lands at its own
+//! offset. Transactional data is written like any data (the writer replays it inside a
+//! destination transaction of its source producer, `copy::txn`), a transaction marker becomes
+//! [`Action::Marker`] (the writer ends that transaction there); offsets with no source record
+//! (compaction gaps, empty batches, offsets below the source log start) become filler records. A batch is written whole when it can be; the part of a batch at and after the
 //! destination log end, a batch with compaction holes, or a LogAppendTime batch (whose records
 //! must carry the source's append time on a CreateTime destination), is re-encoded record by record
 //! (`kmp_protocol::reencode`). Every plan is checked against the fetched data before anything
@@ -13,6 +14,7 @@ pub(crate) mod coalesce;
 
 use bytes::Bytes;
 use kmp_protocol::batch::{BatchHeader, verify_crc};
+use kmp_protocol::control::Marker;
 use kmp_protocol::reencode::{Piece, is_log_append_time, records, split_from};
 
 use crate::copy::plan::action::Action;
@@ -30,48 +32,11 @@ pub struct Plan {
     pub coalesced: u64,
 }
 
-/// Tracks transactions that the source reported aborted, across fetches.
-#[derive(Debug, Default)]
-pub struct AbortTracker {
-    /// Aborted `(producer_id, first_offset)` not yet reached, sorted by first offset.
-    pending: Vec<(i64, i64)>,
-    /// Producers whose current transaction is aborted.
-    active: std::collections::HashSet<i64>,
-}
-
-impl AbortTracker {
-    /// Adds the aborted transactions of one Fetch response.
-    pub fn extend(&mut self, aborted: impl IntoIterator<Item = (i64, i64)>) {
-        for a in aborted {
-            if !self.pending.contains(&a) {
-                self.pending.push(a);
-            }
-        }
-        self.pending.sort_by_key(|&(_, first)| first);
-    }
-
-    /// Whether the batch is aborted transactional data; control batches end a transaction.
-    fn is_aborted(&mut self, h: &BatchHeader) -> bool {
-        while let Some(&(pid, first)) = self.pending.first() {
-            if first > h.base_offset {
-                break;
-            }
-            self.active.insert(pid);
-            self.pending.remove(0);
-        }
-        if h.is_control() {
-            self.active.remove(&h.producer_id);
-            return false;
-        }
-        h.is_transactional() && self.active.contains(&h.producer_id)
-    }
-}
-
 /// Plans the writes for `batches` (in source order) when the destination log ends at `next`,
 /// every source batch written on its own (the planner's own tests).
 #[cfg(test)]
-pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker) -> Result<Plan, MirrorError> {
-    plan_coalesced(next, batches, aborts, 0)
+pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>) -> Result<Plan, MirrorError> {
+    plan_coalesced(next, batches, 0)
 }
 
 /// Plans the writes for `batches` (in source order) when the destination log ends at `next`.
@@ -79,23 +44,24 @@ pub fn plan(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTra
 /// skipped; of a batch that starts below `next`, only the records at and after `next` are
 /// written. Runs of small data writes are merged into batches of at most `coalesce_max_bytes`
 /// (0: never). Fails (before anything is written) when the plan breaks an invariant.
-pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mut AbortTracker, coalesce_max_bytes: usize) -> Result<Plan, MirrorError> {
+pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_max_bytes: usize) -> Result<Plan, MirrorError> {
     let start = next;
     let mut p = Plan { next, ..Plan::default() };
     // Batches with records the consumers of the source can read, for the check.
     let mut visible = Vec::new();
     for (h, batch) in batches {
         let end = h.next_offset();
-        // The control and transactional bits, the producer id and the record count decide
-        // whether a batch becomes fillers, and markers move the abort tracker; all are covered
-        // by the CRC. So a batch is checked here whenever the plan acts on those fields without
-        // writing the batch (markers, even below the log end; every batch that becomes
-        // fillers). Written batches are checked where their bytes are used (`rewrite_for_produce`,
-        // `reencode`), in the pass that also computes their new CRC.
-        if h.is_control() {
-            verify_crc(&batch).map_err(MirrorError::Source)?;
-        }
-        let aborted = aborts.is_aborted(&h);
+        // The control bit, the producer id and the record count decide whether a batch becomes
+        // a marker or fillers; all are covered by the CRC, checked here whenever the plan acts on
+        // them without writing the batch (markers, even below the log end, whose type is read
+        // from their record; every batch that becomes fillers). Written batches are checked
+        // where their bytes are used (`rewrite_for_produce`, `reencode`), in the pass that also
+        // computes their new CRC.
+        let marker = if h.is_control() {
+            Some(kmp_protocol::control::marker(&batch, &h).map_err(MirrorError::Source)?)
+        } else {
+            None
+        };
         if end <= p.next {
             continue;
         }
@@ -108,11 +74,22 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mu
             p.next = h.base_offset;
         }
         let from = p.next;
-        let data = !(h.is_control() || aborted || h.records_count == 0);
-        if !data {
-            if !h.is_control() {
-                verify_crc(&batch).map_err(MirrorError::Source)?;
+        let data = !(h.is_control() || h.records_count == 0);
+        if let Some(m) = marker {
+            if end != from + 1 {
+                return Err(MirrorError::Source(kmp_protocol::ProtocolError::Malformed {
+                    what: "record batch",
+                    detail: format!("control batch at {} spans offsets {}..{end}; a marker takes one", h.base_offset, h.base_offset),
+                    side: kmp_protocol::error::Side::Broker,
+                }));
             }
+            p.actions.push(Action::Marker {
+                base: from,
+                producer_id: h.producer_id,
+                commit: m == Marker::Commit,
+            });
+        } else if !data {
+            verify_crc(&batch).map_err(MirrorError::Source)?;
             p.actions.push(Action::Fill {
                 base: from,
                 count: end - from,
@@ -150,7 +127,7 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, aborts: &mu
 
 /// The engine's invariants on a plan, computed from the fetched batches independently of how
 /// the plan was made: the actions cover `start .. plan.next` exactly once, in order, and no
-/// filler covers an offset at which a visible (non-control, non-aborted) batch holds a record.
+/// filler covers an offset at which a (non-control) batch holds a record.
 fn check(start: i64, plan: &Plan, visible: &[(BatchHeader, Bytes)]) -> Result<(), MirrorError> {
     let mut at = start;
     for a in &plan.actions {

@@ -57,11 +57,39 @@ pub(crate) fn txn_batch(base: i64, count: i64, pid: i64) -> (BatchHeader, Bytes)
     batch_with(&offsets, base, base + count - 1, pid, true, Compression::Zstd)
 }
 
-/// A COMMIT/ABORT marker (control batch, one record) at `offset`; only its header matters.
+/// A COMMIT marker of producer `pid` at `offset`, as a broker writes it.
 pub(crate) fn marker(offset: i64, pid: i64) -> (BatchHeader, Bytes) {
-    let (mut h, b) = batch_with(&[offset], offset, offset, pid, true, Compression::None);
-    h.attributes |= 1 << 5;
-    (h, b)
+    marker_of(offset, pid, true)
+}
+
+/// An ABORT marker of producer `pid` at `offset`.
+pub(crate) fn abort_marker(offset: i64, pid: i64) -> (BatchHeader, Bytes) {
+    marker_of(offset, pid, false)
+}
+
+fn marker_of(offset: i64, pid: i64, commit: bool) -> (BatchHeader, Bytes) {
+    let r = Record {
+        control: true,
+        transactional: true,
+        sequence: -1,
+        key: Some(Bytes::from(vec![0, 0, 0, u8::from(commit)])),
+        value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 0])),
+        ..record(0, pid, true)
+    };
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        [r].iter(),
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    let mut b = buf.to_vec();
+    b[0..8].copy_from_slice(&offset.to_be_bytes());
+    let b = Bytes::from(b);
+    (parse_header(&b).unwrap(), b)
 }
 
 pub(crate) fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
@@ -71,6 +99,7 @@ pub(crate) fn kinds(p: &Plan) -> Vec<(char, i64, i64)> {
             Action::Fill { base, count, .. } => ('F', *base, *count),
             Action::Write { base, header, .. } => ('W', *base, i64::from(header.records_count)),
             Action::Run { base, records, .. } => ('R', *base, i64::from(*records)),
+            Action::Marker { base, commit, .. } => (if *commit { 'C' } else { 'A' }, *base, 1),
         })
         .collect()
 }
@@ -81,7 +110,7 @@ fn written(p: &Plan) -> Vec<(i64, Bytes)> {
     for a in &p.actions {
         let (base, blob) = match a {
             Action::Write { base, batch, .. } | Action::Run { base, batch, .. } => (*base, batch),
-            Action::Fill { .. } => continue,
+            Action::Fill { .. } | Action::Marker { .. } => continue,
         };
         let (h, _) = split(blob).unwrap().remove(0);
         assert_eq!(h.base_offset, base, "a batch is produced at its own base offset");
@@ -97,7 +126,7 @@ fn keys(offsets: impl IntoIterator<Item = i64>) -> Vec<(i64, Bytes)> {
 }
 
 fn run(next: i64, batches: Vec<(BatchHeader, Bytes)>) -> Plan {
-    plan(next, batches, &mut AbortTracker::default()).unwrap()
+    plan(next, batches).unwrap()
 }
 
 #[test]
@@ -108,24 +137,32 @@ fn gaps_before_batches_are_filled() {
 }
 
 #[test]
-fn committed_transactions_are_written_and_markers_filled() {
+fn transactions_are_written_and_their_markers_replayed() {
     let p = run(0, vec![txn_batch(0, 2, 7), marker(2, 7)]);
-    assert_eq!(kinds(&p), vec![('W', 0, 2), ('F', 2, 1)]);
+    assert_eq!(kinds(&p), vec![('W', 0, 2), ('C', 2, 1)]);
     assert_eq!(p.next, 3);
+    assert!(matches!(p.actions[1], Action::Marker { producer_id: 7, .. }), "the marker names its producer");
 }
 
 #[test]
-fn aborted_transactional_data_becomes_fillers_but_other_producers_are_kept() {
-    let mut aborts = AbortTracker::default();
-    aborts.extend([(7, 0)]);
+fn aborted_transactional_data_is_written_like_any_data_and_its_marker_replayed_as_an_abort() {
     let (mut plain, b) = batch(2, 1);
     plain.producer_id = 8;
-    let p = plan(0, vec![txn_batch(0, 2, 7), (plain, b), marker(3, 7), txn_batch(4, 1, 7)], &mut aborts).unwrap();
-    assert_eq!(
-        kinds(&p),
-        vec![('F', 0, 2), ('W', 2, 1), ('F', 3, 1), ('W', 4, 1)],
-        "after the abort marker, pid 7 writes again"
-    );
+    let p = run(0, vec![txn_batch(0, 2, 7), (plain, b), abort_marker(3, 7), txn_batch(4, 1, 7)]);
+    assert_eq!(kinds(&p), vec![('W', 0, 2), ('W', 2, 1), ('A', 3, 1), ('W', 4, 1)]);
+    assert_eq!(written(&p), keys([0, 1, 2, 4]), "read_uncommitted readers see the aborted records too");
+}
+
+#[test]
+fn a_control_batch_spanning_more_than_one_offset_is_refused() {
+    let (_, b) = marker(3, 7);
+    let mut m = b.to_vec();
+    m[23..27].copy_from_slice(&1i32.to_be_bytes());
+    let crc = crc32c::crc32c(&m[21..]);
+    m[17..21].copy_from_slice(&crc.to_be_bytes());
+    let m = Bytes::from(m);
+    let r = plan(0, vec![txn_batch(0, 3, 7), (parse_header(&m).unwrap(), m)]);
+    assert!(r.is_err(), "planned as {:?}", r.map(|p| kinds(&p)));
 }
 
 #[test]
@@ -189,18 +226,13 @@ fn a_log_end_inside_a_compacted_batch_keeps_later_runs_and_fills_only_holes() {
 }
 
 #[test]
-fn a_log_end_inside_a_committed_transactional_batch_keeps_its_records() {
-    let p = run(4, vec![txn_batch(0, 10, 7), marker(10, 7)]);
-    assert_eq!(kinds(&p), vec![('R', 4, 6), ('F', 10, 1)]);
-    assert_eq!(written(&p), keys(4..10));
-}
-
-#[test]
-fn a_log_end_inside_an_aborted_transactional_batch_fills_the_rest() {
-    let mut aborts = AbortTracker::default();
-    aborts.extend([(7, 0)]);
-    let p = plan(4, vec![txn_batch(0, 10, 7), marker(10, 7), batch(11, 1)], &mut aborts).unwrap();
-    assert_eq!(kinds(&p), vec![('F', 4, 6), ('F', 10, 1), ('W', 11, 1)]);
+fn a_log_end_inside_a_transactional_batch_keeps_its_records() {
+    for end in [marker(10, 7), abort_marker(10, 7)] {
+        let p = run(4, vec![txn_batch(0, 10, 7), end, batch(11, 1)]);
+        assert_eq!(kinds(&p)[0], ('R', 4, 6));
+        assert_eq!(kinds(&p)[2], ('W', 11, 1));
+        assert_eq!(written(&p), keys((4..10).chain([11])));
+    }
 }
 
 #[test]
@@ -274,12 +306,11 @@ fn the_check_refuses_plans_with_gaps_or_overlaps() {
 /// One generated batch: (gap before it, length, kind) where kind 0 = plain, 1 = compacted
 /// (every third record removed), 2 = committed transactional, 3 = aborted transactional,
 /// 4 = marker.
-/// Generated batches, their aborted transactions `(producer id, first offset)` and the offsets
-/// of the records a read_committed consumer sees.
-pub(crate) type History = (Vec<(BatchHeader, Bytes)>, Vec<(i64, i64)>, Vec<i64>);
+/// Generated batches and the offsets of their records (what a read_uncommitted reader sees).
+pub(crate) type History = (Vec<(BatchHeader, Bytes)>, Vec<i64>);
 
 pub(crate) fn history(spec: &[(i64, i64, u8)]) -> History {
-    let (mut at, mut batches, mut aborted, mut visible) = (0i64, Vec::new(), Vec::new(), Vec::new());
+    let (mut at, mut batches, mut visible) = (0i64, Vec::new(), Vec::new());
     for (i, &(gap, len, kind)) in spec.iter().enumerate() {
         at += gap;
         let pid = 100 + i as i64;
@@ -290,19 +321,17 @@ pub(crate) fn history(spec: &[(i64, i64, u8)]) -> History {
                 batch_with(&offsets, at, at + len - 1, -1, false, Compression::Lz4)
             }
             2 | 3 => txn_batch(at, len, pid),
-            _ => marker(at, 1),
+            _ if i % 2 == 0 => marker(at, 1),
+            _ => abort_marker(at, 1),
         };
-        if kind == 3 {
-            aborted.push((pid, at));
-        }
-        if kind != 3 && kind != 4 {
+        if kind != 4 {
             let recs = kmp_protocol::reencode::records(&b, &h).unwrap();
             visible.extend(recs.iter().map(|r| r.offset));
         }
         at = h.next_offset();
         batches.push((h, b));
     }
-    (batches, aborted, visible)
+    (batches, visible)
 }
 
 proptest! {
@@ -316,16 +345,14 @@ proptest! {
         cut in 0usize..1000,
         split_at in 0usize..8,
     ) {
-        let (batches, aborted, visible) = history(&spec);
+        let (batches, visible) = history(&spec);
         let end = batches.last().map_or(0, |(h, _)| h.next_offset());
         let next = (cut as i64) % (end + 1);
-        let mut aborts = AbortTracker::default();
-        aborts.extend(aborted);
         // The same history over two fetches plans the same writes.
         let split_at = split_at.min(batches.len());
         let (first, second) = (batches[..split_at].to_vec(), batches[split_at..].to_vec());
-        let p1 = plan(next, first, &mut aborts).unwrap();
-        let p2 = plan(p1.next, second, &mut aborts).unwrap();
+        let p1 = plan(next, first).unwrap();
+        let p2 = plan(p1.next, second).unwrap();
         let mut got = written(&p1);
         got.extend(written(&p2));
         prop_assert_eq!(got, keys(visible.into_iter().filter(|&o| o >= next)));
@@ -348,7 +375,7 @@ fn a_data_batch_turned_into_a_marker_on_its_way_is_refused_not_filled() {
     for limit in [0, 256 * 1024] {
         let (_, b) = batch(1, 5);
         let batches = vec![batch(0, 1), corrupted(&b, |m| m[22] |= CONTROL_BIT), batch(6, 1)];
-        let r = plan_coalesced(0, batches, &mut AbortTracker::default(), limit);
+        let r = plan_coalesced(0, batches, limit);
         assert!(r.is_err(), "limit {limit}: a batch failing its CRC became {:?}", r.map(|p| kinds(&p)));
     }
 }
@@ -357,19 +384,17 @@ fn a_data_batch_turned_into_a_marker_on_its_way_is_refused_not_filled() {
 fn a_data_batch_whose_record_count_was_zeroed_on_its_way_is_refused_not_filled() {
     let (_, b) = batch(1, 5);
     let batches = vec![batch(0, 1), corrupted(&b, |m| m[57..61].copy_from_slice(&0i32.to_be_bytes())), batch(6, 1)];
-    let r = plan_coalesced(0, batches, &mut AbortTracker::default(), 256 * 1024);
+    let r = plan_coalesced(0, batches, 256 * 1024);
     assert!(r.is_err(), "a batch failing its CRC became {:?}", r.map(|p| kinds(&p)));
 }
 
 #[test]
-fn a_corrupted_marker_cannot_end_an_aborted_transaction_early_even_below_the_log_end() {
+fn a_data_batch_turned_into_a_marker_on_its_way_is_refused_even_below_the_log_end() {
     let (_, b) = txn_batch(2, 1, 8);
     let batches = vec![batch(0, 1), txn_batch(1, 1, 8), corrupted(&b, |m| m[22] |= CONTROL_BIT), txn_batch(3, 2, 8)];
     for next in [0, 3] {
-        let mut aborts = AbortTracker::default();
-        aborts.extend([(8, 1)]);
-        let r = plan_coalesced(next, batches.clone(), &mut aborts, 256 * 1024);
-        // Unchecked, the fake marker ends the transaction and 3..5 are written as data.
+        let r = plan_coalesced(next, batches.clone(), 256 * 1024);
+        // Unchecked, the fake marker would end producer 8's destination transaction at offset 2.
         assert!(r.is_err(), "from {next}: planned as {:?}", r.map(|p| kinds(&p)));
     }
 }
@@ -388,7 +413,7 @@ proptest! {
         cut in 0usize..1000,
         limit in prop_oneof![Just(0usize), Just(256 * 1024)],
     ) {
-        let (mut batches, aborted, _) = history(&spec);
+        let (mut batches, _) = history(&spec);
         let which = which % batches.len();
         let (h, b) = batches[which].clone();
         let covered = (b.len() - 21) * 8;
@@ -403,34 +428,10 @@ proptest! {
         batches[which] = (bad_h, bad.clone());
         let end = batches.last().map_or(0, |(h, _)| h.next_offset());
         let next = (cut as i64) % (end + 1);
-        let mut aborts = AbortTracker::default();
-        aborts.extend(aborted);
-        if let Ok(p) = plan_coalesced(next, batches, &mut aborts, limit) {
+        if let Ok(p) = plan_coalesced(next, batches, limit) {
             let unchanged_write = p.actions.iter().any(|a| matches!(a, Action::Write { batch, .. } if *batch == bad));
             let skipped = h.next_offset() <= next && !bad_h.is_control();
             prop_assert!(unchanged_write || skipped, "batch {} corrupted at bit {}: {:?}", which, at, kinds(&p));
         }
     }
-}
-
-#[test]
-fn abort_state_that_missed_a_marker_would_turn_the_producers_next_committed_batch_into_fillers() {
-    // Producer 7's aborted transaction from offset 0 was copied as fillers; its abort marker (at
-    // 2) then left the source's retention before any answer brought it, and the partition filled
-    // up to the new log start, 10. Its next transaction (10..12) is committed.
-    let mut kept = AbortTracker::default();
-    kept.extend([(7, 0)]);
-    let p = plan(0, vec![txn_batch(0, 2, 7)], &mut kept).unwrap();
-    assert_eq!(kinds(&p), vec![('F', 0, 2)]);
-    let after_fill = vec![txn_batch(10, 2, 7), marker(12, 7)];
-    let stale = plan(10, after_fill.clone(), &mut kept).unwrap();
-    assert_eq!(
-        kinds(&stale),
-        vec![('F', 10, 2), ('F', 12, 1)],
-        "kept across the fill, the state still has producer 7 aborted: its committed records vanish"
-    );
-    // What the partition does at a fill (`partition.rs`): the state starts afresh, and the Fetch
-    // at the new log start reports every aborted transaction spanning it (none here).
-    let fresh = plan(10, after_fill, &mut AbortTracker::default()).unwrap();
-    assert_eq!(kinds(&fresh), vec![('W', 10, 2), ('F', 12, 1)], "the committed batch is copied");
 }

@@ -1,15 +1,16 @@
 //! The one producer identity every engine instance of a destination writes mirrored data with,
-//! and the sequence numbers that make each write conditional on the destination log end.
+//! and the sequence numbers that make each write conditional on the writes before it.
 //!
-//! A batch for destination offset `o` carries sequence `o mod 2^31` under the shared producer
-//! id. Kafka appends an idempotent batch only if its first sequence follows the last one it holds
-//! for that producer on the partition (and answers a repeat of one of the last five batches as a
-//! duplicate, without appending), so a write lands only at the log end the writer planned for:
-//! a second engine instance that still believes in an older log end — a frozen former active one
-//! woken up, a split brain — is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) instead of appending
-//! records at the wrong offsets. Kafka counts a batch's sequences by its offset span
-//! (`lastOffsetDelta`), and the engine writes every destination offset exactly once in order
-//! (fillers for the gaps), so sequence and offset advance together; both wrap the same way at 2^31.
+//! An attempt's first batch continues the sequence the partition leader holds for the shared
+//! producer id (DescribeProducers: its last sequence + 1), or, when the leader holds none, starts
+//! at the destination log end `o mod 2^31`; each batch then advances it by its offset span (as
+//! Kafka counts, `lastOffsetDelta` + 1). Kafka appends an idempotent batch only if its first
+//! sequence follows the last one it holds for that producer on the partition (and answers a
+//! repeat of one of the last five batches as a duplicate, without appending), so a second engine
+//! instance that still believes in an older state — a frozen former active one woken up, a split
+//! brain — is refused (OUT_OF_ORDER_SEQUENCE_NUMBER) instead of appending records at the wrong
+//! offsets. (Sequence and offset no longer advance together: a source transaction's records and
+//! markers are written by other producers, `copy::txn`.)
 //!
 //! Limits: a broker that holds no state for the producer on a partition (its first write there,
 //! after `producer.id.expiration.ms` of silence — one day by default — or after DeleteRecords
@@ -31,7 +32,23 @@ pub struct EngineProducer {
     pub producer_epoch: i16,
 }
 
-/// The sequence number of a batch whose first record lands at destination offset `offset`.
+/// Kafka's sequence after a batch with first sequence `base` whose offsets span `span` (it wraps
+/// to 0 after `i32::MAX`).
+pub fn sequence_after(base: i32, span: i32) -> i32 {
+    ((i64::from(base) + i64::from(span)) & i64::from(i32::MAX)) as i32
+}
+
+/// The first sequence of an attempt writing as `producer` from destination offset `next`, given
+/// `(epoch, last sequence)` the partition leader holds for the producer id, if any.
+pub fn first_sequence(held: Option<(i32, i32)>, producer: EngineProducer, next: i64) -> i32 {
+    match held {
+        Some((epoch, last)) if epoch == i32::from(producer.producer_epoch) && last >= 0 => sequence_after(last, 1),
+        _ => sequence_at(next),
+    }
+}
+
+/// The sequence number of a batch whose first record lands at destination offset `offset`, for a
+/// producer the partition leader holds no state for.
 pub fn sequence_at(offset: i64) -> i32 {
     // 2^31 divides 2^63, so the low 31 bits are `offset mod 2^31` for any offset >= 0.
     (offset & i64::from(i32::MAX)) as i32
@@ -77,7 +94,25 @@ pub(crate) async fn load_or_allocate(store: &StateStore, destination: &ClusterCl
 
 #[cfg(test)]
 mod tests {
-    use super::sequence_at;
+    use super::{EngineProducer, first_sequence, sequence_after, sequence_at};
+
+    #[test]
+    fn an_attempt_continues_the_sequence_the_leader_holds_and_starts_at_the_log_end_otherwise() {
+        let p = EngineProducer {
+            producer_id: 9,
+            producer_epoch: 2,
+        };
+        assert_eq!(
+            first_sequence(Some((2, 41)), p, 100),
+            42,
+            "after writes by other producers, sequence and offset differ"
+        );
+        assert_eq!(first_sequence(None, p, 100), 100);
+        assert_eq!(first_sequence(Some((1, 41)), p, 100), 100, "state of another epoch is not this producer's");
+        assert_eq!(first_sequence(Some((2, i32::MAX)), p, 100), 0, "wraps");
+        assert_eq!(sequence_after(5, 3), 8);
+        assert_eq!(sequence_after(i32::MAX - 1, 3), 1);
+    }
 
     #[test]
     fn sequences_follow_offsets_and_wrap_where_kafka_wraps_them() {

@@ -1,9 +1,11 @@
 //! Writing to a destination partition with the engine's own idempotent producer: the engine-wide
-//! producer id with sequence numbers derived from destination offsets (`copy::produce::producer_id`: every write
-//! is conditional on the log end), batches handed to the destination broker's produce lane
+//! producer id with sequence numbers that continue what the partition leader holds for it
+//! (`copy::produce::producer_id`: every write is conditional on the writes before it), batches handed to the destination broker's produce lane
 //! (`copy::produce::mux`, acks=all, packed with other partitions' batches), up to `max_in_flight`
-//! outstanding, and a check that every batch lands at the offset the plan expects. Deciding what
-//! to write is `plan`'s; accounting what was acknowledged is `partition`'s.
+//! outstanding, and a check that every batch lands at the offset the plan expects. A source
+//! transaction's batches and markers go through the partition's destination transactions
+//! (`copy::txn`) once everything before them was acknowledged, so offsets stay in source order.
+//! Deciding what to write is `plan`'s; accounting what was acknowledged is `partition`'s.
 //!
 //! Order: a broker accepts *any* sequence number as the first batch of a producer it holds no
 //! state for. If the first batches in flight were refused (NOT_LEADER_OR_FOLLOWER while the
@@ -26,7 +28,8 @@ use tokio::sync::oneshot;
 
 use crate::cluster::produce::PRODUCE_TIMEOUT_MS;
 use crate::copy::produce::mux::{Producers, Reply};
-use crate::copy::produce::producer_id::{EngineProducer, sequence_at};
+use crate::copy::produce::producer_id::EngineProducer;
+use crate::copy::txn::Transactions;
 use crate::error::MirrorError;
 
 /// One produced batch, reported back once the destination acknowledged it.
@@ -53,18 +56,37 @@ pub struct PartitionSink {
     topic: TopicName,
     partition: i32,
     producer: EngineProducer,
+    /// Sequence of the next batch (`producer_id::first_sequence`).
+    next_sequence: i32,
     max_in_flight: usize,
     /// The broker acknowledged a batch of this producer since it was opened or records were
     /// deleted: it holds the producer's sequence, so batches may be pipelined.
     confirmed: bool,
     in_flight: VecDeque<(oneshot::Receiver<Reply>, Written)>,
     acknowledged: Vec<Written>,
+    /// The destination transactions replaying the source's (`copy::txn`).
+    txns: Transactions,
+    /// A transactional batch sent and not yet answered.
+    txn_in_flight: Option<Written>,
 }
 
 impl PartitionSink {
     /// A producer for the partition whose leader `conn` reaches, writing as `producer`.
-    pub fn open(conn: SharedConnection, producers: Producers, producer: EngineProducer, topic: &str, partition: i32, max_in_flight: usize) -> Self {
+    #[allow(clippy::too_many_arguments)]
+    pub fn open(
+        conn: SharedConnection,
+        producers: Producers,
+        producer: EngineProducer,
+        next_sequence: i32,
+        txns: Transactions,
+        topic: &str,
+        partition: i32,
+        max_in_flight: usize,
+    ) -> Self {
         Self {
+            next_sequence,
+            txns,
+            txn_in_flight: None,
             conn,
             producers,
             topic: TopicName(StrBytes::from_string(topic.to_owned())),
@@ -77,18 +99,21 @@ impl PartitionSink {
         }
     }
 
-    /// The header fields of a batch that must land at `base`.
-    fn fields(&self, base: i64) -> ProducerFields {
+    /// The header fields of the next batch, whose offsets span `span`; the sequence advances.
+    fn take_fields(&mut self, span: i32) -> ProducerFields {
+        let base_sequence = self.next_sequence;
+        self.next_sequence = crate::copy::produce::producer_id::sequence_after(base_sequence, span);
         ProducerFields {
             producer_id: self.producer.producer_id,
             producer_epoch: self.producer.producer_epoch,
-            base_sequence: sequence_at(base),
+            base_sequence,
         }
     }
 
     /// Sends a source batch (header rewritten, payload untouched) that must land at `base`.
     pub async fn write_batch(&mut self, batch: &Bytes, records: i32, base: i64, max_timestamp: i64) -> Result<(), MirrorError> {
-        let out = batch::rewrite_for_produce(batch, self.fields(base)).map_err(MirrorError::Source)?;
+        let fields = self.take_fields(records);
+        let out = batch::rewrite_for_produce(batch, fields).map_err(MirrorError::Source)?;
         let w = Written {
             base,
             records,
@@ -96,25 +121,27 @@ impl PartitionSink {
             max_timestamp,
             filler: false,
             producer_id: self.producer.producer_id,
-            sequence: sequence_at(base),
+            sequence: fields.base_sequence,
         };
         self.produce(out, w).await
     }
 
     /// Sends `count` filler records starting at `base`.
     pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
-        let out = batch::filler_batch(count, timestamp, self.fields(base)).map_err(MirrorError::Destination)?;
-        self.send_fillers(out, count, timestamp, base).await
+        let fields = self.take_fields(count);
+        let out = batch::filler_batch(count, timestamp, fields).map_err(MirrorError::Destination)?;
+        self.send_fillers(out, count, timestamp, base, fields.base_sequence).await
     }
 
     /// Sends `count` filler records starting at `base` as one zstd batch stamped 0 around
     /// `section` (`batch::compressed_filler_section(count)`).
     pub async fn write_compressed_fillers(&mut self, count: i32, base: i64, section: &[u8]) -> Result<(), MirrorError> {
-        let out = batch::compressed_filler_batch(count, 0, self.fields(base), section);
-        self.send_fillers(out, count, 0, base).await
+        let fields = self.take_fields(count);
+        let out = batch::compressed_filler_batch(count, 0, fields, section);
+        self.send_fillers(out, count, 0, base, fields.base_sequence).await
     }
 
-    async fn send_fillers(&mut self, out: Bytes, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
+    async fn send_fillers(&mut self, out: Bytes, count: i32, timestamp: i64, base: i64, sequence: i32) -> Result<(), MirrorError> {
         let w = Written {
             base,
             records: count,
@@ -122,7 +149,7 @@ impl PartitionSink {
             max_timestamp: timestamp,
             filler: true,
             producer_id: self.producer.producer_id,
-            sequence: sequence_at(base),
+            sequence,
         };
         self.produce(RecordsBlob::whole(out), w).await
     }
@@ -158,7 +185,47 @@ impl PartitionSink {
     /// Gives up on this producer after an error: the batches acknowledged but not yet taken,
     /// and those still in flight (whether they were written is unknown).
     pub fn abandon(&mut self) -> (Vec<Written>, Vec<Written>) {
-        (std::mem::take(&mut self.acknowledged), self.in_flight.drain(..).map(|(_, w)| w).collect())
+        let mut uncertain: Vec<Written> = self.in_flight.drain(..).map(|(_, w)| w).collect();
+        uncertain.extend(self.txn_in_flight.take());
+        (std::mem::take(&mut self.acknowledged), uncertain)
+    }
+
+    /// Sends a source transaction's batch (source producer `source_producer`; its offsets span
+    /// `span`) inside that producer's destination transaction, to land at `base`, once every
+    /// earlier write was acknowledged; returns once it has been.
+    pub async fn write_txn_batch(
+        &mut self,
+        source_producer: i64,
+        batch: &Bytes,
+        records: i32,
+        base: i64,
+        span: i32,
+        max_timestamp: i64,
+    ) -> Result<(), MirrorError> {
+        self.flush().await?;
+        let p = self.txns.prepare(&self.conn, source_producer, batch, span).await?;
+        let w = Written {
+            base,
+            records,
+            bytes: p.blob.len(),
+            max_timestamp,
+            filler: false,
+            producer_id: p.producer_id,
+            sequence: p.sequence,
+        };
+        self.txn_in_flight = Some(w);
+        self.txns.send(&self.conn, p, base).await?;
+        self.txn_in_flight = None;
+        self.acknowledged.push(w);
+        Ok(())
+    }
+
+    /// Ends source producer `source_producer`'s destination transaction where the source's
+    /// marker is (offset `at`), once every earlier write was acknowledged; returns once the
+    /// destination's marker landed there.
+    pub async fn end_txn(&mut self, source_producer: i64, commit: bool, at: i64) -> Result<(), MirrorError> {
+        self.flush().await?;
+        self.txns.end(&self.conn, source_producer, commit, at).await
     }
 
     async fn ack_oldest(&mut self) -> Result<(), MirrorError> {

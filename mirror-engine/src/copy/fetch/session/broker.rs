@@ -17,7 +17,7 @@ use uuid::Uuid;
 use super::round_trip::RoundTrip;
 use super::{Interest, Key, SESSIONS_PER_BROKER, SessionSettings, Wanted};
 use crate::cluster::client::ClusterClient;
-use crate::cluster::fetch::READ_COMMITTED;
+use crate::cluster::fetch::READ_UNCOMMITTED;
 use crate::copy::budget::Budget;
 use crate::copy::fetch::growth::GrowthShare;
 use crate::copy::throttle::Throttle;
@@ -223,7 +223,7 @@ impl BrokerSession {
         };
         req.min_bytes = 1;
         req.max_bytes = i32::try_from(total.clamp(1, i64::from(self.settings.request_max_bytes))).unwrap_or(i32::MAX);
-        req.isolation_level = READ_COMMITTED;
+        req.isolation_level = READ_UNCOMMITTED;
         req.session_id = self.id;
         req.session_epoch = self.epoch;
         req.topics = topics

@@ -4,8 +4,8 @@ use kmp_protocol::kafka_protocol::records::{Compression, RecordBatchDecoder};
 use proptest::prelude::*;
 
 use crate::copy::plan::action::Action;
-use crate::copy::plan::tests::{batch, batch_with, history, kinds, marker, txn_batch};
-use crate::copy::plan::{AbortTracker, Plan, plan_coalesced};
+use crate::copy::plan::tests::{abort_marker, batch, batch_with, history, kinds, marker, txn_batch};
+use crate::copy::plan::{Plan, plan_coalesced};
 
 const LIMIT: usize = 256 * 1024;
 
@@ -15,6 +15,7 @@ const LIMIT: usize = 256 * 1024;
 enum At {
     Record(i64, Option<Bytes>, Option<Bytes>, Vec<(String, Option<Bytes>)>),
     Filler,
+    Marker(bool),
 }
 
 fn contents(p: &Plan) -> Vec<(i64, At)> {
@@ -30,13 +31,14 @@ fn contents(p: &Plan) -> Vec<(i64, At)> {
                     out.push((r.offset, At::Record(r.timestamp, r.key, r.value, headers)));
                 }
             }
+            Action::Marker { base, commit, .. } => out.push((*base, At::Marker(*commit))),
         }
     }
     out
 }
 
 fn coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, limit: usize) -> Plan {
-    plan_coalesced(next, batches, &mut AbortTracker::default(), limit).unwrap()
+    plan_coalesced(next, batches, limit).unwrap()
 }
 
 #[test]
@@ -98,21 +100,22 @@ fn merged_batches_stay_within_the_limit() {
 }
 
 #[test]
-fn committed_transactions_merge_and_aborted_data_and_markers_stay_fillers() {
-    let mut aborts = AbortTracker::default();
-    aborts.extend([(8, 3)]);
+fn transactional_batches_and_markers_are_never_merged() {
     let batches = vec![
         batch(0, 1),
         txn_batch(1, 1, 7),
-        marker(2, 7),
-        txn_batch(3, 2, 8),
-        marker(5, 8),
-        batch(6, 1),
+        txn_batch(2, 1, 7),
+        marker(3, 7),
+        txn_batch(4, 2, 8),
+        abort_marker(6, 8),
         batch(7, 1),
+        batch(8, 1),
     ];
-    let p = plan_coalesced(0, batches, &mut aborts, LIMIT).unwrap();
-    // The committed batch is zstd, the plain ones lz4: codecs end runs too.
-    assert_eq!(kinds(&p), vec![('W', 0, 1), ('W', 1, 1), ('F', 2, 1), ('F', 3, 2), ('F', 5, 1), ('R', 6, 2)]);
+    let p = plan_coalesced(0, batches, LIMIT).unwrap();
+    assert_eq!(
+        kinds(&p),
+        vec![('W', 0, 1), ('W', 1, 1), ('W', 2, 1), ('C', 3, 1), ('W', 4, 2), ('A', 6, 1), ('R', 7, 2)]
+    );
 }
 
 #[test]
@@ -158,14 +161,11 @@ proptest! {
         cut in 0usize..1000,
         limit in prop_oneof![Just(16 * 1024usize), Just(LIMIT), 2048usize..8192],
     ) {
-        let (batches, aborted, _) = history(&spec);
+        let (batches, _) = history(&spec);
         let end = batches.last().map_or(0, |(h, _)| h.next_offset());
         let next = (cut as i64) % (end + 1);
-        let (mut a1, mut a2) = (AbortTracker::default(), AbortTracker::default());
-        a1.extend(aborted.clone());
-        a2.extend(aborted);
-        let alone = plan_coalesced(next, batches.clone(), &mut a1, 0).unwrap();
-        let merged = plan_coalesced(next, batches, &mut a2, limit).unwrap();
+        let alone = plan_coalesced(next, batches.clone(), 0).unwrap();
+        let merged = plan_coalesced(next, batches, limit).unwrap();
         prop_assert_eq!(merged.next, alone.next);
         prop_assert_eq!(contents(&merged), contents(&alone));
         prop_assert!(merged.actions.len() <= alone.actions.len());

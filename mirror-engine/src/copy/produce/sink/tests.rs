@@ -89,6 +89,11 @@ async fn fake_leader(refuse: usize) -> (String, Log) {
 }
 
 async fn sink_to(addr: &str, max_in_flight: usize) -> PartitionSink {
+    sink_at(addr, max_in_flight, 0).await
+}
+
+/// A sink whose first batch carries sequence `next_sequence`.
+async fn sink_at(addr: &str, max_in_flight: usize, next_sequence: i32) -> PartitionSink {
     let client = ClusterClient::new("destination", vec![addr.to_owned()], Duration::from_secs(5));
     let producers = Producers::new(client.clone(), ProduceSettings::default(), crate::lease::Lease::forever());
     let conn = SharedConnection::new(client.connect_to(addr, "t").await.unwrap());
@@ -96,7 +101,8 @@ async fn sink_to(addr: &str, max_in_flight: usize) -> PartitionSink {
         producer_id: 12,
         producer_epoch: 0,
     };
-    PartitionSink::open(conn, producers, producer, "t", 0, max_in_flight)
+    let txns = crate::copy::txn::Transactions::new(client, producers.clone(), "t", [0; 16], 0);
+    PartitionSink::open(conn, producers, producer, next_sequence, txns, "t", 0, max_in_flight)
 }
 
 #[tokio::test]
@@ -138,23 +144,40 @@ async fn once_the_first_batch_is_acknowledged_the_rest_are_pipelined_in_order() 
 }
 
 #[tokio::test]
-async fn a_second_writer_that_planned_for_an_older_log_end_is_refused_and_appends_nothing() {
+async fn a_second_writer_whose_sequence_is_behind_the_leaders_is_refused_and_appends_nothing() {
     let (addr, log) = fake_leader(0).await;
     let mut active = sink_to(&addr, 5).await;
-    let mut stale = sink_to(&addr, 5).await;
     for base in [0, 10] {
         active.write_fillers(10, 1_000, base).await.expect("written");
     }
     active.flush().await.expect("acknowledged");
-    // A former active engine woke up believing the log ends at 10: its batch for 10..19 repeats
-    // the last one exactly (answered as the duplicate it is), its next one for 15 does not fit.
+    // A former active engine woke up with the sequence it derived when the log ended at 10: its
+    // batch for 10..19 repeats the last one exactly (answered as the duplicate it is).
+    let mut stale = sink_at(&addr, 5, 10).await;
     stale.write_fillers(10, 1_000, 10).await.expect("sent");
     stale.flush().await.expect("a repeat of the last batch is acknowledged at its own offset");
-    stale.write_fillers(10, 1_000, 15).await.expect("sent");
-    let e = stale.flush().await.expect_err("a batch not at the log end is refused");
+    // One that derived its sequence even earlier (log end 5) does not fit at all.
+    let mut older = sink_at(&addr, 5, 5).await;
+    older.write_fillers(10, 1_000, 5).await.expect("sent");
+    let e = older.flush().await.expect_err("a batch whose sequence is behind is refused");
     assert!(matches!(e, MirrorError::Broker { code: 45, .. }), "{e}");
     // The writer that is right goes on.
     active.write_fillers(10, 1_000, 20).await.expect("written");
     active.flush().await.expect("acknowledged");
     assert_eq!(*log.lock().unwrap(), vec![(0, 0), (10, 10), (20, 20)], "every offset written once, in order");
+}
+
+#[tokio::test]
+async fn an_attempt_continues_the_sequence_it_was_opened_with_whatever_the_offsets() {
+    let (addr, log) = fake_leader(0).await;
+    // Offsets 0..6 were written by other producers (a source transaction and its marker): the
+    // engine's producer starts with no state on the leader, at sequence 0, and its batches
+    // continue from there while landing at their own offsets.
+    let mut sink = sink_at(&addr, 5, 0).await;
+    sink.write_fillers(4, 1_000, 0).await.expect("written");
+    sink.write_fillers(3, 1_000, 4).await.expect("written");
+    sink.flush().await.expect("acknowledged");
+    let acked: Vec<_> = sink.take_acknowledged().iter().map(|w| (w.base, w.sequence)).collect();
+    assert_eq!(acked, vec![(0, 0), (4, 4)]);
+    assert_eq!(*log.lock().unwrap(), vec![(0, 0), (4, 4)]);
 }

@@ -71,7 +71,7 @@ fn the_first_request_is_a_full_fetch_that_creates_a_session() {
     assert_eq!(sent_partitions(&req), vec![(0, 10), (1, 20)]);
     assert_eq!(sent.len(), 2);
     assert_eq!(req.max_bytes, 2000, "the response is bounded by what the partitions asked for");
-    assert_eq!(req.isolation_level, READ_COMMITTED);
+    assert_eq!(req.isolation_level, READ_UNCOMMITTED);
 }
 
 #[test]
