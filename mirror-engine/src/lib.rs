@@ -41,6 +41,7 @@ pub use control::handle::Control;
 pub use control::rpc::{described_partition, is_mutating as is_mutating_rpc};
 pub use control::{LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use copy::budget::Budget;
+pub use copy::txn::TXN_ID_PREFIX;
 pub use engine::auto::{ElectionView, EngineSlot, auto};
 pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow};
 pub use error::MirrorError;

@@ -193,3 +193,17 @@ def test_a_proxy_killed_in_the_middle_of_a_source_transaction_continues_it_after
         assert sum(k.startswith(b"before-kill") for k in committed) == 10, "the records written before the kill committed with the rest"
     finally:
         assert proxy.stop() == 0, proxy.log()[-3000:]
+
+
+def test_a_client_cannot_use_the_engines_transactional_ids_through_the_proxy(proxy):
+    from confluent_kafka import KafkaError, KafkaException
+
+    engine = Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": "kmp-engine.txn.00000000000000000000000000000000.0.1"})
+    try:
+        engine.init_transactions(20)
+        raise AssertionError("InitProducerId for an engine transactional id was accepted through the proxy")
+    except KafkaException as e:
+        err = e.args[0]
+        assert err.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, f"refused as not authorized: {err}"
+    own = Producer({"bootstrap.servers": proxy.bootstrap, "transactional.id": unique("kmp-engine-lookalike")})
+    own.init_transactions(30)  # any other transactional id works

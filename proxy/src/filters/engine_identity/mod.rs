@@ -21,6 +21,9 @@
 //! get POLICY_VIOLATION (44): a quota there throttles mirroring for everybody. Other entries
 //! (and DescribeClientQuotas) go to the broker.
 //!
+//! The engine's transactional ids (`kmp-engine.txn.…`) are refused in every transaction API
+//! (`txns`).
+//!
 //! Cost: a group request is decoded only when its raw bytes contain an engine group's name (or,
 //! for JoinGroup, the protocol type), found by a SIMD substring search after the API key said it
 //! is a group API; ordinary group traffic stays raw. ListGroups answers are decoded only when they
@@ -37,6 +40,7 @@ use crate::error::ProxyError;
 
 mod groups;
 mod quotas;
+mod txns;
 
 use groups::{group_api, unlisted};
 
@@ -103,6 +107,7 @@ impl Filter for EngineIdentityGuard {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         match ApiKey::try_from(x.api_key) {
             Ok(ApiKey::AlterClientQuotas) => true,
+            Ok(k) if txns::txn_api(k) && txns::may_name(x.frame()) => true,
             Ok(k) if group_api(k) => may_name_group(x.frame(), &conn.shared.config.engine.group_id, k == ApiKey::JoinGroup),
             _ => false,
         }
@@ -138,6 +143,14 @@ impl Filter for EngineIdentityGuard {
 fn check(frame: &Bytes, api_key: i16, version: i16, who: &Protected) -> Result<Decision, ProtocolError> {
     match ApiKey::try_from(api_key) {
         Ok(ApiKey::AlterClientQuotas) => quotas::check(frame, version, who),
+        Ok(ApiKey::FindCoordinator) => match txns::find_coordinator(frame, version)? {
+            Decision::Forward => groups::check(frame, ApiKey::FindCoordinator, version, who),
+            refused => Ok(refused),
+        },
+        Ok(key) if txns::txn_api(key) => match txns::check(frame, key, version)? {
+            Decision::Forward if group_api(key) => groups::check(frame, key, version, who),
+            decided => Ok(decided),
+        },
         Ok(key) => groups::check(frame, key, version, who),
         Err(_) => Ok(Decision::Forward),
     }

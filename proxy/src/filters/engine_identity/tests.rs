@@ -270,3 +270,120 @@ fn quotas_naming_the_engines_client_id_or_the_proxys_user_are_refused_and_others
         "quotas of other entities (and the default) pass"
     );
 }
+
+const ENGINE_TXN: &str = "kmp-engine.txn.abababababababababababababababab.0.4711";
+
+fn tid(v: &str) -> kmp_protocol::kafka_protocol::messages::TransactionalId {
+    kmp_protocol::kafka_protocol::messages::TransactionalId(s(v))
+}
+
+#[test]
+fn every_transaction_api_naming_an_engine_transactional_id_is_refused_and_others_pass() {
+    use kmp_protocol::kafka_protocol::messages::{
+        AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, EndTxnRequest, EndTxnResponse,
+        InitProducerIdRequest, InitProducerIdResponse, TxnOffsetCommitRequest, TxnOffsetCommitResponse, add_partitions_to_txn_request,
+        txn_offset_commit_request,
+    };
+    let who = protected();
+    for (id, ours) in [(ENGINE_TXN, true), ("orders-app-1", false)] {
+        let mut init = InitProducerIdRequest::default();
+        init.transactional_id = Some(tid(id));
+        let d = check(&frame(ApiKey::InitProducerId, 4, &init), ApiKey::InitProducerId as i16, 4, &who).unwrap();
+        if !ours {
+            assert!(matches!(d, Decision::Forward), "InitProducerId of {id} forwarded");
+            continue;
+        }
+        let r: InitProducerIdResponse = refused(d, ApiKey::InitProducerId, 4);
+        assert_eq!(
+            (r.error_code, r.producer_id.0),
+            (53, -1),
+            "InitProducerId: TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        );
+
+        let mut add = AddPartitionsToTxnRequest::default();
+        add.v3_and_below_transactional_id = tid(id);
+        let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+        t.name = kmp_protocol::kafka_protocol::messages::TopicName(s("mirrored"));
+        t.partitions = vec![0, 1];
+        add.v3_and_below_topics = vec![t];
+        let r: AddPartitionsToTxnResponse = refused(
+            check(&frame(ApiKey::AddPartitionsToTxn, 3, &add), 24, 3, &who).unwrap(),
+            ApiKey::AddPartitionsToTxn,
+            3,
+        );
+        let codes: Vec<i16> = r.results_by_topic_v3_and_below[0]
+            .results_by_partition
+            .iter()
+            .map(|p| p.partition_error_code)
+            .collect();
+        assert_eq!(codes, vec![53, 53], "AddPartitionsToTxn: every partition refused");
+
+        let mut end = EndTxnRequest::default();
+        end.transactional_id = tid(id);
+        let r: EndTxnResponse = refused(check(&frame(ApiKey::EndTxn, 3, &end), 26, 3, &who).unwrap(), ApiKey::EndTxn, 3);
+        assert_eq!(r.error_code, 53, "EndTxn");
+
+        let mut offsets = AddOffsetsToTxnRequest::default();
+        offsets.transactional_id = tid(id);
+        offsets.group_id = gid("app");
+        let r: AddOffsetsToTxnResponse = refused(
+            check(&frame(ApiKey::AddOffsetsToTxn, 3, &offsets), 25, 3, &who).unwrap(),
+            ApiKey::AddOffsetsToTxn,
+            3,
+        );
+        assert_eq!(r.error_code, 53, "AddOffsetsToTxn");
+
+        let mut commit = TxnOffsetCommitRequest::default();
+        commit.transactional_id = tid(id);
+        commit.group_id = gid("app");
+        let mut ct = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+        ct.name = kmp_protocol::kafka_protocol::messages::TopicName(s("other"));
+        let mut cp = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+        cp.partition_index = 2;
+        ct.partitions = vec![cp];
+        commit.topics = vec![ct];
+        let r: TxnOffsetCommitResponse = refused(
+            check(&frame(ApiKey::TxnOffsetCommit, 3, &commit), 28, 3, &who).unwrap(),
+            ApiKey::TxnOffsetCommit,
+            3,
+        );
+        assert_eq!(r.topics[0].partitions[0].error_code, 53, "TxnOffsetCommit");
+    }
+}
+
+#[test]
+fn describe_transactions_and_find_coordinator_lose_only_the_engine_transactional_ids() {
+    use kmp_protocol::kafka_protocol::messages::{DescribeTransactionsRequest, DescribeTransactionsResponse};
+    let who = protected();
+    let mut d = DescribeTransactionsRequest::default();
+    d.transactional_ids = vec![tid("app-1"), tid(ENGINE_TXN)];
+    let Decision::Split(rest, merge, 1) = check(&frame(ApiKey::DescribeTransactions, 0, &d), 65, 0, &who).unwrap() else {
+        panic!("DescribeTransactions of two ids was not split")
+    };
+    let (_, fwd) = decode_request::<DescribeTransactionsRequest>(&rest, ApiKey::DescribeTransactions, 0).unwrap();
+    assert_eq!(fwd.transactional_ids, vec![tid("app-1")]);
+    let merged = merge(encode_response(9, ApiKey::DescribeTransactions, 0, &DescribeTransactionsResponse::default()).unwrap()).unwrap();
+    let (_, resp) = decode_response::<DescribeTransactionsResponse>(&merged, ApiKey::DescribeTransactions, 0).unwrap();
+    assert_eq!(
+        (resp.transaction_states[0].transactional_id.as_str(), resp.transaction_states[0].error_code),
+        (ENGINE_TXN, 53)
+    );
+
+    let mut old = FindCoordinatorRequest::default();
+    old.key = s(ENGINE_TXN);
+    old.key_type = 1;
+    let r: FindCoordinatorResponse = refused(
+        check(&frame(ApiKey::FindCoordinator, 3, &old), 10, 3, &who).unwrap(),
+        ApiKey::FindCoordinator,
+        3,
+    );
+    assert_eq!((r.error_code, r.node_id.0), (53, -1), "v3: refused, no coordinator");
+    let mut new = FindCoordinatorRequest::default();
+    new.key_type = 1;
+    new.coordinator_keys = vec![s("app-1"), s(ENGINE_TXN)];
+    let Decision::Split(rest, _, 1) = check(&frame(ApiKey::FindCoordinator, 4, &new), 10, 4, &who).unwrap() else {
+        panic!("FindCoordinator v4 of two transactional ids was not split")
+    };
+    let (_, fwd) = decode_request::<FindCoordinatorRequest>(&rest, ApiKey::FindCoordinator, 4).unwrap();
+    assert_eq!(fwd.coordinator_keys, vec![s("app-1")]);
+}
