@@ -4,9 +4,9 @@
 //! end its transaction early (EndTxn: a marker where the source has a record, the partition
 //! FAILs) or add its own offsets to it. InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn,
 //! EndTxn and TxnOffsetCommit naming one are refused whole with
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53); DescribeTransactions and FindCoordinator (key type
-//! 1) lose only the engine's ids, answered with that error next to the broker's answer to the
-//! rest. Produce is not among them: a mirror topic refuses every client write, and a stopped
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53); DescribeTransactions and FindCoordinator for
+//! transactional ids lose only the engine's ids, answered with that error next to the broker's
+//! answer to the rest. Produce is not among them: a mirror topic refuses every client write, and a stopped
 //! one's engine transactions were aborted (a Produce under the id then fails the broker's
 //! transaction verification).
 
