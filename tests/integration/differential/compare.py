@@ -2,9 +2,10 @@
 
 Rules, per partition, for each isolation level read through the proxy:
 
-* the expected records are the source's **committed** records (read_committed from the source):
-  aborted source data is never copied and fillers are masked as markers by the proxy, so a
-  read_uncommitted consumer of the proxy must see exactly those too;
+* each isolation level of the proxy is compared with the same isolation level of the source:
+  read_committed readers see the committed records, read_uncommitted readers every record,
+  aborted transactions' included (the engine replays source transactions in destination
+  transactions); fillers are masked as markers by the proxy at both levels;
 * every expected record must be there at the same offset with the same key, value, headers,
   timestamp type and timestamp — a missing record fails, whatever is at its offset. One
   exception on the type: a LogAppendTime source topic's records may show as CreateTime with the
@@ -14,8 +15,9 @@ Rules, per partition, for each isolation level read through the proxy:
 * on a compacted topic the destination may also hold records the source's cleaner removed
   *after* they were copied (the destination does not compact on its own, see
   ``mirror_ops.CONFIG_EXCLUDE``). Such an extra record is accepted only if it is exactly the
-  record produced at that offset (the model from the delivery reports), not from an aborted
-  transaction, and compaction could remove it: a tombstone, or a key written again later;
+  record produced at that offset (the model from the delivery reports) and compaction could
+  remove it: a tombstone, or a key written again later; or, read_uncommitted, a record of an
+  aborted transaction (the cleaner removes those whatever their key);
 * log start offsets and high watermarks are equal.
 
 ``/metrics`` must list every partition of the seed's mirror in ``kmp_mirror_failed`` with 0.
@@ -92,7 +94,7 @@ class Comparison:
         self.problems: list[str] = []
         self.first: tuple[str, TP, int] | None = None  # (what, partition, first differing offset) of the first problem
 
-    def _extra_allowed(self, tp: TP, rec: Rec) -> str | None:
+    def _extra_allowed(self, tp: TP, rec: Rec, uncommitted: bool) -> str | None:
         """None if a destination-only record is a legitimately compacted-away source record."""
         if self.kinds[tp[0]] != "compact":
             return "not in the source"
@@ -102,6 +104,8 @@ class Comparison:
             return "never produced at this offset"
         if (produced.key, produced.value, produced.headers) != (key, value, headers):
             return "differs from what was produced at this offset"
+        if produced.txn and self.txn_outcome.get(produced.txn) == "aborted" and uncommitted:
+            return None
         if produced.txn and self.txn_outcome.get(produced.txn) != "committed":
             return f"from transaction {produced.txn} ({self.txn_outcome.get(produced.txn, 'never ended')})"
         if key is None:
@@ -121,7 +125,8 @@ class Comparison:
         have = {r[0]: r for r in got}
         missing = [o for o in exp if o not in have]
         different = [o for o in exp if o in have and not self.same(exp[o], have[o])]
-        extra = {o: self._extra_allowed(tp, have[o]) for o in have if o not in exp}
+        uncommitted = "read_uncommitted" in label
+        extra = {o: self._extra_allowed(tp, have[o], uncommitted) for o in have if o not in exp}
         extra = {o: why for o, why in extra.items() if why}
         bad = sorted(missing + different + list(extra))
         if not bad:
@@ -139,15 +144,15 @@ class Comparison:
             lines.append(f"  extra ({len(extra)}): offsets {ranges(list(extra))} — {'; '.join(whys)}")
         offsets = sorted(set(exp) | set(have))
         i = offsets.index(first)
-        lines.append("  offset | source (read_committed) | proxy")
+        lines.append(f"  offset | source ({'read_uncommitted' if uncommitted else 'read_committed'}) | proxy")
         for o in offsets[max(0, i - WINDOW): i + WINDOW + 1]:
             mark = ">" if o in bad else " "
             lines.append(f"  {mark}{o:6d} | {show(exp.get(o))} | {show(have.get(o))}")
         self.problems.append("\n".join(lines))
 
-    def watermarks(self, tp: TP, src: tuple[int, int], dst: tuple[int, int]) -> None:
+    def watermarks(self, tp: TP, src: tuple[int, int], dst: tuple[int, int], what: str = "(log start, high watermark)") -> None:
         if src != dst:
-            self.problems.append(f"{tp[0]}/{tp[1]}: source (log start, high watermark) {src} != destination through the proxy {dst}")
+            self.problems.append(f"{tp[0]}/{tp[1]}: source {what} {src} != destination through the proxy {dst}")
 
     def metrics(self, text: str, mirror: str, tps: list[TP]) -> None:
         failed = failed_series(text, mirror)

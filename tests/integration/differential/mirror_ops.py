@@ -6,7 +6,8 @@ started, paused and resumed, and at the end stopped and the mirror deleted. It a
 faults: the proxy killed with SIGKILL and started again (same ports and state topic), and the
 destination broker leading a mirrored partition killed with SIGKILL and started again later (the
 history says when; the runner makes sure it is back before comparing). ``catch_up`` waits, bounded,
-until the destination (read through the proxy) has everything the source committed.
+until the destination (read through the proxy) has everything the source has, open transactions
+included, with the same last stable offsets.
 """
 
 from __future__ import annotations
@@ -161,19 +162,23 @@ class MirrorSide:
 
     def lag(self, topics: list[int]) -> dict[TP, tuple]:
         """Partitions of ``topics`` where the destination (through the proxy) differs from the
-        source: (source log start, source committed end, destination log start, destination end)."""
+        source: (source log start, high watermark, last stable offset, and the same of the
+        destination). Open transactions are copied too, so both ends must match."""
         names = [self.names[t] for t in topics]
         src_counts = partition_counts(self.source_bootstrap, names)
         dst_counts = partition_counts(self.proxy.bootstrap, names)
         tps = [(n, p) for n in names for p in range(src_counts[n])]
-        src = watermarks(self.source_bootstrap, tps, "read_committed")
+        src = watermarks(self.source_bootstrap, tps)
+        src_stable = watermarks(self.source_bootstrap, tps, "read_committed")
         present = [tp for tp in tps if tp[1] < dst_counts.get(tp[0], 0)]
         dst = watermarks(self.proxy.bootstrap, present)
+        dst_stable = watermarks(self.proxy.bootstrap, present, "read_committed")
         out = {}
         for tp in tps:
-            d = dst.get(tp, ("missing", "missing"))
-            if (src[tp][0], src[tp][1]) != d:
-                out[tp] = (src[tp][0], src[tp][1], d[0], d[1])
+            s = (src[tp][0], src[tp][1], src_stable[tp][1])
+            d = (dst[tp][0], dst[tp][1], dst_stable[tp][1]) if tp in dst else ("missing",) * 3
+            if s != d:
+                out[tp] = s + d
         return out
 
     def catch_up(self, topics: list[int] | None = None, timeout: float = CATCH_UP_S) -> str:
@@ -190,7 +195,7 @@ class MirrorSide:
                 behind = {("(error)", -1): (str(e),)}
             return not behind
 
-        wait_until("the destination to have what the source committed (log starts and ends equal, through the proxy)", done, timeout, 0.3,
-                   lambda: "(source log start, source committed end, destination log start, destination end):\n" +
+        wait_until("the destination to have what the source has (log starts, ends and last stable offsets equal, through the proxy)", done, timeout, 0.3,
+                   lambda: "(source log start, end, last stable offset, destination log start, end, last stable offset):\n" +
                    "\n".join(f"  {tp}: {v}" for tp, v in sorted(behind.items())) + f"\nmirror {self.mirror}:\n{self.describe()}")
         return f"caught up: {', '.join(self.names[t] for t in topics)}"

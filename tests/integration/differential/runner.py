@@ -58,6 +58,8 @@ class Run:
         hedge = int(history.get("seed", 0)) % 2 == 1
         self.mirror = MirrorSide(env.proxy, env.destination, env.source.bootstrap, f"diff-{tag}", self.names, self.log, hedge)
         self.records = 0
+        # Comparisons made in the middle of the history (after each catch_up).
+        self.mid_compares = 0
 
     def second_fetches(self) -> tuple[float, float]:
         """The proxy's counters of second Fetches sent and of older answers cut and used."""
@@ -83,7 +85,17 @@ class Run:
         if kind in ("start", "pause", "resume", "kill_proxy", "kill_dest_leader", "restart_dest_broker"):
             return getattr(m, kind)(op)
         if kind == "catch_up":
-            return m.catch_up()
+            out = m.catch_up()
+            running = sorted(m.started - m.paused)
+            if running:
+                # A comparison in the middle of the history, transactions maybe still open.
+                t0 = time.time()
+                counts = partition_counts(self.env.source.bootstrap, [self.names[t] for t in running])
+                tps = [(self.names[t], p) for t in running for p in range(counts[self.names[t]])]
+                self.compare(tps, f"at operation {i}")
+                self.mid_compares += 1
+                out += f"; source and proxy compared at both isolation levels ({time.time() - t0:.1f}s)"
+            return out
         raise ValueError(f"unknown operation {kind}")
 
     def run(self) -> str:
@@ -126,7 +138,7 @@ class Run:
         ops = len(self.history["ops"])
         timing = " ".join(f"{k} {v:.1f}s" for k, v in phases.items())
         return (f"{self.case}: {len(self.names)} topic(s) {[t['kind'] for t in self.history['topics']]}, {ops} ops "
-                f"{expensive(self.history)}, {self.records} committed records compared, {time.time() - started:.1f}s ({timing}); "
+                f"{expensive(self.history)}, {self.records} committed records compared at the end and at {self.mid_compares} catch-ups before it, {time.time() - started:.1f}s ({timing}); "
                 + next((l for l in reversed(self.lines) if l.startswith("second Fetches")), ""))
 
     def converge_and_compare(self, phases: dict[str, float]) -> None:
@@ -137,29 +149,39 @@ class Run:
         self.mirror.catch_up(list(range(len(self.names))))
         counts = partition_counts(self.env.source.bootstrap, self.names)
         tps = [(n, p) for n in self.names for p in range(counts[n])]
-        # An empty partition matches the source as soon as its destination topic exists, maybe
-        # before its copy task reports: wait until every partition is on /metrics.
-        wait_until("every partition of the mirror on /metrics (kmp_mirror_failed)",
-                   lambda: set(tps) <= set(failed_series(self.env.proxy.http("/metrics")[1], self.mirror.mirror)), 15, 0.2,
-                   lambda: f"want {tps}, /metrics has {failed_series(self.env.proxy.http('/metrics')[1], self.mirror.mirror)}")
         phases["converge"] = time.time() - t0
         self.log(f"converged in {phases['converge']:.1f}s")
         t0 = time.time()
         src_wm = watermarks(self.env.source.bootstrap, tps)
         lso = watermarks(self.env.source.bootstrap, tps, "read_committed")
         assert src_wm == lso, f"the history left a transaction open on the source: {src_wm} vs {lso}"
+        self.records = self.compare(tps, "at the end")
+        phases["compare"] = time.time() - t0
+
+    def compare(self, tps: list[TP], when: str) -> int:
+        """Reads the source and the proxy at both isolation levels (read_committed up to the last
+        stable offset) and compares them, with their ends and ``/metrics``; returns the number
+        of committed source records compared."""
+        # An empty partition matches the source as soon as its destination topic exists, maybe
+        # before its copy task reports: wait until every partition is on /metrics.
+        wait_until("every partition of the mirror on /metrics (kmp_mirror_failed)",
+                   lambda: set(tps) <= set(failed_series(self.env.proxy.http("/metrics")[1], self.mirror.mirror)), 15, 0.2,
+                   lambda: f"want {tps}, /metrics has {failed_series(self.env.proxy.http('/metrics')[1], self.mirror.mirror)}")
+        src_wm = watermarks(self.env.source.bootstrap, tps)
+        src_stable = watermarks(self.env.source.bootstrap, tps, "read_committed")
         reads: dict[str, dict] = {}
         errors: list[BaseException] = []
 
-        def read(label: str, bootstrap: str, isolation: str) -> None:
+        def read(label: str, bootstrap: str, isolation: str, ranges: dict) -> None:
             try:
-                reads[label] = read_records(bootstrap, src_wm, isolation)
+                reads[label] = read_records(bootstrap, ranges, isolation)
             except BaseException as e:  # noqa: BLE001
                 errors.append(e)
 
-        jobs = [("source", self.env.source.bootstrap, "read_committed"),
-                ("proxy read_committed", self.env.proxy.bootstrap, "read_committed"),
-                ("proxy read_uncommitted", self.env.proxy.bootstrap, "read_uncommitted")]
+        jobs = [("source read_committed", self.env.source.bootstrap, "read_committed", src_stable),
+                ("source read_uncommitted", self.env.source.bootstrap, "read_uncommitted", src_wm),
+                ("proxy read_committed", self.env.proxy.bootstrap, "read_committed", src_stable),
+                ("proxy read_uncommitted", self.env.proxy.bootstrap, "read_uncommitted", src_wm)]
         threads = [threading.Thread(target=read, args=j) for j in jobs]
         for t in threads:
             t.start()
@@ -168,18 +190,20 @@ class Run:
         if errors:
             raise errors[0]
         dst_wm = watermarks(self.env.proxy.bootstrap, tps)
+        dst_stable = watermarks(self.env.proxy.bootstrap, tps, "read_committed")
         src_after = watermarks(self.env.source.bootstrap, tps)
+        src_stable_after = watermarks(self.env.source.bootstrap, tps, "read_committed")
         cmp = Comparison(self.kinds, self.src.model, self.src.txn_outcome)
         for tp in tps:
             cmp.watermarks(tp, src_after[tp], dst_wm[tp])
-            for label in ("proxy read_committed", "proxy read_uncommitted"):
-                cmp.records(label, tp, reads["source"][tp], reads[label][tp])
+            cmp.watermarks(tp, src_stable_after[tp], dst_stable[tp], "(log start, last stable offset)")
+            for isolation in ("read_committed", "read_uncommitted"):
+                cmp.records(f"{when}: proxy {isolation}", tp, reads[f"source {isolation}"][tp], reads[f"proxy {isolation}"][tp])
         _, metrics = self.env.proxy.http("/metrics")
         cmp.metrics(metrics, self.mirror.mirror, tps)
-        self.records = sum(len(v) for v in reads["source"].values())
-        phases["compare"] = time.time() - t0
         if cmp.problems:
             raise AssertionError(cmp.report() + self.direct_view(cmp, src_wm))
+        return sum(len(v) for v in reads["source read_committed"].values())
 
     def direct_view(self, cmp: Comparison, wm: dict) -> str:
         """What the destination itself holds around the first difference (fillers visible)."""

@@ -51,6 +51,11 @@ const RETRY_LATER: i16 = ResponseError::RequestTimedOut.code();
 /// Longest wait for a coordinator to finish a previous transaction of the same id, or for a
 /// marker to land, before the attempt fails (retriable).
 const WAIT_LIMIT: Duration = Duration::from_secs(30);
+/// Most source producers one partition's attempt keeps a destination producer for. Beyond it,
+/// those whose transaction ended are forgotten (looked up again if they come back); a source
+/// with more transactions open at once on one partition fails the partition (a source that
+/// makes up producer ids must not make the engine hold one destination producer each).
+pub(crate) const MAX_SLOTS: usize = 1_000;
 
 /// The transactional id replaying source producer `source_producer` on a destination partition.
 pub fn transactional_id(topic_id: [u8; 16], partition: i32, source_producer: i64) -> String {
@@ -107,6 +112,15 @@ impl Transactions {
     /// The slot replaying `source_producer`, looked up (and adopted) on first use.
     async fn slot(&mut self, leader: &SharedConnection, source_producer: i64) -> Result<&mut Slot, MirrorError> {
         if !self.slots.contains_key(&source_producer) {
+            if self.slots.len() >= MAX_SLOTS {
+                self.slots.retain(|_, s| s.open);
+            }
+            if self.slots.len() >= MAX_SLOTS {
+                return Err(MirrorError::Unsupported(format!(
+                    "{}-{}: more than {MAX_SLOTS} source transactions open at once on one partition",
+                    self.topic, self.partition
+                )));
+            }
             let s = self.resolve(leader, source_producer).await?;
             self.slots.insert(source_producer, s);
         }
