@@ -19,12 +19,14 @@ pub(crate) enum TermCommand {
     /// Launch a mirror created through the API (its discovery and sync loops); `done` once it
     /// is registered and its loops are spawned.
     Launch { def: Box<MirrorConfig>, done: oneshot::Sender<()> },
-    /// Run the last consumer- and share-group offset passes of `topics` of `mirror`, which are
-    /// being stopped; `done` once they ran.
+    /// Abort the destination transactions still open on `topics` of `mirror`, which are being
+    /// stopped (`copy::txn::abort_open`), then run their last consumer- and share-group offset
+    /// passes; `done` once they ran, with the topics whose transactions could not be aborted and
+    /// why (those must stay read-only).
     FinalSync {
         mirror: String,
         topics: Vec<String>,
-        done: oneshot::Sender<()>,
+        done: oneshot::Sender<Vec<(String, String)>>,
     },
 }
 

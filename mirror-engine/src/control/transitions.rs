@@ -64,10 +64,19 @@ impl TermControl {
                 topics,
                 done,
             };
+            let mut undecided = Vec::new();
             if self.command(sync).await {
-                let _ = synced.await;
+                undecided = synced.await.unwrap_or_default();
             }
             for (i, t) in &halted {
+                if let Some((_, why)) = undecided.iter().find(|(u, _)| u == t) {
+                    out[*i] = TopicResult::err(
+                        t,
+                        codes::REQUEST_TIMED_OUT,
+                        format!("{t} stopped copying but a destination transaction still open could not be aborted ({why}); it stays read-only, retry the stop"),
+                    );
+                    continue;
+                }
                 // Recorded first: proxies following the state topic open the topic from this
                 // record, so none of them does before copying has stopped here.
                 if let Err(e) = self.record_writable(t).await {

@@ -219,9 +219,9 @@ impl PartitionTask {
     }
 
     /// Stops copying for a pause or a stop: the copy was cancelled, so writes may still be in
-    /// flight; once the destination log end has settled it is the last mirrored offset. A stop
-    /// first aborts the destination transactions still open (`copy::txn::abort_open`); a pause
-    /// keeps them open.
+    /// flight; once the destination log end has settled it is the last mirrored offset. The
+    /// destination transactions still open stay so here: a stop aborts them once every
+    /// partition halted, before the topic becomes writable (`copy::txn::abort_topic`).
     async fn halt(&self, to: Desired, uncertain: Vec<Written>) {
         let (transitional, done) = match to {
             Desired::Stopped => (PartitionState::Stopping, PartitionState::Stopped),
@@ -234,10 +234,6 @@ impl PartitionTask {
         for _ in 0..8 {
             let settled = async {
                 let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
-                if to == Desired::Stopped {
-                    // A stopped topic keeps no transaction the source had not decided.
-                    crate::copy::txn::abort_open(&self.destination, &self.producers, &conn, topic, *partition).await?;
-                }
                 let (log_start, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
                 self.account_landed(&conn, epoch, uncertain.clone(), log_start, e).await?;
                 Ok::<_, MirrorError>(e)

@@ -242,8 +242,15 @@ async fn run_commands(shared: Shared, store: Arc<StateStore>, mut commands: mpsc
                 let shared = shared.clone();
                 tokio::spawn(
                     async move {
+                        let mut failed = Vec::new();
+                        for t in &topics {
+                            if let Err(e) = crate::copy::txn::abort_topic(&shared.destination, &shared.producers, t).await {
+                                warn!(topic = %t, error = %e, "cannot abort the destination transactions still open at stop");
+                                failed.push((t.clone(), e.to_string()));
+                            }
+                        }
                         sync::final_group_sync(shared, mirror, topics).await;
-                        let _ = done.send(());
+                        let _ = done.send(failed);
                     }
                     .in_current_span(),
                 );

@@ -35,6 +35,16 @@ impl PartitionTask {
         }
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
+        let dest_topic_id = self.destination.layout(topic).await?.topic_id;
+        if next > dest_log_start {
+            // The destination may end with a marker its coordinator wrote on its own.
+            let (src_conn, _) = self.source.leader_link(topic, partition).await?;
+            let source_topic_id = match self.source_topic_id.get() {
+                Some(id) => *id,
+                None => self.source.layout(topic).await?.topic_id,
+            };
+            crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &src_conn, source_topic_id, topic, partition, next - 1).await?;
+        }
         let producer = self.producers.identity()?;
         let held = crate::copy::txn::requests::producers(&dest_conn, topic, partition)
             .await?
@@ -42,7 +52,6 @@ impl PartitionTask {
             .find(|p| p.producer_id == producer.producer_id)
             .map(|p| (p.producer_epoch, p.last_sequence));
         let next_sequence = crate::copy::produce::producer_id::first_sequence(held, producer, next);
-        let dest_topic_id = self.destination.layout(topic).await?.topic_id;
         let txns = Transactions::new(self.destination.clone(), self.producers.clone(), topic, dest_topic_id, partition);
         let sink = slot.insert(PartitionSink::open(
             dest_conn,

@@ -108,6 +108,7 @@ impl PartitionTask {
                     let (start, end) = offsets("source", &src, topic, partition).await?;
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
+                        next = sink.abort_before_jump(next, start).await?;
                         next = self.fill(sink, next, start - next, 0, Some(&mut dest_log_start)).await?;
                         forget_before_jump(&mut fetches);
                         aligned = false;
@@ -127,6 +128,7 @@ impl PartitionTask {
                 if fetched.log_start_offset - next > answer_check::CONFIRM_GAP {
                     self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
                 }
+                next = sink.abort_before_jump(next, fetched.log_start_offset).await?;
                 next = self.fill(sink, next, fetched.log_start_offset - next, 0, Some(&mut dest_log_start)).await?;
                 forget_before_jump(&mut fetches);
                 aligned = false;
@@ -208,6 +210,7 @@ impl PartitionTask {
                     sink.end_txn(producer_id, commit, base).await?;
                     self.account(sink.take_acknowledged());
                     next = base + 1;
+                    self.status.update(&self.key, |s| s.destination_next_offset = s.destination_next_offset.max(next));
                 }
                 Action::Run {
                     base,

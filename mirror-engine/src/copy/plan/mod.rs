@@ -57,7 +57,12 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_ma
         // from their record; every batch that becomes fillers). Written batches are checked
         // where their bytes are used (`rewrite_for_produce`, `reencode`), in the pass that also
         // computes their new CRC.
-        let marker = if h.is_control() {
+        // The cleaner keeps a marker's batch empty (no record) as a producer's last: a filler
+        // (its CRC checked all the same, even below the log end).
+        if h.is_control() && h.records_count == 0 {
+            verify_crc(&batch).map_err(MirrorError::Source)?;
+        }
+        let marker = if h.is_control() && h.records_count > 0 {
             Some(kmp_protocol::control::marker(&batch, &h).map_err(MirrorError::Source)?)
         } else {
             None

@@ -99,9 +99,11 @@ impl Check<'_> {
     fn take(&mut self, headers: &[BatchHeader]) -> Result<bool, String> {
         let below: Vec<&BatchHeader> = headers.iter().filter(|h| h.next_offset() > self.next && h.base_offset < self.end).collect();
         for h in &below {
-            // A marker of one of the engine's destination transactions (the coordinator writes
-            // it after EndTxn returned): the batches sent after it must follow it.
-            if h.is_control() && h.base_offset == self.next {
+            // A marker after every uncertain batch: an earlier attempt's EndTxn, landed after the
+            // attempt gave up waiting (nothing is sent after an EndTxn before its marker lands,
+            // so no uncertain batch follows one). Whether it is the source's marker is checked
+            // when the next attempt starts (`copy::txn::markers::check_last`).
+            if h.is_control() && h.base_offset == self.next && self.found == self.uncertain.len() {
                 self.next = h.next_offset();
                 continue;
             }

@@ -220,6 +220,23 @@ impl PartitionSink {
         Ok(())
     }
 
+    /// Before the partition jumps from `next` to the source's log start `start` (fillers for what
+    /// the source deleted): the destination transactions still open are aborted at the first
+    /// offsets of the deleted range, one marker each, so none is left holding the destination's
+    /// last stable offset (a source marker for one that comes later opens and ends a new one).
+    /// Returns where the fill starts.
+    pub async fn abort_before_jump(&mut self, mut next: i64, start: i64) -> Result<i64, MirrorError> {
+        self.flush().await?;
+        for producer in self.txns.open_producers() {
+            if next >= start {
+                break;
+            }
+            self.txns.end(&self.conn, producer, false, next).await?;
+            next += 1;
+        }
+        Ok(next)
+    }
+
     /// Ends source producer `source_producer`'s destination transaction where the source's
     /// marker is (offset `at`), once every earlier write was acknowledged; returns once the
     /// destination's marker landed there.

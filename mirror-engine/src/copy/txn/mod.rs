@@ -6,7 +6,7 @@
 //! Each source producer's transactions on a partition are replayed by a destination
 //! transactional producer of their own, under the transactional id
 //! `kmp-engine.txn.<destination topic id>.<partition>.<source producer id>` (the proxy refuses
-//! every transactional id starting `kmp-engine.` to clients): the source transaction's batches
+//! every transactional id starting `kmp-engine.txn.` to clients): the source transaction's batches
 //! are produced inside a destination transaction, and when the source's marker comes, that
 //! transaction is committed or aborted while the destination log ends exactly at the marker's
 //! offset, and nothing more is written until the destination's marker has landed there. A
@@ -19,8 +19,16 @@
 //! would abort it and put a marker where the source has data. InitProducerId is only sent for an
 //! id the coordinator does not know.
 //!
-//! Stop: [`abort_open`] aborts every destination transaction still open on a partition (a
-//! failover keeps none of a transaction the source had not decided, as KIP-1279 does).
+//! Stop: [`abort_topic`] aborts every destination transaction still open on a stopped topic
+//! before it becomes writable (a failover keeps none of a transaction the source had not
+//! decided, as KIP-1279 does; `stop`).
+//!
+//! Markers are checked (`markers`): before a marker is replayed the destination must end where
+//! the source's is (or hold exactly that marker already, landed after an attempt gave up
+//! waiting), and an attempt that resumes after a marker first checks it against the source's:
+//! a marker the destination's coordinator wrote on its own (a transaction that outlived
+//! `transaction.max.timeout.ms`) fails the partition instead of being resumed past. A producer
+//! fenced or a transaction ended by someone else fails it too (`Diverged`, sticky).
 //!
 //! Cost: every replayed marker holds its partition for one EndTxn and the marker's landing (tens
 //! of milliseconds); the writes of a transaction go one at a time on the partition leader's
@@ -28,6 +36,11 @@
 //! are untouched.
 
 pub(crate) mod requests;
+mod markers;
+mod stop;
+
+pub(crate) use markers::check_last as check_last_marker;
+pub use stop::abort_topic;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -36,7 +49,7 @@ use bytes::Bytes;
 use kmp_protocol::batch::{ProducerFields, rewrite_for_produce_as};
 use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::shared_client::SharedConnection;
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 use crate::cluster::client::{ClusterClient, offsets};
 use crate::cluster::links::Lane;
@@ -143,8 +156,11 @@ impl Transactions {
                 code: CONCURRENT_TRANSACTIONS,
             });
         }
-        let adoptable = found.filter(|s| matches!(s.state.as_str(), "Ongoing" | "Empty" | "CompleteCommit" | "CompleteAbort"));
-        let Some(s) = adoptable else {
+        if let Some(s) = found.as_ref().filter(|s| !matches!(s.state.as_str(), "Ongoing" | "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead")) {
+            // A state this engine does not know (a newer Kafka): InitProducerId might abort it.
+            return Err(MirrorError::Unsupported(format!("transaction {id} is in state {}, unknown to this engine", s.state)));
+        }
+        let Some(s) = found.filter(|s| s.state != "Dead") else {
             self.may_write()?;
             let producer = requests::init_producer(&coordinator, &id).await?;
             debug!(id, ?producer, "new destination transactional producer");
@@ -184,7 +200,7 @@ impl Transactions {
             return Ok(());
         }
         let (coordinator, id, producer) = (slot.coordinator.clone(), slot.id.clone(), slot.producer);
-        retry_concurrent(|| requests::add_partition(&coordinator, &id, producer, &topic, partition)).await?;
+        retry_concurrent(&self.producers, || requests::add_partition(&coordinator, &id, producer, &topic, partition)).await?;
         self.slot(leader, source_producer).await?.open = true;
         Ok(())
     }
@@ -222,23 +238,44 @@ impl Transactions {
         Ok(())
     }
 
+    /// Source producers whose destination transaction is open on the partition.
+    pub fn open_producers(&self) -> Vec<i64> {
+        let mut open: Vec<i64> = self.slots.iter().filter(|(_, s)| s.open).map(|(p, _)| *p).collect();
+        open.sort_unstable();
+        open
+    }
+
     /// Ends `source_producer`'s destination transaction (`commit` or abort) where the source's
     /// marker is, at offset `at` — the destination log must end there — and waits until the
     /// destination's marker has landed at `at`.
     pub async fn end(&mut self, leader: &SharedConnection, source_producer: i64, commit: bool, at: i64) -> Result<(), MirrorError> {
+        let (_, end) = offsets("destination", leader, &self.topic, self.partition).await?;
+        if end == at + 1 {
+            // Landed after an earlier attempt gave up waiting for it: only that marker may be there.
+            let slot = self.slot(leader, source_producer).await?;
+            let producer = slot.producer.0;
+            slot.open = false;
+            return markers::expect_own(leader, &self.topic, self.topic_id, self.partition, at, producer, commit).await;
+        }
+        if end != at {
+            return Err(MirrorError::Diverged(format!(
+                "{}-{}: the source's transaction marker is at {at}, the destination ends at {end}",
+                self.topic, self.partition
+            )));
+        }
         self.join(leader, source_producer).await?;
-        self.may_write()?;
         let slot = self.slot(leader, source_producer).await?;
         let (coordinator, id, producer) = (slot.coordinator.clone(), slot.id.clone(), slot.producer);
-        retry_concurrent(|| requests::end(&coordinator, &id, producer, commit)).await?;
+        retry_concurrent(&self.producers, || requests::end(&coordinator, &id, producer, commit)).await?;
         self.slot(leader, source_producer).await?.open = false;
         marker_landed(leader, &self.topic, self.partition, at).await
     }
 }
 
-/// Runs `call` again while the coordinator answers CONCURRENT_TRANSACTIONS (it is still
-/// completing the id's previous transaction), for up to `WAIT_LIMIT`.
-async fn retry_concurrent<F, Fut>(mut call: F) -> Result<(), MirrorError>
+/// Runs `call` (a write) while the engine's lease holds, again while the coordinator answers
+/// CONCURRENT_TRANSACTIONS (it is still completing the id's previous transaction), for up to
+/// `WAIT_LIMIT`.
+pub(crate) async fn retry_concurrent<F, Fut>(producers: &Producers, mut call: F) -> Result<(), MirrorError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), MirrorError>>,
@@ -246,6 +283,10 @@ where
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     let mut pause = Duration::from_millis(2);
     loop {
+        // Every try is a write: the lease must hold for each.
+        if !producers.may_write() {
+            return Err(MirrorError::Fenced);
+        }
         match call().await {
             Err(MirrorError::Broker {
                 code: CONCURRENT_TRANSACTIONS, ..
@@ -269,7 +310,7 @@ async fn marker_landed(leader: &SharedConnection, topic: &str, partition: i32, a
             return Ok(());
         }
         if end > at + 1 {
-            return Err(MirrorError::Invariant(format!(
+            return Err(MirrorError::Diverged(format!(
                 "{topic}-{partition}: the destination ends at {end} after a transaction marker that had to land at {at}"
             )));
         }
@@ -282,63 +323,6 @@ async fn marker_landed(leader: &SharedConnection, topic: &str, partition: i32, a
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(Duration::from_millis(20));
-    }
-}
-
-/// Aborts every destination transaction of the engine's still open on `topic`-`partition`
-/// (leader connection `leader`) and waits until none is: a stopped mirror topic keeps no
-/// transaction the source had not decided. An open transaction of another transactional id (not
-/// the engine's; a mirror topic is written only by the engine) is left alone and reported.
-pub async fn abort_open(destination: &ClusterClient, producers: &Producers, leader: &SharedConnection, topic: &str, partition: i32) -> Result<(), MirrorError> {
-    let open: Vec<i64> = requests::producers(leader, topic, partition)
-        .await?
-        .iter()
-        .filter(|p| p.current_txn_start_offset >= 0)
-        .map(|p| p.producer_id)
-        .collect();
-    if open.is_empty() {
-        return Ok(());
-    }
-    let mut ids = Vec::new();
-    for (_, addr) in crate::cluster::groups::brokers(destination).await? {
-        let conn = destination.link(&addr, Lane::Control).await?;
-        ids.extend(requests::list(&conn, &open).await?);
-    }
-    for (id, pid) in &ids {
-        if !id.starts_with(TXN_ID_PREFIX) {
-            warn!(id, pid, "a transaction of another producer is open on a mirror topic; left as it is");
-            continue;
-        }
-        let any = destination.link_any().await?;
-        let coordinator = destination.link(&requests::coordinator(&any, id).await?, Lane::Control).await?;
-        let Some(s) = requests::describe(&coordinator, id).await? else { continue };
-        if s.state != "Ongoing" {
-            continue;
-        }
-        if !producers.may_write() {
-            return Err(MirrorError::Fenced);
-        }
-        info!(id, "aborting a destination transaction the source had not decided at stop");
-        retry_concurrent(|| requests::end(&coordinator, id, (s.producer_id, s.producer_epoch), false)).await?;
-    }
-    let ours: Vec<i64> = ids.iter().filter(|(id, _)| id.starts_with(TXN_ID_PREFIX)).map(|(_, p)| *p).collect();
-    let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    loop {
-        let still = requests::producers(leader, topic, partition)
-            .await?
-            .iter()
-            .any(|p| p.current_txn_start_offset >= 0 && ours.contains(&p.producer_id));
-        if !still {
-            return Ok(());
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(MirrorError::Broker {
-                side: "destination",
-                what: format!("{topic}-{partition}: aborted transactions still open"),
-                code: RETRY_LATER,
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -11,6 +11,7 @@ use kmp_protocol::kafka_protocol::messages::{
     AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest,
     ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
 };
+use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::produce_frame::RecordsBlob;
 use kmp_protocol::shared_client::SharedConnection;
@@ -31,13 +32,27 @@ fn tid(t: &str) -> TransactionalId {
     TransactionalId(StrBytes::from_string(t.to_owned()))
 }
 
+/// The error for a refusal: a fenced producer, a stale epoch or a transaction in a state the
+/// engine did not leave it in means someone else ended or took over the engine's transaction
+/// (the destination's coordinator after `transaction.max.timeout.ms`, or another writer): the
+/// partition fails for good (`Diverged`) rather than write on.
 fn broker(what: impl Into<String>, code: i16) -> MirrorError {
+    const TAKEN_OVER: [ResponseError; 3] = [ResponseError::ProducerFenced, ResponseError::InvalidProducerEpoch, ResponseError::InvalidTxnState];
+    let what = what.into();
+    if TAKEN_OVER.iter().any(|e| e.code() == code) {
+        return MirrorError::Diverged(format!(
+            "{what}: Kafka error {code} — the engine's destination transaction was ended or fenced by someone else (its coordinator after transaction.max.timeout.ms?)"
+        ));
+    }
     MirrorError::Broker {
         side: "destination",
-        what: what.into(),
+        what,
         code,
     }
 }
+
+const COORDINATOR_NOT_AVAILABLE: i16 = ResponseError::CoordinatorNotAvailable.code();
+const NOT_LEADER: i16 = ResponseError::NotLeaderOrFollower.code();
 
 fn wire(e: kmp_protocol::ProtocolError) -> MirrorError {
     MirrorError::Destination(e)
@@ -49,7 +64,7 @@ pub(crate) async fn coordinator(conn: &SharedConnection, t: &str) -> Result<Stri
     req.key_type = TRANSACTION_KEY;
     req.coordinator_keys = vec![StrBytes::from_string(t.to_owned())];
     let resp = conn.call(&req, 4).await.map_err(wire)?;
-    let c = resp.coordinators.first().ok_or_else(|| broker(format!("FindCoordinator {t}: no answer"), 15))?;
+    let c = resp.coordinators.first().ok_or_else(|| broker(format!("FindCoordinator {t}: no answer"), COORDINATOR_NOT_AVAILABLE))?;
     if c.error_code != 0 {
         return Err(broker(format!("FindCoordinator {t}"), c.error_code));
     }
@@ -90,7 +105,7 @@ pub(crate) async fn describe(conn: &SharedConnection, t: &str) -> Result<Option<
         .transaction_states
         .into_iter()
         .next()
-        .ok_or_else(|| broker(format!("DescribeTransactions {t}: no answer"), 15))?;
+        .ok_or_else(|| broker(format!("DescribeTransactions {t}: no answer"), COORDINATOR_NOT_AVAILABLE))?;
     match s.error_code {
         0 => Ok(Some(TxnState {
             state: s.transaction_state.as_str().to_owned(),
@@ -124,7 +139,7 @@ pub(crate) async fn add_partition(conn: &SharedConnection, t: &str, producer: (i
         .flat_map(|r| r.results_by_partition.iter())
         .find(|p| p.partition_index == partition)
         .map(|p| p.partition_error_code)
-        .ok_or_else(|| broker(format!("AddPartitionsToTxn {t}: no answer for the partition"), resp.error_code.max(15)))?;
+        .ok_or_else(|| broker(format!("AddPartitionsToTxn {t}: no answer for the partition"), if resp.error_code != 0 { resp.error_code } else { COORDINATOR_NOT_AVAILABLE }))?;
     if code != 0 {
         return Err(broker(format!("AddPartitionsToTxn {t} {topic}-{partition}"), code));
     }
@@ -168,7 +183,7 @@ pub(crate) async fn producers(conn: &SharedConnection, topic: &str, partition: i
         .iter()
         .flat_map(|t| t.partitions.iter())
         .find(|p| p.partition_index == partition)
-        .ok_or_else(|| broker(format!("DescribeProducers {topic}-{partition}: no answer"), 3))?;
+        .ok_or_else(|| broker(format!("DescribeProducers {topic}-{partition}: no answer"), NOT_LEADER))?;
     if p.error_code != 0 {
         return Err(broker(format!("DescribeProducers {topic}-{partition}"), p.error_code));
     }
@@ -209,7 +224,7 @@ pub(crate) async fn produce(conn: &SharedConnection, t: &str, topic: &str, parti
         .iter()
         .flat_map(|r| r.partition_responses.iter())
         .find(|p| p.index == partition)
-        .ok_or_else(|| broker(format!("transactional produce to {topic}-{partition}: no answer"), 7))?;
+        .ok_or_else(|| broker(format!("transactional produce to {topic}-{partition}: no answer"), NOT_LEADER))?;
     if p.error_code != 0 {
         return Err(broker(
             format!(
