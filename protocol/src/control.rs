@@ -19,7 +19,8 @@ pub enum Marker {
 
 /// What the control batch `batch` (header `header`, CRC checked here) records. Anything but one
 /// control record with a 4-byte key of version 0 and type 0 or 1 is refused: a marker of another
-/// kind (a future control type) cannot be replayed, so the mirror fails closed on it.
+/// kind (a future control type) cannot be replayed, so the mirror writes nothing past it (the
+/// partition retries, showing why).
 pub fn marker(batch: &Bytes, header: &BatchHeader) -> Result<Marker, ProtocolError> {
     let at = header.base_offset;
     if !header.is_control() {

@@ -20,7 +20,7 @@ pub(crate) const FETCH_VERSION: i16 = 13;
 /// Every engine Fetch reads up to the high watermark: a source's open transactions must not hold
 /// back other producers' records (they are replayed in destination transactions, `copy::txn`),
 /// and reading back the destination must see the engine's own open transactions.
-pub(crate) const READ_UNCOMMITTED: i8 = 0;
+pub(crate) use crate::cluster::client::READ_UNCOMMITTED;
 
 /// What one Fetch returned for one partition.
 #[derive(Debug)]
@@ -28,8 +28,6 @@ pub struct Fetched {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    /// `(producer_id, first_offset)` of aborted transactions in the fetched range.
-    pub aborted: Vec<(i64, i64)>,
     pub batches: Vec<(BatchHeader, Bytes)>,
 }
 
@@ -112,12 +110,6 @@ pub(crate) fn parse(side: &'static str, topic: &str, offset: i64, part: Partitio
         high_watermark: part.high_watermark,
         last_stable_offset: part.last_stable_offset,
         log_start_offset: part.log_start_offset,
-        aborted: part
-            .aborted_transactions
-            .unwrap_or_default()
-            .iter()
-            .map(|a| (a.producer_id.0, a.first_offset))
-            .collect(),
         batches,
     })
 }

@@ -1,6 +1,6 @@
 //! Reaching a cluster (source or destination) on the wire: the internal client and its shared
-//! connections (`client`, `links`), read_committed Fetch (`fetch`), whole Produce requests
-//! (`produce`), the group requests of offset sync and the election (`groups`), and the
+//! connections (`client`, `links`), read_uncommitted Fetch (`fetch`), whole Produce requests
+//! (`produce`), DescribeProducers (`producers`), the group requests of offset sync and the election (`groups`), and the
 //! engine's I/O counters (`cluster::io_stats`). Nothing here knows about mirrors.
 
 pub(crate) mod client;
@@ -9,5 +9,6 @@ pub(crate) mod groups;
 pub(crate) mod io_stats;
 pub(crate) mod links;
 pub(crate) mod produce;
+pub(crate) mod producers;
 #[cfg(test)]
 pub(crate) mod test_frames;

@@ -1,6 +1,7 @@
 //! The wait of a graceful stop: before a topic is stopped, every partition must have copied
-//! everything its source partition held *when the stop arrived* — the source's last stable offset
-//! read then, not the last one a Fetch happened to report (which can predate records produced just
+//! everything its source partition held *when the stop arrived* — the source's high watermark
+//! read then (open transactions' records included; the stop aborts those on the destination),
+//! not the last one a Fetch happened to report (which can predate records produced just
 //! before the stop). Deciding the stop and making the topic writable belong to `control`.
 
 use std::time::Duration;
@@ -13,7 +14,7 @@ use crate::state::status::{PartitionState, StatusBoard};
 const LATEST: i64 = -1;
 
 /// Waits (at most `limit`) until every partition of `topic` is mirroring and has written up to
-/// the source's last stable offset as read now; the partitions still short of it otherwise, or
+/// the source's high watermark as read now; the partitions still short of it otherwise, or
 /// why the source's ends could not be read.
 pub(crate) async fn wait_copied(
     status: &StatusBoard,
@@ -24,7 +25,7 @@ pub(crate) async fn wait_copied(
     limit: Duration,
 ) -> Result<(), String> {
     let deadline = tokio::time::Instant::now() + limit;
-    let targets = match tokio::time::timeout(limit, stable_ends(source, topic, partitions)).await {
+    let targets = match tokio::time::timeout(limit, source_ends(source, topic, partitions)).await {
         Ok(Ok(t)) => t,
         Ok(Err(e)) => return Err(format!("cannot read the source's end offsets ({e}), so nothing proves the copy complete")),
         Err(_) => return Err(format!("the source's end offsets were not read within {limit:?}")),
@@ -53,7 +54,7 @@ pub(crate) async fn wait_copied(
 
 /// The high watermark of each partition of `topic` on the source (ListOffsets, read_uncommitted):
 /// records of transactions still open are copied too, and aborted on the destination at stop.
-async fn stable_ends(source: &ClusterClient, topic: &str, partitions: usize) -> Result<Vec<i64>, MirrorError> {
+async fn source_ends(source: &ClusterClient, topic: &str, partitions: usize) -> Result<Vec<i64>, MirrorError> {
     let mut out = Vec::with_capacity(partitions);
     for p in 0..partitions as i32 {
         let (conn, epoch) = source.leader_link(topic, p).await?;

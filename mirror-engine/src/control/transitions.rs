@@ -73,7 +73,9 @@ impl TermControl {
                     out[*i] = TopicResult::err(
                         t,
                         codes::REQUEST_TIMED_OUT,
-                        format!("{t} stopped copying but a destination transaction still open could not be aborted ({why}); it stays read-only, retry the stop"),
+                        format!(
+                            "{t} stopped copying but a destination transaction still open could not be aborted ({why}); it stays read-only, retry the stop"
+                        ),
                     );
                     continue;
                 }

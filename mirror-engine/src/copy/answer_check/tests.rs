@@ -9,7 +9,6 @@ fn answer(hw: i64, log_start: i64, batches: &[(i64, i64)]) -> Fetched {
         high_watermark: hw,
         last_stable_offset: hw,
         log_start_offset: log_start,
-        aborted: Vec::new(),
         batches: batches.iter().map(|&(base, n)| batch(base, n)).collect(),
     }
 }

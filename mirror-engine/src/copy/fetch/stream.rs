@@ -21,10 +21,8 @@
 //! ([`FetchStream::answered_bytes`]), so that an answer to an older offset is not cut short by a
 //! size fitted to new data alone.
 //!
-//! What is cut off: batches that end at or before the partition's next offset, and the aborted
-//! transactions that begin before it (an earlier answer covering those offsets reported them;
-//! reporting them again would mark their producer aborted a second time). That holds while the
-//! position moves through answers; when it jumps past offsets no answer covered (a fill after the
+//! What is cut off: batches that end at or before the partition's next offset (an earlier answer
+//! brought them). That holds while the position moves through answers; when it jumps past offsets no answer covered (a fill after the
 //! source's log start moved), the partition drops the Fetches in flight ([`FetchStream::reset`]).
 //! An error answering a Fetch asked at an older offset (e.g. that offset left the source's
 //! retention) says nothing about the partition's position and is dropped; the Fetch is asked again
@@ -194,11 +192,10 @@ impl FetchStream {
     }
 }
 
-/// `fetched` without what lies before `next`: the batches that end at or before it and the
-/// aborted transactions that begin before it (see the module doc).
+/// `fetched` without what lies before `next`: the batches that end at or before it (see the
+/// module doc).
 fn cut_to(mut fetched: Fetched, next: i64) -> Fetched {
     fetched.batches.retain(|(h, _)| h.next_offset() > next);
-    fetched.aborted.retain(|&(_, first)| first >= next);
     fetched
 }
 

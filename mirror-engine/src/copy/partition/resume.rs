@@ -46,7 +46,7 @@ impl PartitionTask {
             crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &src_conn, source_topic_id, topic, partition, next - 1).await?;
         }
         let producer = self.producers.identity()?;
-        let held = crate::copy::txn::requests::producers(&dest_conn, topic, partition)
+        let held = crate::cluster::producers::describe(&dest_conn, topic, partition)
             .await?
             .into_iter()
             .find(|p| p.producer_id == producer.producer_id)

@@ -210,7 +210,8 @@ impl PartitionTask {
                     sink.end_txn(producer_id, commit, base).await?;
                     self.account(sink.take_acknowledged());
                     next = base + 1;
-                    self.status.update(&self.key, |s| s.destination_next_offset = s.destination_next_offset.max(next));
+                    self.status
+                        .update(&self.key, |s| s.destination_next_offset = s.destination_next_offset.max(next));
                 }
                 Action::Run {
                     base,

@@ -27,7 +27,14 @@ pub(crate) enum AtOffset {
 }
 
 /// Reads the batch holding offset `at` on `side` (`conn`: the partition leader).
-pub(crate) async fn at_offset(conn: &SharedConnection, side: &'static str, topic: &str, topic_id: [u8; 16], partition: i32, at: i64) -> Result<AtOffset, MirrorError> {
+pub(crate) async fn at_offset(
+    conn: &SharedConnection,
+    side: &'static str,
+    topic: &str,
+    topic_id: [u8; 16],
+    partition: i32,
+    at: i64,
+) -> Result<AtOffset, MirrorError> {
     let fetched = fetch(
         conn,
         FetchAt {
@@ -42,8 +49,18 @@ pub(crate) async fn at_offset(conn: &SharedConnection, side: &'static str, topic
         },
     )
     .await?;
-    let wrap = |e| if side == "source" { MirrorError::Source(e) } else { MirrorError::Destination(e) };
-    let Some((h, b)) = fetched.batches.iter().find(|(h, _): &&(BatchHeader, _)| h.base_offset <= at && at < h.next_offset()) else {
+    let wrap = |e| {
+        if side == "source" {
+            MirrorError::Source(e)
+        } else {
+            MirrorError::Destination(e)
+        }
+    };
+    let Some((h, b)) = fetched
+        .batches
+        .iter()
+        .find(|(h, _): &&(BatchHeader, _)| h.base_offset <= at && at < h.next_offset())
+    else {
         return Ok(AtOffset::Nothing);
     };
     if !h.is_control() || h.records_count == 0 {
@@ -61,7 +78,15 @@ fn kind(commit: bool) -> Marker {
 
 /// The destination holds at `at` the marker of producer `producer_id` ending its transaction as
 /// `commit` says (an earlier attempt's EndTxn), and nothing else.
-pub(crate) async fn expect_own(leader: &SharedConnection, topic: &str, topic_id: [u8; 16], partition: i32, at: i64, producer_id: i64, commit: bool) -> Result<(), MirrorError> {
+pub(crate) async fn expect_own(
+    leader: &SharedConnection,
+    topic: &str,
+    topic_id: [u8; 16],
+    partition: i32,
+    at: i64,
+    producer_id: i64,
+    commit: bool,
+) -> Result<(), MirrorError> {
     match at_offset(leader, "destination", topic, topic_id, partition, at).await? {
         AtOffset::Marker { producer_id: p, marker: m } if p == producer_id && m == kind(commit) => Ok(()),
         found => Err(MirrorError::Diverged(format!(

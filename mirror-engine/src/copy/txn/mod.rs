@@ -35,8 +35,8 @@
 //! control connection, not through the packed produce lanes. Partitions without transactions
 //! are untouched.
 
-pub(crate) mod requests;
 mod markers;
+pub(crate) mod requests;
 mod stop;
 
 pub(crate) use markers::check_last as check_last_marker;
@@ -156,9 +156,15 @@ impl Transactions {
                 code: CONCURRENT_TRANSACTIONS,
             });
         }
-        if let Some(s) = found.as_ref().filter(|s| !matches!(s.state.as_str(), "Ongoing" | "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead")) {
+        if let Some(s) = found
+            .as_ref()
+            .filter(|s| !matches!(s.state.as_str(), "Ongoing" | "Empty" | "CompleteCommit" | "CompleteAbort" | "Dead"))
+        {
             // A state this engine does not know (a newer Kafka): InitProducerId might abort it.
-            return Err(MirrorError::Unsupported(format!("transaction {id} is in state {}, unknown to this engine", s.state)));
+            return Err(MirrorError::Unsupported(format!(
+                "transaction {id} is in state {}, unknown to this engine",
+                s.state
+            )));
         }
         let Some(s) = found.filter(|s| s.state != "Dead") else {
             self.may_write()?;
@@ -173,7 +179,7 @@ impl Transactions {
             });
         };
         let producer = (s.producer_id, s.producer_epoch);
-        let held = requests::producers(leader, &self.topic, self.partition).await?;
+        let held = crate::cluster::producers::describe(leader, &self.topic, self.partition).await?;
         let next_sequence = match held.iter().find(|p| p.producer_id == producer.0) {
             Some(p) if p.producer_epoch == i32::from(producer.1) && p.last_sequence >= 0 => sequence_after(p.last_sequence, 1),
             _ => 0,

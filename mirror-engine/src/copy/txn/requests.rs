@@ -1,17 +1,16 @@
 //! The transaction requests the engine sends to the destination, one function each: finding a
 //! transactional id's coordinator, InitProducerId, DescribeTransactions, AddPartitionsToTxn,
-//! EndTxn, DescribeProducers, ListTransactions and a transactional Produce. Versions are the
+//! EndTxn, ListTransactions and a transactional Produce (DescribeProducers is `cluster::producers`). Versions are the
 //! ones a throw-away spike checked against Kafka 4.1.2 (docs/design.md): AddPartitionsToTxn v3
 //! and EndTxn v3 keep the producer epoch across transactions (transaction version 1 semantics),
 //! which lets a restarted engine continue a transaction it opened before.
 
-use kmp_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kmp_protocol::kafka_protocol::messages::describe_producers_request::TopicRequest;
-use kmp_protocol::kafka_protocol::messages::{
-    AddPartitionsToTxnRequest, DescribeProducersRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest,
-    ListTransactionsRequest, ProducerId, TopicName, TransactionalId,
-};
 use kmp_protocol::kafka_protocol::ResponseError;
+use kmp_protocol::kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kmp_protocol::kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, InitProducerIdRequest, ListTransactionsRequest, ProducerId,
+    TopicName, TransactionalId,
+};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::produce_frame::RecordsBlob;
 use kmp_protocol::shared_client::SharedConnection;
@@ -37,7 +36,11 @@ fn tid(t: &str) -> TransactionalId {
 /// (the destination's coordinator after `transaction.max.timeout.ms`, or another writer): the
 /// partition fails for good (`Diverged`) rather than write on.
 fn broker(what: impl Into<String>, code: i16) -> MirrorError {
-    const TAKEN_OVER: [ResponseError; 3] = [ResponseError::ProducerFenced, ResponseError::InvalidProducerEpoch, ResponseError::InvalidTxnState];
+    const TAKEN_OVER: [ResponseError; 3] = [
+        ResponseError::ProducerFenced,
+        ResponseError::InvalidProducerEpoch,
+        ResponseError::InvalidTxnState,
+    ];
     let what = what.into();
     if TAKEN_OVER.iter().any(|e| e.code() == code) {
         return MirrorError::Diverged(format!(
@@ -64,7 +67,10 @@ pub(crate) async fn coordinator(conn: &SharedConnection, t: &str) -> Result<Stri
     req.key_type = TRANSACTION_KEY;
     req.coordinator_keys = vec![StrBytes::from_string(t.to_owned())];
     let resp = conn.call(&req, 4).await.map_err(wire)?;
-    let c = resp.coordinators.first().ok_or_else(|| broker(format!("FindCoordinator {t}: no answer"), COORDINATOR_NOT_AVAILABLE))?;
+    let c = resp
+        .coordinators
+        .first()
+        .ok_or_else(|| broker(format!("FindCoordinator {t}: no answer"), COORDINATOR_NOT_AVAILABLE))?;
     if c.error_code != 0 {
         return Err(broker(format!("FindCoordinator {t}"), c.error_code));
     }
@@ -139,7 +145,12 @@ pub(crate) async fn add_partition(conn: &SharedConnection, t: &str, producer: (i
         .flat_map(|r| r.results_by_partition.iter())
         .find(|p| p.partition_index == partition)
         .map(|p| p.partition_error_code)
-        .ok_or_else(|| broker(format!("AddPartitionsToTxn {t}: no answer for the partition"), if resp.error_code != 0 { resp.error_code } else { COORDINATOR_NOT_AVAILABLE }))?;
+        .ok_or_else(|| {
+            broker(
+                format!("AddPartitionsToTxn {t}: no answer for the partition"),
+                if resp.error_code != 0 { resp.error_code } else { COORDINATOR_NOT_AVAILABLE },
+            )
+        })?;
     if code != 0 {
         return Err(broker(format!("AddPartitionsToTxn {t} {topic}-{partition}"), code));
     }
@@ -158,44 +169,6 @@ pub(crate) async fn end(conn: &SharedConnection, t: &str, producer: (i64, i16), 
         return Err(broker(format!("EndTxn {t} ({})", if commit { "commit" } else { "abort" }), resp.error_code));
     }
     Ok(())
-}
-
-/// One producer the partition leader holds state for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ActiveProducer {
-    pub producer_id: i64,
-    pub producer_epoch: i32,
-    pub last_sequence: i32,
-    /// First offset of the producer's open transaction, -1 if none.
-    pub current_txn_start_offset: i64,
-}
-
-/// DescribeProducers of one partition on its leader `conn`.
-pub(crate) async fn producers(conn: &SharedConnection, topic: &str, partition: i32) -> Result<Vec<ActiveProducer>, MirrorError> {
-    let mut tr = TopicRequest::default();
-    tr.name = TopicName(StrBytes::from_string(topic.to_owned()));
-    tr.partition_indexes = vec![partition];
-    let mut req = DescribeProducersRequest::default();
-    req.topics = vec![tr];
-    let resp = conn.call(&req, 0).await.map_err(wire)?;
-    let p = resp
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter())
-        .find(|p| p.partition_index == partition)
-        .ok_or_else(|| broker(format!("DescribeProducers {topic}-{partition}: no answer"), NOT_LEADER))?;
-    if p.error_code != 0 {
-        return Err(broker(format!("DescribeProducers {topic}-{partition}"), p.error_code));
-    }
-    Ok(p.active_producers
-        .iter()
-        .map(|a| ActiveProducer {
-            producer_id: a.producer_id.0,
-            producer_epoch: a.producer_epoch,
-            last_sequence: a.last_sequence,
-            current_txn_start_offset: a.current_txn_start_offset,
-        })
-        .collect())
 }
 
 /// The transactional ids (with their producer ids) a broker `conn` coordinates for `producer_ids`.

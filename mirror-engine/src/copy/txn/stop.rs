@@ -48,8 +48,14 @@ pub async fn abort_topic(destination: &ClusterClient, producers: &Producers, top
 /// (leader connection `leader`) and waits until none is: a stopped mirror topic keeps no
 /// transaction the source had not decided. An open transaction of another transactional id (not
 /// the engine's; a mirror topic is written only by the engine) is left alone and reported.
-pub(crate) async fn abort_open(destination: &ClusterClient, producers: &Producers, leader: &SharedConnection, topic: &str, partition: i32) -> Result<(), MirrorError> {
-    let open: Vec<i64> = requests::producers(leader, topic, partition)
+pub(crate) async fn abort_open(
+    destination: &ClusterClient,
+    producers: &Producers,
+    leader: &SharedConnection,
+    topic: &str,
+    partition: i32,
+) -> Result<(), MirrorError> {
+    let open: Vec<i64> = crate::cluster::producers::describe(leader, topic, partition)
         .await?
         .iter()
         .filter(|p| p.current_txn_start_offset >= 0)
@@ -80,7 +86,7 @@ pub(crate) async fn abort_open(destination: &ClusterClient, producers: &Producer
     let ours: Vec<i64> = ids.iter().filter(|(id, _)| id.starts_with(TXN_ID_PREFIX)).map(|(_, p)| *p).collect();
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
     loop {
-        let still = requests::producers(leader, topic, partition)
+        let still = crate::cluster::producers::describe(leader, topic, partition)
             .await?
             .iter()
             .any(|p| p.current_txn_start_offset >= 0 && ours.contains(&p.producer_id));
@@ -97,4 +103,3 @@ pub(crate) async fn abort_open(destination: &ClusterClient, producers: &Producer
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
-
