@@ -2,7 +2,8 @@
 so that the HA, forwarding and shared-work modules share them without importing a test module):
 ``Instance`` (one proxy with a fixed instance id, restartable), ``auto_instances`` (n of them as a
 context), the election view from each instance's log and /metrics, a seeded source load, and the
-record-for-record comparison of a mirrored log."""
+record-for-record comparison of a mirrored log (each isolation level against the same level of the
+source)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
+from compaction import create_with_compaction_gaps, log_bounds
 from kmp_common import PROXY_BIN, ProxyProcess, unique
-from mirror import FILLER_KEY, call, high_watermarks, produce_plain, produce_transactions, read_all
+from mirror import FILLER_KEY, call, produce_plain, produce_transactions, read_all
 
 
 # ---- from test_engine_takeover.py --------------------------------------------
@@ -198,28 +200,43 @@ def lists_topic(inst: Instance, mirror: str, topic: str) -> bool:
     return status == 200 and any(m["name"] == mirror and topic in m["topics"] for m in body["mirrors"])
 
 
-def compressed_data(source, topic: str) -> None:
+def compressed_data(source, topic: str, partitions: int) -> None:
+    """Creates ``topic`` on the source with compaction gaps in every partition (compaction turned
+    off again: the only source of fillers on the destination), then writes records in every codec
+    and transactions, committed and aborted (replayed on the destination: aborted records copied,
+    real markers at the source's offsets)."""
+    create_with_compaction_gaps(source.bootstrap, topic, partitions)
     for i, codec in enumerate(["gzip", "snappy", "lz4", "zstd"]):
         produce_plain(source.bootstrap, topic, 80, start=i * 80, **{"compression.type": codec})
-    produce_transactions(source.bootstrap, topic)  # committed and aborted: markers and aborted data become fillers
+    produce_transactions(source.bootstrap, topic)
 
 
 def assert_same_log(source, destination, topic: str, partitions: int, context: str) -> None:
-    """The destination holds the source's committed records at identical offsets (keys, values,
-    headers, timestamps) and fillers only where the source has a marker or aborted data."""
-    committed = {(r[0], r[1]): r for r in read_all(source.bootstrap, topic, partitions, "read_committed")}
-    dst = {(r[0], r[1]): r for r in read_all(destination.bootstrap, topic, partitions, "read_uncommitted")}
-    for p, o in sorted(set(committed) | set(dst)):
-        want, got = committed.get((p, o)), dst.get((p, o))
-        if got is not None and got[2] == FILLER_KEY:
-            # No committed record there: the source holds a transaction marker or aborted data.
-            assert want is None, f"{topic} partition {p} offset {o}: a filler where the source has committed record {want} ({context})"
-            continue
-        assert got == want, f"{topic} partition {p} offset {o}: destination {got} != source {want} ({context})"
-    src_ends, dst_ends = high_watermarks(source.bootstrap, topic, partitions), high_watermarks(destination.bootstrap, topic, partitions)
-    for p in range(partitions):
-        assert dst_ends[p] == src_ends[p], f"{topic} partition {p}: destination ends at offset {dst_ends[p]}, source at {src_ends[p]} ({context})"
-    assert committed, f"{topic}: the source has data ({context})"
+    """The destination holds the source's records at identical offsets (keys, values, headers,
+    timestamps), each isolation level compared with the same level of the source: read_uncommitted
+    with aborted transactions' records (replayed and aborted on the destination), read_committed
+    without them; fillers (read directly from the destination) only at offsets where the source
+    has no record at all (a compaction gap); the same high watermarks and last stable offsets."""
+    seen = 0
+    for isolation in ("read_uncommitted", "read_committed"):
+        src = {(r[0], r[1]): r for r in read_all(source.bootstrap, topic, partitions, isolation)}
+        dst = {(r[0], r[1]): r for r in read_all(destination.bootstrap, topic, partitions, isolation)}
+        seen += len(src)
+        for p, o in sorted(set(src) | set(dst)):
+            want, got = src.get((p, o)), dst.get((p, o))
+            if got is not None and got[2] == FILLER_KEY:
+                # A filler stands for an offset with no source record (a compaction gap): never for
+                # a record, aborted ones included, nor for a marker (a real one is written there).
+                assert want is None, f"{topic} partition {p} offset {o}: a filler where the source has record {want} ({isolation}, {context})"
+                continue
+            assert got == want, f"{topic} partition {p} offset {o}: destination {got} != source {want} ({isolation}, {context})"
+    src_ends = [hw for _, hw in log_bounds(source.bootstrap, topic, partitions)]
+    dst_ends = [hw for _, hw in log_bounds(destination.bootstrap, topic, partitions)]
+    assert dst_ends == src_ends, f"{topic}: destination high watermarks {dst_ends}, source {src_ends} ({context})"
+    src_stable = [end for _, end in log_bounds(source.bootstrap, topic, partitions, "read_committed")]
+    dst_stable = [end for _, end in log_bounds(destination.bootstrap, topic, partitions, "read_committed")]
+    assert dst_stable == src_stable, f"{topic}: destination last stable offsets {dst_stable}, source {src_stable} ({context})"
+    assert seen, f"{topic}: the source has data ({context})"
 
 
 def cli_describe_engine(inst, mirror: str) -> dict:
@@ -237,7 +254,8 @@ def cli_describe_engine(inst, mirror: str) -> dict:
 
 class SourceLoad:
     """Continuous source load: compressed records from idempotent producers and transactions, a
-    third of them aborted, until stopped; every delivery must succeed."""
+    third of them aborted (each with its records delivered first: aborted data on the source,
+    replayed and aborted on the destination), until stopped; every delivery must succeed."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, seed: int):
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
@@ -271,6 +289,14 @@ class SourceLoad:
                     tx.begin_transaction()
                     for j in range(6):
                         tx.produce(self.topic, key=b"tx", value=f"tx-{i}-{j}".encode(), partition=j % self.partitions)
+                    # Delivered before the transaction ends: an abort would purge records still
+                    # queued, whose sequence numbers librdkafka (2.16) had already taken, and the
+                    # next transaction's first record on that partition then fails on the source
+                    # with OUT_OF_ORDER_SEQUENCE_NUMBER (seen: a marker with no record before it,
+                    # then sequence 12 after 10). Flushed, an aborted transaction holds its records
+                    # too: aborted data for the mirror to replay.
+                    if tx.flush(30) != 0:
+                        self.errors.append("transactional records left undelivered before the transaction ended")
                     if self.rng.random() < 1 / 3:
                         tx.abort_transaction(30)
                         self.transactions["aborted"] += 1

@@ -3,9 +3,11 @@ one destination each copy the partitions the election group's current generation
 the active one keeps topic creation, management and the sync loops.
 
 A: every instance reports a distinct share of the same generation; a mirror of compressed and
-   transactional data catches up with its partitions copied by all three (each instance's
-   /metrics shows progress for exactly its own partitions, together every partition once); every
-   instance refuses produces to the mirror topic, masks fillers and describes every partition
+   transactional data with compaction gaps (fillers on the destination) catches up with its
+   partitions copied by all three (each instance's /metrics shows progress for exactly its own
+   partitions, together every partition once); every instance refuses produces to the mirror
+   topic, masks fillers, serves each isolation level exactly as the source does and describes
+   every partition
    (`mirrors --describe` names each instance's share);
    a pause through a standby stops copying on every instance (the source grows, the destination
    does not), a resume catches up again, and a stop (failover) through a standby while the source
@@ -15,7 +17,8 @@ B: members come and go under load (seeded): every 2-4 s an instance (the active 
    SIGKILLed and restarted, or SIGSTOPped past the session timeout and SIGCONTed; after each event
    the survivors' shares cover every partition again and every partition grows again (the stall
    per event is printed, and its longest per kind); at the end the destination equals the source
-   record for record at identical offsets with no partition FAILED. `KMP_CHAOS_SECONDS` (quick
+   record for record at identical offsets (each isolation level against the same level of the
+   source) with no partition FAILED. `KMP_CHAOS_SECONDS` (quick
    tier 20, long tier 120) sets the length, `KMP_CHAOS_SEED` replays a seed.
 """
 
@@ -38,7 +41,7 @@ from instances import (
     ELECTION_BOUND_S, INSTANCES, SESSION_TIMEOUT_MS, SourceLoad, TAKEOVER_BOUND_S, assert_same_log, auto_instances,
     chaos_actions, cli_describe_engine, compressed_data, partition_states, start_mirror, wait_one_active,
 )
-from mirror import FILLER_KEY, call, create, high_watermarks, produce_one, produce_plain, read_all, wait_caught_up
+from mirror import FILLER_KEY, call, high_watermarks, produce_one, produce_plain, read_all, wait_caught_up
 
 PARTITIONS = 6
 # The chaos window: 20 s in the quick tier (at least one kill and one freeze), 120 s in the long.
@@ -137,9 +140,8 @@ def records_from(bootstrap: str, topic: str, partition: int, offset: int) -> lis
 def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(clusters, workdir):
     source, destination = clusters
     topic, mirror = unique("share"), unique("shm")
-    create(source.bootstrap, topic, PARTITIONS)
-    compressed_data(source, topic)
-    expected = read_all(source.bootstrap, topic, PARTITIONS, "read_committed")
+    compressed_data(source, topic, PARTITIONS)  # compaction gaps, then every codec and transactions
+    expected = {isolation: read_all(source.bootstrap, topic, PARTITIONS, isolation) for isolation in ("read_committed", "read_uncommitted")}
     with auto_instances(destination, workdir, share_work=True) as instances:
         active, _ = wait_one_active(instances, "one active instance", ELECTION_BOUND_S)
         shares = wait_shares(instances, "every instance holds a distinct share of one generation", ELECTION_BOUND_S)
@@ -148,6 +150,8 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
         start_mirror(standbys[0], source, mirror, topic)
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
         assert_same_log(source, destination, topic, PARTITIONS, "after the first catch-up with shared work")
+        assert any(r[2] == FILLER_KEY for r in read_all(destination.bootstrap, topic, PARTITIONS, "read_uncommitted")), \
+            "the destination log holds fillers where the source has compaction gaps (the premise of the masking check)"
 
         # Each instance copied its own partitions, together every partition exactly once.
         def split():
@@ -164,10 +168,12 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
         for inst in instances:
             err, _ = produce_one(inst.bootstrap, topic, 0)
             assert err is not None, f"a produce to mirror topic {topic} through {inst.instance_id} is refused"
-            got = read_all(inst.bootstrap, topic, PARTITIONS, "read_uncommitted")
-            fillers = [(r[0], r[1]) for r in got if r[2] == FILLER_KEY]
-            assert not fillers, f"fillers reached a consumer of {inst.instance_id} at (partition, offset) {fillers[:5]}"
-            assert got == expected, f"through {inst.instance_id} consumers see exactly the source's committed records"
+            for isolation in ("read_committed", "read_uncommitted"):
+                got = read_all(inst.bootstrap, topic, PARTITIONS, isolation)
+                fillers = [(r[0], r[1]) for r in got if r[2] == FILLER_KEY]
+                assert not fillers, f"fillers reached a consumer of {inst.instance_id} ({isolation}) at (partition, offset) {fillers[:5]}"
+                assert got == expected[isolation], \
+                    f"through {inst.instance_id} ({isolation}) consumers see exactly what the source's {isolation} consumers see ({len(got)} vs {len(expected[isolation])} records)"
             wait_until(f"{inst.instance_id} describes every partition as mirroring",
                        lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["mirroring"] * PARTITIONS, timeout=20)
         # `mirrors --describe` names each instance's share (identity, assignment and generation).
@@ -222,8 +228,7 @@ def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, 
     print(f"\nshared-work chaos seed {seed} (replay with KMP_CHAOS_SEED={seed}), {CHAOS_SECONDS:.0f}s")
     rng = random.Random(seed)
     topic, mirror = unique("share-chaos"), unique("shc")
-    create(source.bootstrap, topic, PARTITIONS)
-    compressed_data(source, topic)
+    compressed_data(source, topic, PARTITIONS)
     ctx = f"seed {seed}"
     with auto_instances(destination, workdir, share_work=True) as instances:
         active, _ = wait_one_active(instances, f"one active instance ({ctx})", ELECTION_BOUND_S)

@@ -2,7 +2,8 @@
 runs the mirror engine, the other is a follower (`engine.role = follower`, here through
 KMP_ENGINE_ROLE with the same config file) that copies nothing and follows the engine's state topic.
 Through the follower: a produce to a mirror topic is refused as through the engine instance
-(librdkafka by topic name, the Java client by topic id), filler batches never reach consumers,
+(librdkafka by topic name, the Java client by topic id), filler batches (the source topic's
+compaction gaps) never reach consumers, who see at each isolation level what the source's see,
 List/Describe answer what the engine instance answers, mutating mirror RPCs get NOT_CONTROLLER,
 and a stop (failover) done through the engine instance makes the topic writable through the follower
 within a bounded, measured time."""
@@ -15,6 +16,7 @@ import time
 from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
+from compaction import create_with_compaction_gaps
 from kmp_common import java_command, wait_until
 from mirror import (
     FILLER_KEY, call, call_retrying, cli, cli_json, create, high_watermarks, leader_of, produce_one, produce_plain,
@@ -50,10 +52,10 @@ def listed(proxy) -> list[tuple]:
 def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failover_within_seconds(clusters, workdir, kafka_classpath):
     source, destination = clusters
     topic, mirror, state_topic = unique("follow"), unique("fm"), unique("kmp-state")
-    create(source.bootstrap, topic, PARTITIONS)
+    create_with_compaction_gaps(source.bootstrap, topic, PARTITIONS)  # compaction gaps: fillers on the destination
     produce_plain(source.bootstrap, topic, 60)
-    produce_transactions(source.bootstrap, topic)  # markers and aborted data: fillers on the destination
-    expected = read_all(source.bootstrap, topic, PARTITIONS, "read_committed")
+    produce_transactions(source.bootstrap, topic)  # committed and aborted: replayed, real markers on the destination
+    expected = {isolation: read_all(source.bootstrap, topic, PARTITIONS, isolation) for isolation in ("read_committed", "read_uncommitted")}
     args = shared_config(workdir, state_topic)
 
     # The follower starts first: the state topic does not exist yet, so nothing is a mirror topic.
@@ -69,7 +71,8 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert status == 200 and r["results"][0]["error_code"] == 0, f"topic started through the engine instance: {r}"
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
         direct = read_all(destination.bootstrap, topic, PARTITIONS, "read_uncommitted")
-        assert any(r[2] == FILLER_KEY for r in direct), "the destination log holds fillers (the premise of the masking check)"
+        assert any(r[2] == FILLER_KEY for r in direct), \
+            "the destination log holds fillers where the source has compaction gaps (the premise of the masking check)"
 
         # List: the follower learned the new mirror and its topic from the state topic while running.
         wait_until("the follower lists the mirror the engine instance created", lambda: listed(follower) == listed(engine), timeout=15)
@@ -93,7 +96,8 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         for isolation in ("read_committed", "read_uncommitted"):
             got = read_all(follower.bootstrap, topic, PARTITIONS, isolation)
             assert not [r for r in got if r[2] == FILLER_KEY], f"fillers reached a consumer of the follower ({isolation})"
-            assert got == expected, f"through the follower ({isolation}) consumers see exactly the source's committed records"
+            assert got == expected[isolation], \
+                f"through the follower ({isolation}) consumers see exactly what the source's {isolation} consumers see ({len(got)} vs {len(expected[isolation])} records)"
         assert follower.metric("kmp_masked_fetch_responses_total") > masked_before, "the follower masked filler batches in Fetch responses"
 
         # Describe: the follower shows what the engine instance shows (progress as of the engine's

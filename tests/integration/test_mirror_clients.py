@@ -1,9 +1,12 @@
 """What real clients see of a mirror topic through the proxy (issue #4 items 3 and 5):
 
-* filler records (transaction markers, aborted data) are masked for Java, librdkafka, kafka-python
-  and franz-go consumers, read_committed and read_uncommitted: they see exactly the source's
-  committed records at the source offsets, and keep advancing past a tail made only of fillers
-  (a record produced after it still arrives);
+* filler records (here: the source topic's compaction gaps — source transactions are replayed,
+  not filled) are masked for Java, librdkafka, kafka-python and franz-go consumers, read_committed
+  and read_uncommitted: they see exactly what the source's consumers of the same isolation level
+  see (aborted transactions' records read_uncommitted, not read_committed) at the source offsets,
+  and keep advancing past fillers and past a tail with no record for them (an aborted
+  transaction's records and its ABORT markers: control batches, as with any Kafka broker); a
+  record produced after that tail still arrives, and positions reach the end offsets;
 * a Produce to a mirror topic is refused at once for each client (no retry loop), with
   POLICY_VIOLATION and a message naming the mirror (shown by the clients that show a Produce
   error message), while another topic in the same Produce request is written."""
@@ -21,8 +24,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kafka_wire
 from conftest import ProxyProcess, unique
+from compaction import create_with_compaction_gaps, fillers
 from kmp_common import java_command
-from mirror import create, high_watermarks, mirror_config, produce_plain, produce_transactions, read_all, wait_caught_up
+from mirror import high_watermarks, mirror_config, produce_plain, produce_transactions, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA = REPO / "tests" / "clients" / "java" / "MirrorCheck.java"
@@ -42,18 +46,23 @@ def go_mirror_check() -> str:
 def mirror(clusters, workdir):
     source, destination = clusters
     topic = unique("mir-clients")
-    create(source.bootstrap, topic, PARTITIONS)
+    create_with_compaction_gaps(source.bootstrap, topic, PARTITIONS)  # holes in every partition: fillers on the destination
     produce_plain(source.bootstrap, topic, 60)
-    produce_transactions(source.bootstrap, topic)  # committed and aborted transactions: markers and aborted data
+    produce_transactions(source.bootstrap, topic)  # committed and aborted transactions: replayed, markers at the source offsets
     proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name="clients")).start()
     try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
+        held = fillers(read_all(destination.bootstrap, topic, PARTITIONS, "read_uncommitted"))
+        assert {p for p, _ in held} == set(range(PARTITIONS)), \
+            f"every partition of the destination holds fillers (the premise of the masking checks): {held}"
         yield source, destination, proxy, topic
     finally:
         assert proxy.stop() == 0
 
 
 def abort_a_transaction_at_the_tail(bootstrap: str, topic: str) -> None:
+    """Every partition then ends with an aborted transaction's records and its ABORT marker: no
+    record a read_committed consumer sees, and a control batch last for every consumer."""
     tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("tail-tx")})
     tx.init_transactions(30)
     tx.begin_transaction()
@@ -116,10 +125,10 @@ def consume_subprocess(cmd: list[str]):
 @pytest.mark.parametrize("client", ["java", "librdkafka", "kafka-python", "franz-go"])
 def test_consumers_through_the_proxy_never_see_fillers_and_advance_past_them(mirror, client, isolation, kafka_classpath, go_mirror_check):
     source, destination, proxy, topic = mirror
-    abort_a_transaction_at_the_tail(source.bootstrap, topic)  # the partition now ends with fillers only
+    abort_a_transaction_at_the_tail(source.bootstrap, topic)  # each partition now ends with aborted records and a marker
     wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
     masked_before = proxy.metric("kmp_masked_fetch_responses_total")
-    expected = len(read_all(source.bootstrap, topic, PARTITIONS, "read_committed")) + PARTITIONS
+    expected = len(read_all(source.bootstrap, topic, PARTITIONS, isolation)) + PARTITIONS
     runs = {
         "java": lambda: consume_subprocess([*java_command(kafka_classpath, JAVA), "consume", proxy.bootstrap, topic, str(PARTITIONS), isolation, str(expected)]),
         "franz-go": lambda: consume_subprocess([go_mirror_check, "consume", proxy.bootstrap, topic, str(PARTITIONS), isolation, str(expected)]),
@@ -128,13 +137,13 @@ def test_consumers_through_the_proxy_never_see_fillers_and_advance_past_them(mir
     }
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(runs[client])
-        time.sleep(6)  # the consumer reads up to the filler-only tail and keeps fetching there
+        time.sleep(6)  # the consumer reads up to the aborted tail and keeps fetching there
         produce_plain(source.bootstrap, topic, PARTITIONS, start=10_000 + int(time.time()) % 10_000)
         records, positions = running.result(timeout=150)
     wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
-    want = [(p, o, k, v) for p, o, k, v, _, _ in read_all(source.bootstrap, topic, PARTITIONS, "read_committed")]
+    want = [(p, o, k, v) for p, o, k, v, _, _ in read_all(source.bootstrap, topic, PARTITIONS, isolation)]
     assert not [r for r in records if r[2] == b"__kmp_filler"], f"{client} saw filler records"
-    assert records == want, f"{client} {isolation}: records through the proxy equal the source's committed records ({len(records)} vs {len(want)})"
+    assert records == want, f"{client} {isolation}: records through the proxy equal the source's {isolation} records ({len(records)} vs {len(want)})"
     ends = high_watermarks(destination.bootstrap, topic, PARTITIONS)
     if positions:
         assert [positions[p] for p in range(PARTITIONS)] == ends, f"{client}: position advanced to the end offsets {ends}: {positions}"

@@ -4,10 +4,14 @@ record per batch, and without merging the copy costs one Produce batch per recor
 
 One source topic is filled with one-record batches in every codec (idempotent and plain
 producers, keys, null values, headers, timestamps out of order) plus a partition of one-record
-transactions, committed and aborted. Two mirrors copy it into two destination topics in one proxy:
-one with the default (merging), one with ``coalesce_max_bytes = 0``. Both must equal the source
-record for record at identical offsets, through the proxy and directly, at both isolation levels;
-the merged copy must hold far fewer batches than the source, the unmerged one exactly as many.
+transactions, committed and aborted (replayed in destination transactions, the markers at the
+source's offsets; transactional batches are never merged). Two mirrors copy it into two
+destination topics in one proxy: one with the default (merging), one with
+``coalesce_max_bytes = 0``. Both must equal the source record for record at identical offsets,
+through the proxy and directly, each isolation level against the same level of the source
+(aborted records included read_uncommitted); the merged copy must hold far fewer batches than the
+source (the transactions' partition exactly the source's batches), the unmerged one exactly as
+many.
 """
 
 from __future__ import annotations
@@ -84,14 +88,14 @@ def assert_copy_equals_source(source, destination, proxy, topic: str) -> None:
         for p in range(PARTITIONS):
             src, dst = watermarks(source.bootstrap, topic, p, isolation), watermarks(destination.bootstrap, topic, p, isolation)
             assert dst == src, f"{topic}-{p} ({isolation}): destination log start and end {dst}, source {src}"
-    # What the source's read_committed consumers see is what the mirror keeps: aborted data
-    # lands as fillers, which the proxy masks at both isolation levels.
-    expected = read_from(source.bootstrap, topic, starts, "read_committed")
-    for isolation in ("read_committed", "read_uncommitted"):
+    # Each isolation level against the same level of the source: the transactions are replayed,
+    # so read_uncommitted readers see the aborted records too and read_committed readers do not.
+    for isolation in ("read_uncommitted", "read_committed"):
+        expected = read_from(source.bootstrap, topic, starts, isolation)
         assert_same_records(expected, read_from(proxy.bootstrap, topic, starts, isolation),
-                            f"{topic} through the proxy ({isolation}) vs the source (read_committed)")
+                            f"{topic} through the proxy ({isolation}) vs the source ({isolation})")
         assert_same_records(expected, strip_fillers(read_from(destination.bootstrap, topic, starts, isolation)),
-                            f"{topic} directly on the destination, fillers stripped ({isolation}) vs the source (read_committed)")
+                            f"{topic} directly on the destination, fillers stripped ({isolation}) vs the source ({isolation})")
 
 
 def test_one_record_source_batches_land_merged_with_every_record_at_its_source_offset(clusters, workdir):
@@ -140,8 +144,12 @@ def test_one_record_source_batches_land_merged_with_every_record_at_its_source_o
                     f"{merged_topic}-{p} ({CODECS[p]}): {source_count} one-record source batches became {len(merged)} destination batches, expected at most a tenth"
                 assert coalesced >= source_count - len(merged), f"{merged_topic}-{p}: kmp_mirror_coalesced_batches {coalesced}"
             else:
-                # Transactions: markers and aborted data become fillers between the merged runs.
-                assert len(merged) < source_count, f"{merged_topic}-{p} (transactions): {len(merged)} batches, source {source_count}"
+                # Transactions: transactional data is written inside its destination transaction,
+                # by its producer, and never merged; each marker is the destination's own control
+                # batch at the source marker's offset. The layout is the source's, batch for batch.
+                assert merged == src_batches[merged_topic][p], \
+                    f"{merged_topic}-{p} (transactions): the destination holds the source's batches unmerged, markers at the same offsets"
+                assert coalesced == 0, f"{merged_topic}-{p} (transactions): kmp_mirror_coalesced_batches {coalesced}"
     finally:
         assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
 

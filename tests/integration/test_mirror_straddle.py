@@ -11,15 +11,17 @@
   partition (just after its start, the middle, its last record), resumed.
 
 After each: every record the source returns at or above its log start is on the destination at
-the same offset with the same key, value, headers and timestamp — read through the proxy
-(read_committed and read_uncommitted) and directly from the destination with fillers stripped —
-the destination log start and high watermark equal the source's, and no partition is FAILED.
+the same offset with the same key, value, headers and timestamp — read through the proxy and
+directly from the destination with fillers stripped, read_committed and read_uncommitted, each
+against the same isolation level of the source — the destination log start, high watermark and
+last stable offset equal the source's, and no partition is FAILED.
 
 * **Filler masking only where fillers can be.** In a proxy that has mirrors running (and masks a
-  mirror topic's fillers), a plain topic carrying records keyed ``__kmp_filler`` — one exactly
-  like a filler (null value, header ``kmp-filler: 1``, uncompressed batch) — is delivered exactly
-  as produced to librdkafka and Java (Fetch by topic id), kafka-python and a hand-built Fetch v4
-  (by topic name), both isolation levels."""
+  mirror topic's fillers, which stand in for the records a compacted source topic's cleaner
+  removed), a plain topic carrying records keyed ``__kmp_filler`` — one exactly like a filler
+  (null value, header ``kmp-filler: 1``, uncompressed batch) — is delivered exactly as produced
+  to librdkafka and Java (Fetch by topic id), kafka-python and a hand-built Fetch v4 (by topic
+  name), both isolation levels."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 import kafka_wire
 from conftest import ProxyProcess, unique, wait_for_leader
 from kmp_common import java_command, wait_until
-from mirror import call, create, mirror_config, produce_transactions, states, wait_caught_up
+from compaction import create_with_compaction_gaps
+from mirror import call, create, mirror_config, states, wait_caught_up
 from records import assert_same_records, batch_headers, fetch_v4_records, read_from, strip_fillers, watermarks
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
@@ -132,15 +135,15 @@ def assert_destination_equals_source(source, destination, proxy, topic: str, mir
             src, dst = watermarks(source.bootstrap, topic, p, isolation)[1], watermarks(destination.bootstrap, topic, p, isolation)[1]
             assert dst == src, f"{topic}-{p}: destination {'high watermark' if isolation == 'read_uncommitted' else 'last stable offset'} {dst}, source {src}"
 
-    expected = read_from(source.bootstrap, topic, log_starts, "read_committed")
-    visible = sum(len(r) for r in expected.values())
-    assert visible == sum(hi - lo for lo, hi in src_marks.values()), \
-        f"{topic}: the source shows a record at every offset from its log start (plain data only): {visible} records, watermarks {src_marks}"
     for isolation in ("read_committed", "read_uncommitted"):
+        expected = read_from(source.bootstrap, topic, log_starts, isolation)
+        visible = sum(len(r) for r in expected.values())
+        assert visible == sum(hi - lo for lo, hi in src_marks.values()), \
+            f"{topic}: the source shows a record at every offset from its log start (plain data only, {isolation}): {visible} records, watermarks {src_marks}"
         assert_same_records(expected, read_from(proxy.bootstrap, topic, log_starts, isolation),
-                            f"{topic} through the proxy ({isolation}) vs the source")
+                            f"{topic} through the proxy ({isolation}) vs the source ({isolation})")
         assert_same_records(expected, strip_fillers(read_from(destination.bootstrap, topic, log_starts, isolation)),
-                            f"{topic} directly on the destination, fillers stripped ({isolation}) vs the source")
+                            f"{topic} directly on the destination, fillers stripped ({isolation}) vs the source ({isolation})")
 
     _, text = proxy.http("/metrics")
     failed = [l for l in text.splitlines() if l.startswith(f'kmp_mirror_failed{{mirror="{mirror}",topic="{topic}"')]
@@ -213,11 +216,11 @@ PLAIN_BATCHES = [
 
 
 def mirrored_with_fillers(source, destination, workdir, prefix: str, mirror: str):
-    """A new 2-partition source topic with transactions (markers and aborted data: fillers on the
-    destination), mirrored and caught up by a new proxy: (topic, proxy)."""
+    """A new 2-partition compacted source topic whose cleaner has removed records (compaction gaps
+    in both partitions: fillers on the destination), mirrored and caught up by a new proxy:
+    (topic, proxy)."""
     topic = unique(prefix)
-    create(source.bootstrap, topic, 2)
-    produce_transactions(source.bootstrap, topic)
+    create_with_compaction_gaps(source.bootstrap, topic, 2)
     proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, [topic], name=mirror)).start()
     try:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2})
@@ -304,6 +307,8 @@ def test_a_plain_topic_with_records_keyed_like_fillers_is_delivered_exactly_as_p
         assert any(r[0] == FILLER_KEY for rs in dst.values() for r in rs.values()), "the mirror topic holds fillers on the destination"
         via_proxy = read_from(proxy.bootstrap, mirrored, {0: 0, 1: 0}, "read_uncommitted")
         assert not any(r[0] == FILLER_KEY for rs in via_proxy.values() for r in rs.values()), "the mirror topic's fillers are masked"
+        assert_same_records(read_from(source.bootstrap, mirrored, {0: 0, 1: 0}, "read_uncommitted"), via_proxy,
+                            f"{mirrored} through the proxy vs the source")
         assert proxy.metric("kmp_masked_fetch_responses_total") > masked_before, "masking ran for the mirror topic"
 
         plain = unique("plain-fillerkey")

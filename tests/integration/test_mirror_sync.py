@@ -9,6 +9,8 @@
   destination log; stopped topics are not synced any more; one more sync runs at stop.
 * Changed source topic configs reach the destination within two intervals, removed ones are
   removed, excluded ones never arrive.
+* Share groups (Kafka 4.4 clusters): start offsets synced and clamped; a share consumer through
+  the proxy never sees the fillers that stand in for a compacted source topic's removed records.
 * Sync status on /metrics, in the REST describe and in the CLI's DescribeClusterMirrors output.
 
 Partition growth and deleted source topics are covered by test_mirror_faults.py."""
@@ -28,7 +30,8 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 
 from conftest import PROXY_BIN, ProxyProcess, running_cluster, unique
 from kmp_common import java_command
-from mirror import call, create, high_watermarks, read_all, wait_caught_up
+from compaction import create_with_compaction_gaps
+from mirror import FILLER_KEY, call, create, high_watermarks, read_all, wait_caught_up
 
 REPO = Path(__file__).resolve().parents[2]
 JAVA = REPO / "tests" / "clients" / "java" / "GroupResume.java"
@@ -451,41 +454,23 @@ def share_offsets(kafka_classpath, bootstrap: str, group: str, topic: str, parti
     return {int(f[1]): int(f[2]) for f in (l.split() for l in lines if l.startswith("O "))}
 
 
-def produce_with_transactions(bootstrap: str, topic: str) -> None:
-    """10 plain records, a committed and an aborted transaction of 5 (two markers), 10 plain: 25
-    committed records, 7 offsets that become fillers on the destination."""
-    plain = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    tx = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("share-tx")})
-    tx.init_transactions(30)
-    for i in range(10):
-        plain.produce(topic, key=f"a{i}".encode(), value=b"v", partition=0)
-    assert plain.flush(30) == 0
-    for end in (tx.commit_transaction, tx.abort_transaction):
-        tx.begin_transaction()
-        for i in range(5):
-            tx.produce(topic, key=f"{end.__name__[:6]}{i}".encode(), value=b"v", partition=0)
-        tx.flush(30)
-        end(30)
-    for i in range(10):
-        plain.produce(topic, key=f"b{i}".encode(), value=b"v", partition=0)
-    assert plain.flush(30) == 0
-
-
 @pytest.mark.long  # the newer Kafka's clusters (tests/conftest.py newer_clusters) cost two cluster starts
 def test_share_groups_sync_their_start_offsets_and_never_see_fillers_through_the_proxy(newer_clusters, workdir, kafka_classpath):
     source, destination = newer_clusters
-    topic, group, txn_topic = unique("sync-share"), unique("sync-sg"), unique("sync-share-tx")
+    topic, group, gaps_topic = unique("sync-share"), unique("sync-sg"), unique("sync-share-gaps")
     create(source.bootstrap, topic, 2)
     produce_to_partitions(source.bootstrap, topic, 2, 100)
-    create(source.bootstrap, txn_topic, 1)
-    produce_with_transactions(source.bootstrap, txn_topic)
-    with syncing_proxy(source, destination, workdir, [topic, txn_topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
-        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2, txn_topic: 1})
-        # Markers and aborted records are fillers on the destination; a share consumer
-        # through the proxy gets exactly the source's committed records.
-        want = [(r[1], r[2].hex()) for r in read_all(source.bootstrap, txn_topic, 1, "read_committed")]
-        assert len(want) == 25, want
-        lines = share_check(kafka_classpath, "consume", proxy.bootstrap, unique("share-px"), txn_topic, str(len(want)))
+    create_with_compaction_gaps(source.bootstrap, gaps_topic, 1)
+    source_records = read_all(source.bootstrap, gaps_topic, 1, "read_uncommitted")
+    with syncing_proxy(source, destination, workdir, [topic, gaps_topic], "sync-share", group_offset_sync_interval_ms=INTERVAL_MS) as proxy:
+        wait_caught_up(source.bootstrap, destination.bootstrap, {topic: 2, gaps_topic: 1})
+        # The offsets the source's cleaner emptied are fillers on the destination; a share
+        # consumer through the proxy gets exactly the source's records.
+        assert any(r[2] == FILLER_KEY for r in read_all(destination.bootstrap, gaps_topic, 1, "read_uncommitted")), \
+            "the compaction gaps are fillers on the destination (the premise)"
+        want = [(r[1], r[2].hex()) for r in source_records]
+        assert want and want[-1][0] + 1 > len(want), f"the source topic has compaction gaps: {want}"
+        lines = share_check(kafka_classpath, "consume", proxy.bootstrap, unique("share-px"), gaps_topic, str(len(want)))
         got = sorted((int(f[2]), f[3]) for f in (l.split() for l in lines if l.startswith("R ")))
         assert got == sorted(want), f"share consumer through the proxy: {got}"
         # A share group consumes on the source, then an operator moves its start offsets.

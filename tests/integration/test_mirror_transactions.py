@@ -14,6 +14,7 @@ The transaction stays open 30 s in the quick tier and 5 minutes in the long tier
 
 import time
 
+import pytest
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
@@ -133,6 +134,9 @@ def test_an_open_source_transaction_holds_back_no_other_producer_and_every_reade
         tx.commit_transaction(30)
         wait_for("the commit marker on the destination", lambda: destination_end(destination, topic) == ends(source.bootstrap, topic)[1], 30)
         same_view(source, proxy, topic, "after a second transaction committed")
+        # The partition ends with a marker: it is caught up (lag 0), and a graceful stop completes.
+        status, r = call(proxy, "POST", "/v1/mirrors/txn/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and r["results"][0]["error_code"] == 0, f"a graceful stop of a partition ending with a marker completes: {r}"
         _, text = proxy.http("/metrics")
         failed = [line for line in text.splitlines() if line.startswith("kmp_mirror_failed{") and f'topic="{topic}"' in line and line.endswith(" 1")]
         assert not failed, failed
@@ -140,7 +144,8 @@ def test_an_open_source_transaction_holds_back_no_other_producer_and_every_reade
         assert proxy.stop() == 0, proxy.log()[-3000:]
 
 
-def test_a_stop_aborts_on_the_destination_a_transaction_still_open_on_the_source(clusters, workdir):
+@pytest.mark.parametrize("paused_first", [False, True], ids=["stop", "pause-then-stop"])
+def test_a_stop_aborts_on_the_destination_a_transaction_still_open_on_the_source(clusters, workdir, paused_first):
     source, destination = clusters
     topic = unique("mir-stop-txn")
     create(source, topic)
@@ -152,7 +157,14 @@ def test_a_stop_aborts_on_the_destination_a_transaction_still_open_on_the_source
     try:
         wait_for("the source's 17 offsets on the destination", lambda: destination_end(destination, topic) == 17, 60)
         assert ends(destination.bootstrap, topic) == (0, 17), "the destination's transaction is open like the source's"
-        status, r = call(proxy, "POST", "/v1/mirrors/txstop/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        if paused_first:
+            # The usual failover: pause (copying stops, transactions stay open), then stop.
+            status, r = call(proxy, "POST", "/v1/mirrors/txstop/pause", {"topics": [topic]})
+            assert status == 200 and r["results"][0]["error_code"] == 0, r
+            wait_for("the pause", lambda: states(proxy, "txstop", topic) == ["paused"], 60)
+            assert ends(destination.bootstrap, topic) == (0, 17), "a pause keeps the destination's transaction open"
+        body = {"topics": [topic]} if paused_first else {"topics": [topic], "graceful_timeout_ms": 30000}
+        status, r = call(proxy, "POST", "/v1/mirrors/txstop/stop", body)
         assert status == 200 and r["results"][0]["error_code"] == 0, r
         wait_for("the stop", lambda: states(proxy, "txstop", topic) == ["stopped"], 60)
         lso, hw = ends(destination.bootstrap, topic)
