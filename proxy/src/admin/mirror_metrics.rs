@@ -46,7 +46,7 @@ type Gauge = fn(&PartitionStatus) -> i64;
 
 /// The per-partition gauges after `mirror_lag_seconds` (a float) and the sync families.
 const PARTITION_GAUGES: [(&str, &str, Gauge); 13] = [
-    ("mirror_lag_records", "Source last stable offset minus the destination's next offset", |s| {
+    ("mirror_lag_records", "Source high watermark minus the destination's next offset (open transactions are copied too)", |s| {
         s.lag_records()
     }),
     (

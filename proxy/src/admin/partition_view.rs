@@ -32,7 +32,7 @@ pub struct PartitionView {
     pub source_last_stable_offset: i64,
     /// Next destination offset (= the source offset copied up to).
     pub destination_offset: i64,
-    /// Source last stable offset minus the destination's next offset, in records; -1 while that
+    /// Source high watermark minus the destination's next offset, in records; -1 while that
     /// offset is not known (as DescribeClusterMirrors answers it).
     pub lag: i64,
     pub records: Option<u64>,
@@ -133,7 +133,7 @@ mod tests {
 
     const NOW_MS: i64 = 1_700_000_010_500;
 
-    /// A partition 28 records and 2.5 s behind, with writes 4 s and 1 s ago.
+    /// A partition 30 records (2 of them in an open transaction) and 2.5 s behind, with writes 4 s and 1 s ago.
     fn detail() -> PartitionDetail {
         let mut status = PartitionStatus {
             state: PartitionState::Mirroring,
@@ -155,7 +155,7 @@ mod tests {
 
     /// What REST describe wrote for [`detail`] from its own `json!` object before this view
     /// (captured from that code): the view must write the same text.
-    const REST_BEFORE: &str = r#"{"bytes":65536,"bytes_per_sec":1133.3333333333333,"destination_offset":100,"fillers":3,"lag":28,"last_error":"a \"quoted\" reason","partition":2,"rate_window_ms":4500,"records":100,"records_per_sec":17.77777777777778,"source_last_stable_offset":128,"source_offset":130,"state":"mirroring"}"#;
+    const REST_BEFORE: &str = r#"{"bytes":65536,"bytes_per_sec":1133.3333333333333,"destination_offset":100,"fillers":3,"lag":30,"last_error":"a \"quoted\" reason","partition":2,"rate_window_ms":4500,"records":100,"records_per_sec":17.77777777777778,"source_last_stable_offset":128,"source_offset":130,"state":"mirroring"}"#;
 
     #[test]
     fn rest_describes_a_partition_as_it_did() {

@@ -233,7 +233,7 @@ fn label_values_from_the_config_are_escaped() {
     let text = super::text_of(&m, mirror_metrics::encode);
     let escaped = r#"mirror="dr \"eu\"\\west\nline2""#;
     assert!(
-        text.contains(&format!(r#"kmp_mirror_lag_records{{{escaped},topic="orders",partition="0"}} 28"#)),
+        text.contains(&format!(r#"kmp_mirror_lag_records{{{escaped},topic="orders",partition="0"}} 30"#)),
         "{text}"
     );
     assert!(
