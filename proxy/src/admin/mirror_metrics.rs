@@ -46,9 +46,11 @@ type Gauge = fn(&PartitionStatus) -> i64;
 
 /// The per-partition gauges after `mirror_lag_seconds` (a float) and the sync families.
 const PARTITION_GAUGES: [(&str, &str, Gauge); 13] = [
-    ("mirror_lag_records", "Source high watermark minus the destination's next offset (open transactions are copied too)", |s| {
-        s.lag_records()
-    }),
+    (
+        "mirror_lag_records",
+        "Source high watermark minus the destination's next offset (open transactions are copied too)",
+        |s| s.lag_records(),
+    ),
     (
         "mirror_replication_latency_ms",
         "Write time minus the source timestamp of the newest record of the last batch written",
