@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use kmp_protocol::ProtocolError;
-use kmp_protocol::codec::{decode_request, decode_response, encode_response};
+use kmp_protocol::codec::{decode_response, encode_response};
 use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey, BrokerId,
@@ -13,7 +13,7 @@ use kmp_protocol::kafka_protocol::messages::{
     DeleteGroupsResponse, DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
     DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
     HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, RequestHeader, ShareGroupDescribeRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest, OffsetFetchResponse, ShareGroupDescribeRequest,
     ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, SyncGroupRequest, SyncGroupResponse, TxnOffsetCommitRequest,
     TxnOffsetCommitResponse, consumer_group_describe_response, delete_groups_response, describe_groups_response, describe_share_group_offsets_response,
     find_coordinator_response, offset_commit_response, offset_fetch_response, share_group_describe_response, txn_offset_commit_response,
@@ -22,7 +22,7 @@ use kmp_protocol::kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 use super::Protected;
 use crate::filters::refuse::text::{Shown, take_refused};
-use crate::filters::refuse::{Decision, split_by};
+use crate::filters::refuse::{Decision, refuse_whole, split_by};
 
 /// Key type of a group in FindCoordinator.
 const GROUP_KEY: i8 = 0;
@@ -235,41 +235,57 @@ fn offset_fetch(ask: &Ask<'_>) -> Result<Decision, ProtocolError> {
 /// FindCoordinator of an engine group: v0-3 (one key) refused whole, v4+ (several keys) loses
 /// the engine's keys and merges their refusal into the broker's answer.
 fn find_coordinator(ask: &Ask<'_>) -> Result<Decision, ProtocolError> {
-    let version = ask.version;
+    refuse_coordinator_keys(ask.frame, ask.version, GROUP_KEY, |k| ask.who.is_engine_group(k), group_refused(), group_text())
+}
+
+/// FindCoordinator for keys of type `key_type` that `ours` protects: v0-3 (one key) refused
+/// whole, v4+ (several keys) loses those keys, answered with `code` (and `text`) next to the
+/// broker's answer to the rest. Shared by the groups and the transactional ids (`txns`).
+pub(super) fn refuse_coordinator_keys(
+    frame: &Bytes,
+    version: i16,
+    key_type: i8,
+    ours: impl Fn(&str) -> bool,
+    code: i16,
+    text: StrBytes,
+) -> Result<Decision, ProtocolError> {
+    let key = ApiKey::FindCoordinator;
     if version < 4 {
-        return refuse_one::<FindCoordinatorRequest, FindCoordinatorResponse>(
-            ask,
-            |r| r.key_type == GROUP_KEY && ask.who.is_engine_group(&r.key),
+        return refuse_whole::<FindCoordinatorRequest, FindCoordinatorResponse>(
+            frame,
+            key,
+            version,
+            |r| r.key_type == key_type && ours(r.key.as_str()),
             |_, resp| {
-                resp.error_code = group_refused();
+                resp.error_code = code;
                 resp.node_id = BrokerId(-1);
                 resp.port = -1;
                 if version >= 1 {
-                    resp.error_message = Some(group_text());
+                    resp.error_message = Some(text);
                 }
             },
         );
     }
     split_by::<FindCoordinatorRequest, FindCoordinatorResponse, StrBytes>(
-        ask.frame,
-        ask.key,
+        frame,
+        key,
         version,
         |req| {
-            if req.key_type != GROUP_KEY {
+            if req.key_type != key_type {
                 return Vec::new();
             }
-            take_refused(&mut req.coordinator_keys, |k| ask.who.is_engine_group(k).then(|| (k.clone(), group_text())))
+            take_refused(&mut req.coordinator_keys, |k| ours(k.as_str()).then(|| (k.clone(), text.clone())))
         },
         |req| req.coordinator_keys.len(),
-        |resp, refused| {
+        move |resp, refused| {
             let mut shown = Shown::default();
-            for (k, text) in refused {
+            for (k, t) in refused {
                 let mut c = find_coordinator_response::Coordinator::default();
-                c.error_message = shown.text(text);
+                c.error_message = shown.text(t);
                 c.key = k.clone();
                 c.node_id = BrokerId(-1);
                 c.port = -1;
-                c.error_code = group_refused();
+                c.error_code = code;
                 resp.coordinators.push(c);
             }
         },
@@ -283,13 +299,7 @@ where
     Req: Decodable,
     Resp: Encodable + Default,
 {
-    let (header, req): (RequestHeader, Req) = decode_request(ask.frame, ask.key, ask.version)?;
-    if !ours(&req) {
-        return Ok(Decision::Forward);
-    }
-    let mut resp = Resp::default();
-    fill(&req, &mut resp);
-    Ok(Decision::Refuse(encode_response(header.correlation_id, ask.key, ask.version, &resp)?, 1))
+    refuse_whole(ask.frame, ask.key, ask.version, ours, fill)
 }
 
 /// An answer's item for one refused group of a request naming several.

@@ -13,18 +13,16 @@
 use bytes::Bytes;
 use kmp_mirror_engine::TXN_ID_PREFIX;
 use kmp_protocol::ProtocolError;
-use kmp_protocol::codec::decode_request;
 use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, BrokerId, DescribeTransactionsRequest,
-    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FindCoordinatorRequest, FindCoordinatorResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ProducerId, RequestHeader, TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse, add_partitions_to_txn_response,
-    describe_transactions_response, find_coordinator_response, txn_offset_commit_response,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, DescribeTransactionsRequest,
+    DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId, TransactionalId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse, add_partitions_to_txn_response, describe_transactions_response, txn_offset_commit_response,
 };
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 
-use crate::filters::refuse::text::{Shown, take_refused};
-use crate::filters::refuse::{Decision, split_by};
+use crate::filters::refuse::text::take_refused;
+use crate::filters::refuse::{Decision, refuse_whole, split_by};
 
 /// FindCoordinator's key type of a transactional id.
 const TXN_KEY: i8 = 1;
@@ -52,31 +50,6 @@ pub(super) fn txn_api(key: ApiKey) -> bool {
 /// Whether `frame` may name an engine transactional id. Allocation-free.
 pub(super) fn may_name(frame: &[u8]) -> bool {
     memchr::memmem::find(frame, TXN_ID_PREFIX.as_bytes()).is_some()
-}
-
-/// The request refused whole with the answer `fill` makes when `hit` says it names an engine
-/// transactional id; forwarded otherwise.
-fn refuse_whole<Req, Resp>(
-    frame: &Bytes,
-    key: ApiKey,
-    version: i16,
-    hit: impl FnOnce(&Req) -> bool,
-    fill: impl FnOnce(&Req, &mut Resp),
-) -> Result<Decision, ProtocolError>
-where
-    Req: kmp_protocol::kafka_protocol::protocol::Decodable,
-    Resp: kmp_protocol::kafka_protocol::protocol::Encodable + Default,
-{
-    let (header, req): (RequestHeader, Req) = decode_request(frame, key, version)?;
-    if !hit(&req) {
-        return Ok(Decision::Forward);
-    }
-    let mut resp = Resp::default();
-    fill(&req, &mut resp);
-    Ok(Decision::Refuse(
-        kmp_protocol::codec::encode_response(header.correlation_id, key, version, &resp)?,
-        1,
-    ))
 }
 
 fn is_ours(t: &TransactionalId) -> bool {
@@ -177,45 +150,5 @@ pub(super) fn check(frame: &Bytes, key: ApiKey, version: i16) -> Result<Decision
 /// FindCoordinator for an engine transactional id (key type 1): v0-3 (one key) refused whole,
 /// v4+ loses the engine's keys, answered next to the broker's answer to the rest.
 pub(super) fn find_coordinator(frame: &Bytes, version: i16) -> Result<Decision, ProtocolError> {
-    let key = ApiKey::FindCoordinator;
-    if version < 4 {
-        return refuse_whole::<FindCoordinatorRequest, FindCoordinatorResponse>(
-            frame,
-            key,
-            version,
-            |r| r.key_type == TXN_KEY && ours(r.key.as_str()),
-            |_, resp| {
-                resp.error_code = refused();
-                resp.node_id = BrokerId(-1);
-                resp.port = -1;
-                if version >= 1 {
-                    resp.error_message = Some(text());
-                }
-            },
-        );
-    }
-    split_by::<FindCoordinatorRequest, FindCoordinatorResponse, StrBytes>(
-        frame,
-        key,
-        version,
-        |req| {
-            if req.key_type != TXN_KEY {
-                return Vec::new();
-            }
-            take_refused(&mut req.coordinator_keys, |k| ours(k.as_str()).then(|| (k.clone(), text())))
-        },
-        |req| req.coordinator_keys.len(),
-        |resp, refused_keys| {
-            let mut shown = Shown::default();
-            for (k, t) in refused_keys {
-                let mut c = find_coordinator_response::Coordinator::default();
-                c.error_message = shown.text(t);
-                c.key = k.clone();
-                c.node_id = BrokerId(-1);
-                c.port = -1;
-                c.error_code = refused();
-                resp.coordinators.push(c);
-            }
-        },
-    )
+    super::groups::refuse_coordinator_keys(frame, version, TXN_KEY, ours, refused(), text())
 }

@@ -105,6 +105,28 @@ where
     split_by(frame, key, version, take_mirror, remaining, add)
 }
 
+/// A request naming one protected thing: refused whole (with the answer `fill` makes) when `ours`
+/// says it is protected, else forwarded untouched.
+pub(crate) fn refuse_whole<Req, Resp>(
+    frame: &Bytes,
+    key: ApiKey,
+    version: i16,
+    ours: impl FnOnce(&Req) -> bool,
+    fill: impl FnOnce(&Req, &mut Resp),
+) -> Result<Decision, ProtocolError>
+where
+    Req: Decodable,
+    Resp: Encodable + Default,
+{
+    let (header, req): (RequestHeader, Req) = decode_request(frame, key, version)?;
+    if !ours(&req) {
+        return Ok(Decision::Forward);
+    }
+    let mut resp = Resp::default();
+    fill(&req, &mut resp);
+    Ok(Decision::Refuse(encode_response(header.correlation_id, key, version, &resp)?, 1))
+}
+
 /// [`split`] of items named by another key than a topic name (a group, a coordinator key, a
 /// quota entity): `take_out` takes them out with their messages, `remaining` counts what is
 /// left, `add` puts the refusals in the answer.
