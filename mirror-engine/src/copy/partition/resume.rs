@@ -38,12 +38,8 @@ impl PartitionTask {
         let dest_topic_id = self.destination.layout(topic).await?.topic_id;
         if next > dest_log_start {
             // The destination may end with a marker its coordinator wrote on its own.
-            let (src_conn, _) = self.source.leader_link(topic, partition).await?;
-            let source_topic_id = match self.source_topic_id.get() {
-                Some(id) => *id,
-                None => self.source.layout(topic).await?.topic_id,
-            };
-            crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &src_conn, source_topic_id, topic, partition, next - 1).await?;
+            let known = self.source_topic_id.get().copied();
+            crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &self.source, known, topic, partition, next - 1).await?;
         }
         let producer = self.producers.identity()?;
         let held = crate::cluster::producers::describe(&dest_conn, topic, partition)

@@ -10,6 +10,7 @@ use kmp_protocol::batch::BatchHeader;
 use kmp_protocol::control::{Marker, marker};
 use kmp_protocol::shared_client::SharedConnection;
 
+use crate::cluster::client::ClusterClient;
 use crate::cluster::fetch::{FetchAt, fetch};
 use crate::error::MirrorError;
 
@@ -97,14 +98,14 @@ pub(crate) async fn expect_own(
 }
 
 /// A resuming attempt's check of the destination's last offset `last` when it holds a marker:
-/// the source (`source`: its partition leader; `source_topic_id`) must hold a marker of the same
-/// kind there. Nothing to check when the destination's last batch is data, or when the source
+/// the source (`source`; the topic id the mirror knows, if it does) must hold a marker of the
+/// same kind there. Nothing to check when the destination's last batch is data, or when the source
 /// no longer holds the offset (retention moved past it).
 pub(crate) async fn check_last(
     destination: &SharedConnection,
     dest_topic_id: [u8; 16],
-    source: &SharedConnection,
-    source_topic_id: [u8; 16],
+    source: &ClusterClient,
+    known_source_topic_id: Option<[u8; 16]>,
     topic: &str,
     partition: i32,
     last: i64,
@@ -112,9 +113,21 @@ pub(crate) async fn check_last(
     let AtOffset::Marker { marker: ours, .. } = at_offset(destination, "destination", topic, dest_topic_id, partition, last).await? else {
         return Ok(());
     };
-    match at_offset(source, "source", topic, source_topic_id, partition, last).await {
+    // The source is asked only now: a partition whose source topic was deleted must reach the
+    // copy loop, which fails it for that reason (a deleted or replaced topic is not checked here).
+    let at_source = async {
+        let (conn, _) = source.leader_link(topic, partition).await?;
+        let id = match known_source_topic_id {
+            Some(id) => id,
+            None => source.layout(topic).await?.topic_id,
+        };
+        at_offset(&conn, "source", topic, id, partition, last).await
+    };
+    match at_source.await {
         Ok(AtOffset::Marker { marker: theirs, .. }) if theirs == ours => Ok(()),
-        Ok(AtOffset::Nothing) | Err(MirrorError::Broker { code: 1, .. }) => Ok(()), // OFFSET_OUT_OF_RANGE: deleted on the source
+        // OFFSET_OUT_OF_RANGE: deleted on the source; UNKNOWN_TOPIC_OR_PARTITION / UNKNOWN_TOPIC_ID:
+        // the topic is gone (the copy loop fails the partition for it).
+        Ok(AtOffset::Nothing) | Err(MirrorError::Broker { code: 1 | 3 | 100, .. }) => Ok(()),
         Ok(found) => Err(MirrorError::Diverged(format!(
             "{topic}-{partition}: the destination ends with a {ours:?} marker at offset {last}, where the source holds {found:?} \
              (a destination transaction ended by its coordinator, e.g. after transaction.max.timeout.ms, or by another writer)"
