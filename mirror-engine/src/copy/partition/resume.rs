@@ -42,12 +42,8 @@ impl PartitionTask {
             crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &self.source, known, topic, partition, next - 1).await?;
         }
         let producer = self.producers.identity()?;
-        let held = crate::cluster::producers::describe(&dest_conn, topic, partition)
-            .await?
-            .into_iter()
-            .find(|p| p.producer_id == producer.producer_id)
-            .map(|p| (p.producer_epoch, p.last_sequence));
-        let next_sequence = crate::copy::produce::producer_id::first_sequence(held, producer, next);
+        let held = crate::cluster::producers::describe(&dest_conn, topic, partition).await?;
+        let next_sequence = crate::copy::produce::producer_id::first_sequence(&held, producer, next);
         let txns = Transactions::new(self.destination.clone(), self.producers.clone(), topic, dest_topic_id, partition);
         let sink = slot.insert(PartitionSink::open(
             dest_conn,

@@ -21,6 +21,7 @@ use kmp_protocol::kafka_protocol::messages::{InitProducerIdRequest, ProducerId};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::client::ClusterClient;
+use crate::cluster::producers::ActiveProducer;
 use crate::error::MirrorError;
 use crate::state::records::ENGINE_PRODUCER_KEY;
 use crate::state::store::StateStore;
@@ -38,13 +39,19 @@ pub fn sequence_after(base: i32, span: i32) -> i32 {
     ((i64::from(base) + i64::from(span)) & i64::from(i32::MAX)) as i32
 }
 
+/// The sequence continuing what the partition leader holds (`held`, from DescribeProducers) for
+/// producer id `producer_id` at epoch `epoch`; `None` if it holds no sequence of that epoch.
+pub(crate) fn continued_sequence(held: &[ActiveProducer], producer_id: i64, epoch: i16) -> Option<i32> {
+    held.iter()
+        .find(|p| p.producer_id == producer_id)
+        .filter(|p| p.producer_epoch == i32::from(epoch) && p.last_sequence >= 0)
+        .map(|p| sequence_after(p.last_sequence, 1))
+}
+
 /// The first sequence of an attempt writing as `producer` from destination offset `next`, given
-/// `(epoch, last sequence)` the partition leader holds for the producer id, if any.
-pub fn first_sequence(held: Option<(i32, i32)>, producer: EngineProducer, next: i64) -> i32 {
-    match held {
-        Some((epoch, last)) if epoch == i32::from(producer.producer_epoch) && last >= 0 => sequence_after(last, 1),
-        _ => sequence_at(next),
-    }
+/// what the partition leader holds (`held`): the continued sequence, else the log end's.
+pub(crate) fn first_sequence(held: &[ActiveProducer], producer: EngineProducer, next: i64) -> i32 {
+    continued_sequence(held, producer.producer_id, producer.producer_epoch).unwrap_or_else(|| sequence_at(next))
 }
 
 /// The sequence number of a batch whose first record lands at destination offset `offset`, for a
@@ -94,7 +101,7 @@ pub(crate) async fn load_or_allocate(store: &StateStore, destination: &ClusterCl
 
 #[cfg(test)]
 mod tests {
-    use super::{EngineProducer, first_sequence, sequence_after, sequence_at};
+    use super::{ActiveProducer, EngineProducer, first_sequence, sequence_after, sequence_at};
 
     #[test]
     fn an_attempt_continues_the_sequence_the_leader_holds_and_starts_at_the_log_end_otherwise() {
@@ -102,14 +109,22 @@ mod tests {
             producer_id: 9,
             producer_epoch: 2,
         };
+        let held = |epoch, last| {
+            vec![ActiveProducer {
+                producer_id: 9,
+                producer_epoch: epoch,
+                last_sequence: last,
+                current_txn_start_offset: -1,
+            }]
+        };
         assert_eq!(
-            first_sequence(Some((2, 41)), p, 100),
+            first_sequence(&held(2, 41), p, 100),
             42,
             "after writes by other producers, sequence and offset differ"
         );
-        assert_eq!(first_sequence(None, p, 100), 100);
-        assert_eq!(first_sequence(Some((1, 41)), p, 100), 100, "state of another epoch is not this producer's");
-        assert_eq!(first_sequence(Some((2, i32::MAX)), p, 100), 0, "wraps");
+        assert_eq!(first_sequence(&[], p, 100), 100);
+        assert_eq!(first_sequence(&held(1, 41), p, 100), 100, "state of another epoch is not this producer's");
+        assert_eq!(first_sequence(&held(2, i32::MAX), p, 100), 0, "wraps");
         assert_eq!(sequence_after(5, 3), 8);
         assert_eq!(sequence_after(i32::MAX - 1, 3), 1);
     }

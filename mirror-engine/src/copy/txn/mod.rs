@@ -54,8 +54,9 @@ use tracing::{debug, info};
 use crate::cluster::client::{ClusterClient, offsets};
 use crate::cluster::links::Lane;
 use crate::copy::produce::mux::Producers;
-use crate::copy::produce::producer_id::sequence_after;
+use crate::copy::produce::producer_id::{continued_sequence, sequence_after};
 use crate::error::MirrorError;
+use kmp_protocol::Backoff;
 
 /// Every transactional id the engine uses starts with this.
 pub const TXN_ID_PREFIX: &str = "kmp-engine.txn.";
@@ -180,10 +181,8 @@ impl Transactions {
         };
         let producer = (s.producer_id, s.producer_epoch);
         let held = crate::cluster::producers::describe(leader, &self.topic, self.partition).await?;
-        let next_sequence = match held.iter().find(|p| p.producer_id == producer.0) {
-            Some(p) if p.producer_epoch == i32::from(producer.1) && p.last_sequence >= 0 => sequence_after(p.last_sequence, 1),
-            _ => 0,
-        };
+        // A producer the leader holds nothing for (of this epoch) starts a transaction at 0.
+        let next_sequence = continued_sequence(&held, producer.0, producer.1).unwrap_or(0);
         let open = s.state == "Ongoing" && s.partitions.iter().any(|(t, p)| *t == self.topic && *p == self.partition);
         if open {
             info!(id, ?producer, next_sequence, "continuing a destination transaction opened before");
@@ -287,7 +286,7 @@ where
     Fut: std::future::Future<Output = Result<(), MirrorError>>,
 {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    let mut pause = Duration::from_millis(2);
+    let mut backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
     loop {
         // Every try is a write: the lease must hold for each.
         if !producers.may_write() {
@@ -297,8 +296,7 @@ where
             Err(MirrorError::Broker {
                 code: CONCURRENT_TRANSACTIONS, ..
             }) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(50));
+                tokio::time::sleep(backoff.next_pause()).await;
             }
             other => return other,
         }
@@ -309,7 +307,7 @@ where
 /// transaction just ended landed at `at`. Anything past it means another write got there first.
 async fn marker_landed(leader: &SharedConnection, topic: &str, partition: i32, at: i64) -> Result<(), MirrorError> {
     let deadline = tokio::time::Instant::now() + WAIT_LIMIT;
-    let mut pause = Duration::from_millis(1);
+    let mut backoff = Backoff::new(Duration::from_millis(1), Duration::from_millis(20));
     loop {
         let (_, end) = offsets("destination", leader, topic, partition).await?;
         if end == at + 1 {
@@ -327,8 +325,7 @@ async fn marker_landed(leader: &SharedConnection, topic: &str, partition: i32, a
                 code: RETRY_LATER,
             });
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_millis(20));
+        tokio::time::sleep(backoff.next_pause()).await;
     }
 }
 
