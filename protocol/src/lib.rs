@@ -20,6 +20,7 @@ mod frame_pool;
 pub mod merge;
 pub mod mirror_api;
 mod names;
+pub mod offset_shift;
 pub mod peek;
 pub mod produce_frame;
 pub mod records;
