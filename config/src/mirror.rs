@@ -255,6 +255,14 @@ pub struct MirrorConfig {
     /// destination as it goes (docs/mirroring.md).
     #[serde(default = "default_max_fill", skip_serializing_if = "is_default_max_fill")]
     pub max_fill_offsets: i64,
+    /// Source log starts from which a new mirror topic's partition is not filled but shifted: the
+    /// destination partition starts at offset 0 and the proxy shows its offsets plus the source's
+    /// log start (Δ) in every API that carries one, for the life of the topic (clients that reach
+    /// the destination directly see the unshifted offsets). Decided per partition when the mirror
+    /// creates the destination topic; partitions with a smaller prefix are filled as before.
+    /// Default (unset) off: every prefix is filled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shift_prefix_from: Option<i64>,
     /// Bytes fetched per source partition per request while it is catching up; default 1048576
     /// (1 MiB): the size a partition starts at and never drops below while behind; once caught
     /// up, each half-empty answer halves it, down to 64 KiB (see `fetch_grow_max_bytes`).
@@ -353,6 +361,7 @@ impl MirrorConfig {
             max_filler_batch_records: default_max_filler(),
             coalesce_max_bytes: default_coalesce(),
             max_fill_offsets: default_max_fill(),
+            shift_prefix_from: None,
             fetch_max_bytes: default_fetch_bytes(),
             fetch_grow_max_bytes: None,
             fetch_hedge_min_rtt_ms: None,

@@ -173,6 +173,9 @@ impl Config {
             if m.max_fill_offsets < 1 {
                 err(&key("max_fill_offsets"), "must be at least 1".to_owned());
             }
+            if m.shift_prefix_from.is_some_and(|v| v < 1) {
+                err(&key("shift_prefix_from"), "must be at least 1".to_owned());
+            }
             if m.fetch_max_bytes < 1024 {
                 err(&key("fetch_max_bytes"), "must be at least 1024".to_owned());
             } else if u64::try_from(m.fetch_max_bytes).unwrap_or(0) > e.max_buffer_bytes {

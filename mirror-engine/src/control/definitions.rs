@@ -245,6 +245,7 @@ impl TermControl {
                 mirror: name.to_owned(),
                 topic_id,
                 at_ms: crate::state::status::now_ms(),
+                offset_shifts: store.topic_owner(t).map(|o| o.offset_shifts).unwrap_or_default(),
             };
             if let Err(e) = store.detach_topic(t, partitions, &former).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));

@@ -4,7 +4,8 @@
 //! engine-wide memory bound (`budget`), broker quota throttles (`throttle`), checks of what a
 //! broker answered (`answer_check`), the watch of a partition that waits for source progress
 //! (`progress_watch`), the emptiness check of a destination topic the mirror just created
-//! (`fresh_topic`), and the replay of source transactions in destination transactions (`txn`).
+//! (`fresh_topic`), the replay of source transactions in destination transactions (`txn`), and
+//! the offset shift of partitions whose source log starts too far out to fill (`shift`).
 
 pub(crate) mod answer_check;
 pub(crate) mod budget;
@@ -14,6 +15,7 @@ pub(crate) mod partition;
 pub(crate) mod plan;
 pub(crate) mod produce;
 pub(crate) mod progress_watch;
+pub(crate) mod shift;
 pub(crate) mod sources;
 pub(crate) mod throttle;
 pub(crate) mod txn;

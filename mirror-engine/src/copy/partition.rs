@@ -30,8 +30,6 @@ mod fill;
 mod resume;
 mod stream;
 
-use resume::settled_offsets;
-
 /// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set
 /// from the state topic, or by the first task that reaches the source.
 pub type SourceTopicId = Arc<OnceLock<[u8; 16]>>;
@@ -69,6 +67,10 @@ pub struct PartitionTask {
     /// there is not the mirror's and the partition fails (`fresh_topic`) instead of resuming
     /// after it.
     pub expect_empty: bool,
+    /// Source offset minus destination offset (`copy::shift`): 0 unless the source's log start
+    /// was too far out to fill when the mirror created the topic. The task works in source
+    /// offsets; `resume` and the sink convert where they talk to the destination.
+    pub shift: i64,
 }
 
 const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
@@ -234,7 +236,7 @@ impl PartitionTask {
         for _ in 0..8 {
             let settled = async {
                 let (conn, epoch) = self.destination.leader_link(topic, *partition).await?;
-                let (log_start, e) = settled_offsets(&conn, topic, *partition, epoch).await?;
+                let (log_start, e) = self.settled(&conn, epoch).await?;
                 self.account_landed(&conn, epoch, uncertain.clone(), log_start, e).await?;
                 Ok::<_, MirrorError>(e)
             };

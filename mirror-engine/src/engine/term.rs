@@ -166,10 +166,12 @@ pub(crate) async fn boot(shared: Booting, state_topic: String, flush: Duration, 
     let owned = store.owned_topics();
     shared.topics.reconcile(&owned.iter().map(|(t, _)| t.as_str()).collect());
     for (topic, owner) in &owned {
+        shared.topics.set_shifts(topic, &owner.offset_shifts);
         shared.topics.register(topic, &owner.mirror, [0; 16]);
     }
     // Former mirror topics are writable, but their fillers stay masked.
     for (topic, former) in store.former_topics() {
+        shared.topics.set_shifts(&topic, &former.offset_shifts);
         shared
             .topics
             .mark_filler_topic(&topic, crate::state::records::id_from_hex(&former.topic_id).unwrap_or([0; 16]));

@@ -127,11 +127,16 @@ impl FollowedState {
         if !legal_name(&record.mirror) || record.partitions > MAX_PARTITIONS {
             return Applied::Ignored(format!("mirror {:?} with {} partitions is not believable", record.mirror, record.partitions));
         }
+        if !believable_shifts(&record.offset_shifts, record.partitions) {
+            return Applied::Ignored("offset shifts that are not believable".into());
+        }
         if let crate::state::records::Stored::Unknown(other) = &record.desired {
             warn!(key, desired = %other, "the stored desired state is not one this version knows; shown as mirroring");
         }
         self.control
             .show_followed_topic(topic, &record.mirror, record.partitions, record.desired_state());
+        // A topic's shifts are fixed before its first record: applied at once, never held.
+        self.writes.shifts(topic, &record.offset_shifts);
         self.writes.topic(topic, Some((&record.mirror, record.is_writable())));
         Applied::Changed
     }
@@ -147,6 +152,10 @@ impl FollowedState {
         let Some(record) = parse_value::<FormerTopicRecord>(key, raw) else {
             return Applied::Ignored("unreadable former-topic record".into());
         };
+        if !believable_shifts(&record.offset_shifts, MAX_PARTITIONS) {
+            return Applied::Ignored("offset shifts that are not believable".into());
+        }
+        self.writes.shifts(topic, &record.offset_shifts);
         self.writes.former(topic, id_from_hex(&record.topic_id).unwrap_or([0; 16]));
         Applied::Changed
     }
@@ -184,6 +193,11 @@ impl FollowedState {
         board.update(&(record.mirror.clone(), topic.to_owned(), partition), |s| record.show_in(s));
         Applied::Changed
     }
+}
+
+/// Offset shifts a record may carry: at most one per partition, none negative.
+fn believable_shifts(shifts: &[i64], partitions: usize) -> bool {
+    shifts.len() <= partitions && shifts.iter().all(|&s| s >= 0)
 }
 
 #[cfg(test)]

@@ -51,6 +51,11 @@ impl CatalogWrites {
         self.apply_topic(topic, owner);
     }
 
+    /// `topic`'s offset shifts (fixed before its first record, so applied at once).
+    pub(crate) fn shifts(&self, topic: &str, shifts: &[i64]) {
+        self.catalog.set_shifts(topic, shifts);
+    }
+
     /// `topic` was a mirror topic (destination id `topic_id`, all zero if unknown).
     pub(crate) fn former(&mut self, topic: &str, topic_id: [u8; 16]) {
         if self.holding() {

@@ -34,7 +34,7 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
                 let (_, desired) = watch::channel(Desired::Mirroring);
                 let identity = SourceTopicId::default();
                 for p in 0..n as i32 {
-                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone(), false);
+                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone(), false, 0);
                 }
                 return;
             }
@@ -64,6 +64,8 @@ struct Ready {
     /// Created or adopted empty by this preparation: its partitions must still be empty when
     /// their tasks start (`PartitionTask::expect_empty`).
     fresh: bool,
+    /// Per partition, source offset minus destination offset (`copy::shift`); none past the end.
+    shifts: Vec<i64>,
 }
 
 /// Creates or adopts the destination topic (retrying transient errors) and records ownership.
@@ -74,6 +76,11 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         partitions,
         source_id,
         fresh: false,
+        shifts: owner
+            .as_ref()
+            .filter(|o| o.mirror == m.name)
+            .map(|o| o.offset_shifts.clone())
+            .unwrap_or_default(),
     };
     if ctx.shared.part.works_only() {
         // A term that only copies takes the topic as the state records it; it never creates
@@ -109,7 +116,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
     // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
     let topic_key = (m.name.clone(), topic.to_owned(), -1);
     let mut last_error = String::new();
-    let (prepared, source_id, destination_id) = loop {
+    let (prepared, source_id, destination_id, shifts) = loop {
         match create_or_adopt(ctx, topic, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
@@ -165,6 +172,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         desired: Desired::Mirroring.into(),
         source_topic_id: id_to_hex(source_id),
         writable: Some(false),
+        offset_shifts: shifts.clone(),
     };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -180,20 +188,27 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         partitions: prepared.partitions(),
         source_id: Some(source_id),
         fresh: true,
+        shifts,
     })
 }
 
 /// One attempt to create or adopt the destination topic: reads the source topic, makes the
 /// claim read-only for clients, then creates (or adopts) the topic. Returns how it came to be
-/// the mirror's, the source topic's id and the destination topic's id (all zero if not known).
+/// the mirror's, the source topic's id, the destination topic's id (all zero if not known) and
+/// the partitions' offset shifts (decided here for a topic that is not owned yet, before it
+/// exists: `copy::shift`).
 async fn create_or_adopt(
     ctx: &TopicContext,
     topic: &str,
     owned: bool,
     filter: &crate::topics::configs::ConfigFilter,
-) -> Result<(Prepared, [u8; 16], [u8; 16]), MirrorError> {
+) -> Result<(Prepared, [u8; 16], [u8; 16], Vec<i64>), MirrorError> {
     let m = &ctx.mirror;
     let shape = topics::source_shape(&ctx.source, topic, filter).await?;
+    let shifts = match m.shift_prefix_from {
+        Some(from) if !owned => crate::copy::shift::decide(&ctx.source, topic, shape.partitions, from).await?,
+        _ => Vec::new(),
+    };
     // Before CreateTopics: a created topic takes writes at once, and one landing before the
     // mirror's first would hold offset 0.
     if !ctx.shared.topics.guard(topic, &m.name) {
@@ -214,8 +229,12 @@ async fn create_or_adopt(
         );
         back_off(&ctx.shared.stop, wait).await?;
     }
+    // Known to this instance's proxy before the topic exists: none of its offsets is ever shown
+    // unshifted here (other instances learn them from the topic record, written before the
+    // mirror's first record).
+    ctx.shared.topics.set_shifts(topic, &shifts);
     let (prepared, destination_id) = topics::create_or_adopt(&ctx.shared.destination, topic, &shape, m.replication_factor, owned).await?;
-    Ok((prepared, shape.topic_id, destination_id))
+    Ok((prepared, shape.topic_id, destination_id, shifts))
 }
 
 /// Waits `backoff` before the next attempt, or fails with [`MirrorError::Fenced`] as soon as the
@@ -268,7 +287,13 @@ fn all_partitions_failed_for_good(ctx: &TopicContext, topic: &str) -> Option<usi
 /// Hands the topic to the control plane and starts its partitions as its stored desired state
 /// says: copying (mirroring), or not copying and read-only (paused) or writable (stopped).
 fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
-    let Ready { partitions, source_id, fresh } = ready;
+    let Ready {
+        partitions,
+        source_id,
+        fresh,
+        shifts,
+    } = ready;
+    let shifts: Arc<[i64]> = Arc::from(shifts);
     let stored = ctx.store.topic_owner(topic);
     if let Some(Stored::Unknown(other)) = stored.as_ref().map(|r| &r.desired) {
         warn!(desired = %other, "the stored desired state is not one this version knows; copying as for mirroring");
@@ -282,9 +307,11 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
     let (first_rx, first_identity) = (rx.clone(), identity.clone());
     let (spawn_ctx, spawn_topic, span) = (ctx.clone(), topic.to_owned(), tracing::Span::current());
     // Later spawns (a resume, new partitions) take the destination as they find it.
+    let spawn_shifts = shifts.clone();
     let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(move |p| {
         let _entered = span.enter();
-        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone(), false);
+        let shift = crate::copy::shift::of(&spawn_shifts, p);
+        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone(), false, shift);
     });
     let rt = control::TopicRuntime {
         mirror: ctx.mirror.name.clone(),
@@ -295,7 +322,15 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
     ctx.shared.control.add_topic(topic, rt);
     if desired == Desired::Mirroring {
         for p in 0..partitions as i32 {
-            start_partition(ctx, topic, p, first_rx.clone(), first_identity.clone(), fresh);
+            start_partition(
+                ctx,
+                topic,
+                p,
+                first_rx.clone(),
+                first_identity.clone(),
+                fresh,
+                crate::copy::shift::of(&shifts, p),
+            );
         }
         return;
     }
@@ -351,8 +386,9 @@ fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
 }
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
-/// `fresh`: the topic was just created or adopted empty (its partition must still be empty).
-fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId, fresh: bool) {
+/// `fresh`: the topic was just created or adopted empty (its partition must still be empty);
+/// `shift`: its source offset minus destination offset (`copy::shift`).
+fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId, fresh: bool, shift: i64) {
     if !ctx.shared.part.copies(topic, p) {
         return;
     }
@@ -390,6 +426,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         producers: ctx.shared.producers.clone(),
         status: ctx.shared.status.clone(),
         expect_empty: fresh,
+        shift,
     };
     tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));
 }

@@ -51,6 +51,12 @@ pub struct TopicRecord {
     /// `desired == stopped` decides (see [`TopicRecord::is_writable`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<bool>,
+    /// Per partition, the constant the proxy adds to every destination offset it shows for the
+    /// partition (the source's log start when the mirror created the topic, if at least
+    /// `shift_prefix_from`; see `copy::shift`); a partition past the end has none. Fixed when the
+    /// topic is recorded, before the mirror's first write, for the life of the topic.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offset_shifts: Vec<i64>,
 }
 
 impl TopicRecord {
@@ -78,6 +84,9 @@ pub struct FormerTopicRecord {
     /// The destination topic's id (32 hex digits; empty if it was never learned).
     pub topic_id: String,
     pub at_ms: i64,
+    /// The offset shifts the topic had as a mirror topic: they stay for its life.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub offset_shifts: Vec<i64>,
 }
 
 /// A topic id as 32 hex digits (the state topic's form).
@@ -341,6 +350,7 @@ mod tests {
             desired: desired.into(),
             source_topic_id: "00112233445566778899aabbccddeeff".into(),
             writable,
+            offset_shifts: Vec::new(),
         };
         // What this version writes for each known value is what the last one wrote.
         assert_eq!(

@@ -33,6 +33,13 @@ pub fn is_active(state: &str) -> bool {
     ACTIVE_STATES.iter().any(|s| s.eq_ignore_ascii_case(state))
 }
 
+/// A source offset (a commit, a share-group start offset) as a destination offset of a
+/// partition shifted by `shift` (`copy::shift`); a negative one (no offset) stays as it is, one
+/// below the shift becomes 0 (and is then clamped to the destination's log start).
+pub(crate) fn to_destination(offset: i64, shift: i64) -> i64 {
+    if offset < 0 { offset } else { (offset - shift).max(0) }
+}
+
 /// The offset the destination group gets for a source commit: never past what the destination
 /// holds (`high_watermark`), never before its log start.
 pub fn clamp(source: i64, log_start: i64, high_watermark: i64) -> i64 {
@@ -100,7 +107,15 @@ pub struct GroupReport {
 }
 
 /// One pass over `topics` of mirror `def`.
-pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &MirrorConfig, topics: &[String]) -> Result<GroupReport, MirrorError> {
+/// `shifts`: the mirror topics' offset shifts (`copy::shift`): a source commit at s is committed
+/// at destination offset s − Δ (clamped like any other).
+pub async fn sync(
+    source: &ClusterClient,
+    destination: &ClusterClient,
+    def: &MirrorConfig,
+    topics: &[String],
+    shifts: &crate::state::catalog::Catalog,
+) -> Result<GroupReport, MirrorError> {
     let mut report = GroupReport::default();
     let filter = GroupFilter::new(&def.groups_include, &def.groups_exclude)?;
     if topics.is_empty() || def.groups_include.is_empty() {
@@ -116,7 +131,12 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     report
         .errors
         .extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
-    let relevant = on_topics(source_offsets, topics);
+    let mut relevant = on_topics(source_offsets, topics);
+    for (_, offsets) in &mut relevant {
+        for ((t, p), (offset, _)) in offsets.iter_mut() {
+            *offset = to_destination(*offset, shifts.shift(t, *p));
+        }
+    }
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);

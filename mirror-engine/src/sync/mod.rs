@@ -72,18 +72,22 @@ pub(crate) async fn pass(shared: &Shared, def: &MirrorConfig, kind: SyncKind, to
     let source = shared.source_client(def);
     let work = async {
         match kind {
-            SyncKind::GroupOffsets => groups::sync(&source, &shared.destination, def, topics).await.map(|r| PassOutcome {
-                synced: r.in_sync as u64,
-                skipped_active: r.skipped_active.len() as u64,
-                applied: r.offsets_committed,
-                errors: r.errors,
-            }),
-            SyncKind::ShareGroupOffsets => share_groups::sync(&source, &shared.destination, def, topics).await.map(|r| PassOutcome {
-                synced: r.in_sync as u64,
-                skipped_active: r.skipped_active.len() as u64,
-                applied: r.offsets_committed,
-                errors: r.errors,
-            }),
+            SyncKind::GroupOffsets => groups::sync(&source, &shared.destination, def, topics, &shared.topics)
+                .await
+                .map(|r| PassOutcome {
+                    synced: r.in_sync as u64,
+                    skipped_active: r.skipped_active.len() as u64,
+                    applied: r.offsets_committed,
+                    errors: r.errors,
+                }),
+            SyncKind::ShareGroupOffsets => share_groups::sync(&source, &shared.destination, def, topics, &shared.topics)
+                .await
+                .map(|r| PassOutcome {
+                    synced: r.in_sync as u64,
+                    skipped_active: r.skipped_active.len() as u64,
+                    applied: r.offsets_committed,
+                    errors: r.errors,
+                }),
             SyncKind::TopicConfigs => {
                 let filter = crate::topics::configs::ConfigFilter::new(&def.topic_config_exclude)?;
                 configs::sync(&source, &shared.destination, &filter, topics).await.map(|r| PassOutcome {

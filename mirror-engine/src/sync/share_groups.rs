@@ -100,8 +100,14 @@ async fn alter(cluster: &ClusterClient, coordinator: &str, group: &str, offsets:
     Ok(resp.responses.iter().flat_map(|t| t.partitions.iter()).map(|p| p.error_code).find(|c| *c != 0))
 }
 
-/// One pass over `topics` of mirror `def`.
-pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &MirrorConfig, topics: &[String]) -> Result<GroupReport, MirrorError> {
+/// One pass over `topics` of mirror `def` (`shifts`: their offset shifts, as for consumer groups).
+pub async fn sync(
+    source: &ClusterClient,
+    destination: &ClusterClient,
+    def: &MirrorConfig,
+    topics: &[String],
+    shifts: &crate::state::catalog::Catalog,
+) -> Result<GroupReport, MirrorError> {
     let mut report = GroupReport::default();
     let filter = GroupFilter::new(&def.groups_include, &def.groups_exclude)?;
     if topics.is_empty() {
@@ -120,7 +126,12 @@ pub async fn sync(source: &ClusterClient, destination: &ClusterClient, def: &Mir
     }
     let (source_offsets, errors) = start_offsets(source, &wire::coordinators(source, &candidates).await?).await?;
     report.errors.extend(errors);
-    let relevant = on_topics(source_offsets, topics);
+    let mut relevant = on_topics(source_offsets, topics);
+    for (_, offsets) in &mut relevant {
+        for ((t, p), offset) in offsets.iter_mut() {
+            *offset = super::groups::to_destination(*offset, shifts.shift(t, *p));
+        }
+    }
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);

@@ -35,6 +35,7 @@ pub(crate) mod identity;
 pub(crate) mod mirror_configs;
 pub(crate) mod mirror_rpc;
 pub(crate) mod mirror_topics;
+pub(crate) mod offset_shift;
 pub(crate) mod refuse;
 pub(crate) mod sasl;
 pub(crate) mod sasl_terminate;
@@ -51,14 +52,15 @@ pub(crate) struct Chain {
 impl Chain {
     /// The proxy's chain. Order matters: versions first (unsupported requests close the
     /// connection before anything is decoded), then what the connection is (SASL), then policies
-    /// that refuse, then what the proxy answers itself, then the guards of mirror topics; on the
-    /// way back ApiVersions clamping, SASL outcome, filler masking, then address rewriting.
+    /// that refuse, then what the proxy answers itself, then the guards of mirror topics, then the
+    /// offset shift of shifted partitions; on the way back ApiVersions clamping, SASL outcome,
+    /// filler masking, offset shifts, then address rewriting.
     /// `terminate`: the proxy authenticates clients itself (`sasl_terminate`) instead of
     /// watching their exchange with the broker (`sasl`).
     ///
     /// Built to match the configuration: the mirror policies — the start-up gate, the guards of
     /// the state topic, of mirror topics and of broker-level topic defaults, cluster-mirror config
-    /// resources, filler masking and topic-id learning — are in the chain only when the mirror
+    /// resources, filler masking, offset shifts and topic-id learning — are in the chain only when the mirror
     /// engine is enabled (`engine.enabled`: it runs, or this instance follows its state topic);
     /// `authz` then also covers cluster-mirror config resources. Without the engine only the
     /// mirror RPCs (answered by the idle engine), the engine-identity guard and the protocol
@@ -93,6 +95,7 @@ impl Chain {
                 Box::new(broker_configs::BrokerConfigGuard),
                 Box::new(mirror_topics::MirrorTopicWrites::default()),
                 Box::new(fillers::FillerMasking),
+                Box::new(offset_shift::OffsetShift),
                 Box::new(topic_ids::TopicIdLearner),
             ]);
         }
@@ -162,9 +165,9 @@ mod tests {
         // Versions, SASL, authz, mirror RPCs, engine identities, addresses.
         assert_eq!(chain(false, false), 6);
         // + start-up gate, state topic, mirror configs, broker configs, mirror topics, fillers,
-        // topic ids.
-        assert_eq!(chain(true, false), 13);
+        // offset shifts, topic ids.
+        assert_eq!(chain(true, false), 14);
         // + security administration in termination mode.
-        assert_eq!(chain(true, true), 14);
+        assert_eq!(chain(true, true), 15);
     }
 }

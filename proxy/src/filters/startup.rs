@@ -2,7 +2,8 @@
 //! topics are read-only, so a request that could write to or change any topic (Produce and the
 //! requests `refuse::topics` polices) waits for it, at most `limits.startup_write_wait_ms`. If the state is
 //! still not loaded then, the connection is closed: every Kafka client treats a lost connection
-//! as retriable and sends the request again. Reads are never held back.
+//! as retriable and sends the request again. Reads wait only if their request or response
+//! carries offsets (a shifted partition's offsets are not known before the state is, `offset_shift`).
 
 use std::time::Duration;
 
@@ -19,7 +20,13 @@ pub(crate) struct StartupGate;
 impl Filter for StartupGate {
     fn wants_request(&self, x: &Exchange, conn: &Conn) -> bool {
         let (api_key, api_version) = (x.api_key, x.api_version);
-        (api_key == ApiKey::Produce as i16 || topics::is_guarded(api_key, api_version)) && !conn.shared.mirrors.control().is_booted()
+        // Requests carrying offsets (in the request or its response) wait too: until the state
+        // is read, which partitions are shifted is not known (`offset_shift`).
+        (api_key == ApiKey::Produce as i16
+            || topics::is_guarded(api_key, api_version)
+            || kmp_protocol::offset_shift::request_may_shift(api_key)
+            || kmp_protocol::offset_shift::response_may_shift(api_key))
+            && !conn.shared.mirrors.control().is_booted()
     }
 
     fn on_request<'a>(&'a self, _x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {

@@ -29,9 +29,9 @@ impl PartitionTask {
         let (_, topic, partition) = &self.key;
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
-        let (dest_log_start, next) = settled_offsets(&dest_conn, topic, partition, epoch).await?;
-        if self.expect_empty && uncertain.is_empty() && next > 0 {
-            return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next));
+        let (dest_log_start, next) = self.settled(&dest_conn, epoch).await?;
+        if self.expect_empty && uncertain.is_empty() && next > self.shift {
+            return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next - self.shift));
         }
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
@@ -39,11 +39,16 @@ impl PartitionTask {
         if next > dest_log_start {
             // The destination may end with a marker its coordinator wrote on its own.
             let known = self.source_topic_id.get().copied();
-            crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &self.source, known, topic, partition, next - 1).await?;
+            let last = crate::copy::txn::LastOffset {
+                source: next - 1,
+                destination: next - 1 - self.shift,
+            };
+            crate::copy::txn::check_last_marker(&dest_conn, dest_topic_id, &self.source, known, topic, partition, last).await?;
         }
         let producer = self.producers.identity()?;
         let held = crate::cluster::producers::describe(&dest_conn, topic, partition).await?;
-        let next_sequence = crate::copy::produce::producer_id::first_sequence(&held, producer, next);
+        // Sequence numbers follow destination offsets.
+        let next_sequence = crate::copy::produce::producer_id::first_sequence(&held, producer, next - self.shift);
         let txns = Transactions::new(self.destination.clone(), self.producers.clone(), topic, dest_topic_id, partition);
         let sink = slot.insert(PartitionSink::open(
             dest_conn,
@@ -54,13 +59,21 @@ impl PartitionTask {
             topic,
             partition,
             self.max_in_flight,
+            self.shift,
         ));
         self.stream(sink, dest_log_start, next, heard).await
     }
 
+    /// The destination's `(log start, settled log end)` (`settled_offsets`) in source offsets.
+    pub(super) async fn settled(&self, conn: &kmp_protocol::shared_client::SharedConnection, epoch: i32) -> Result<(i64, i64), MirrorError> {
+        let (_, topic, partition) = &self.key;
+        let (log_start, end) = settled_offsets(conn, topic, *partition, epoch).await?;
+        Ok((log_start.saturating_add(self.shift), end.saturating_add(self.shift)))
+    }
+
     /// Checks on the destination (leader connection `conn`, leader epoch `epoch`) which batches of
     /// a failed or cancelled attempt landed between the log start `log_start` and the settled log
-    /// end `end`, and accounts them;
+    /// end `end` (source offsets, like the batches), and accounts them;
     /// fails closed if anything else is there (`landed`).
     pub(super) async fn account_landed(
         &self,
@@ -82,9 +95,16 @@ impl PartitionTask {
             partition: *partition,
             leader_epoch: epoch,
         };
-        let landed = landed::verify(&at, uncertain, log_start, end).await?;
+        // Read back in destination offsets.
+        let shift = self.shift;
+        let moved = |mut w: Written, by: i64| {
+            w.base += by;
+            w
+        };
+        let uncertain = uncertain.into_iter().map(|w| moved(w, -shift)).collect();
+        let landed = landed::verify(&at, uncertain, log_start - shift, end - shift).await?;
         debug!(end, ?landed, "batches of the previous attempt found on the destination");
-        self.account(landed);
+        self.account(landed.into_iter().map(|w| moved(w, shift)).collect());
         Ok(())
     }
 }

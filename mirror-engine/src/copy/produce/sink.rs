@@ -68,6 +68,9 @@ pub struct PartitionSink {
     txns: Transactions,
     /// A transactional batch sent and not yet answered.
     txn_in_flight: Option<Written>,
+    /// Source offset minus destination offset (`copy::shift`): offsets here are the source's,
+    /// converted where a request or answer carries a destination offset.
+    shift: i64,
 }
 
 impl PartitionSink {
@@ -82,8 +85,10 @@ impl PartitionSink {
         topic: &str,
         partition: i32,
         max_in_flight: usize,
+        shift: i64,
     ) -> Self {
         Self {
+            shift,
             next_sequence,
             txns,
             txn_in_flight: None,
@@ -214,7 +219,7 @@ impl PartitionSink {
             sequence: p.sequence,
         };
         self.txn_in_flight = Some(w);
-        self.txns.send(&self.conn, p, base).await?;
+        self.txns.send(&self.conn, p, base - self.shift).await?;
         self.txn_in_flight = None;
         self.acknowledged.push(w);
         Ok(())
@@ -231,7 +236,7 @@ impl PartitionSink {
             if next >= start {
                 break;
             }
-            self.txns.end(&self.conn, producer, false, next).await?;
+            self.txns.end(&self.conn, producer, false, next - self.shift).await?;
             next += 1;
         }
         Ok(next)
@@ -242,7 +247,7 @@ impl PartitionSink {
     /// destination's marker landed there.
     pub async fn end_txn(&mut self, source_producer: i64, commit: bool, at: i64) -> Result<(), MirrorError> {
         self.flush().await?;
-        self.txns.end(&self.conn, source_producer, commit, at).await
+        self.txns.end(&self.conn, source_producer, commit, at - self.shift).await
     }
 
     async fn ack_oldest(&mut self) -> Result<(), MirrorError> {
@@ -266,11 +271,9 @@ impl PartitionSink {
                 code: p.error_code,
             });
         }
-        if p.base_offset != w.base {
-            return Err(MirrorError::OffsetMismatch {
-                expected: w.base,
-                got: p.base_offset,
-            });
+        let got = p.base_offset.saturating_add(self.shift);
+        if got != w.base {
+            return Err(MirrorError::OffsetMismatch { expected: w.base, got });
         }
         self.in_flight.pop_front();
         self.acknowledged.push(w);
@@ -288,7 +291,7 @@ impl PartitionSink {
         }
         let mut p = DeleteRecordsPartition::default();
         p.partition_index = self.partition;
-        p.offset = offset;
+        p.offset = offset - self.shift;
         let mut t = DeleteRecordsTopic::default();
         t.name = self.topic.clone();
         t.partitions = vec![p];

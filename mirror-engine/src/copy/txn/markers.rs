@@ -97,6 +97,14 @@ pub(crate) async fn expect_own(
     }
 }
 
+/// The destination's last offset, as the source numbers it and as the destination does (they
+/// differ by the partition's shift, `copy::shift`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LastOffset {
+    pub source: i64,
+    pub destination: i64,
+}
+
 /// A resuming attempt's check of the destination's last offset `last` when it holds a marker:
 /// the source (`source`; the topic id the mirror knows, if it does) must hold a marker of the
 /// same kind there. Nothing to check when the destination's last batch is data, or when the source
@@ -108,9 +116,10 @@ pub(crate) async fn check_last(
     known_source_topic_id: Option<[u8; 16]>,
     topic: &str,
     partition: i32,
-    last: i64,
+    at: LastOffset,
 ) -> Result<(), MirrorError> {
-    let AtOffset::Marker { marker: ours, .. } = at_offset(destination, "destination", topic, dest_topic_id, partition, last).await? else {
+    let last = at.source;
+    let AtOffset::Marker { marker: ours, .. } = at_offset(destination, "destination", topic, dest_topic_id, partition, at.destination).await? else {
         return Ok(());
     };
     // The source is asked only now: a partition whose source topic was deleted must reach the

@@ -39,7 +39,7 @@ mod markers;
 pub(crate) mod requests;
 mod stop;
 
-pub(crate) use markers::check_last as check_last_marker;
+pub(crate) use markers::{LastOffset, check_last as check_last_marker};
 pub use stop::abort_topic;
 
 use std::collections::HashMap;

@@ -68,6 +68,7 @@ impl Catalog {
             *e = topic_id;
             drop(e);
             self.fillers_by_id.insert(topic_id, ());
+            self.link_shift_id(topic, topic_id);
             if was_unknown {
                 self.unknown_ids.fetch_sub(1, Ordering::Relaxed);
             }

@@ -38,6 +38,7 @@ use dashmap::DashMap;
 use tokio::sync::watch;
 
 mod enforce;
+mod shifts;
 #[cfg(test)]
 mod tests;
 
@@ -87,6 +88,11 @@ pub struct Catalog {
     /// The destination topic id of the engine's state topic, once learned (the proxy refuses it
     /// to clients by name and by id).
     pub(crate) state_topic_id: Arc<std::sync::OnceLock<[u8; 16]>>,
+    /// Offset shifts by topic name (`shifts`), the shifted topics' known destination ids, and
+    /// whether any topic is shifted.
+    pub(crate) shifts: Arc<DashMap<String, Arc<[i64]>>>,
+    pub(crate) shift_ids: Arc<DashMap<[u8; 16], String>>,
+    pub(crate) shifted: Arc<std::sync::atomic::AtomicBool>,
     /// Bumped on every change of ownership or writability.
     changes: Arc<watch::Sender<u64>>,
 }
@@ -104,6 +110,9 @@ impl Default for Catalog {
             admitted: Arc::default(),
             id_wanted: Arc::default(),
             state_topic_id: Arc::default(),
+            shifts: Arc::default(),
+            shift_ids: Arc::default(),
+            shifted: Arc::default(),
             changes: Arc::new(watch::Sender::new(0)),
         }
     }

@@ -102,7 +102,7 @@ async fn sink_at(addr: &str, max_in_flight: usize, next_sequence: i32) -> Partit
         producer_epoch: 0,
     };
     let txns = crate::copy::txn::Transactions::new(client, producers.clone(), "t", [0; 16], 0);
-    PartitionSink::open(conn, producers, producer, next_sequence, txns, "t", 0, max_in_flight)
+    PartitionSink::open(conn, producers, producer, next_sequence, txns, "t", 0, max_in_flight, 0)
 }
 
 #[tokio::test]
