@@ -173,7 +173,7 @@ impl Config {
             if m.max_fill_offsets < 1 {
                 err(&key("max_fill_offsets"), "must be at least 1".to_owned());
             }
-            if m.shift_prefix_from.is_some_and(|v| v < 1) {
+            if m.shift_prefix_from < 1 {
                 err(&key("shift_prefix_from"), "must be at least 1".to_owned());
             }
             if m.fetch_max_bytes < 1024 {

@@ -107,18 +107,20 @@ def strip_fillers(records: list[tuple]) -> list[tuple]:
 
 # ---- from test_mirror_faults.py ----------------------------------------------
 
-def mirror_config(workdir, source, topics, name="faults"):
+def mirror_config(workdir, source, topics, name="faults", extra: str = ""):
+    """A config file with one mirror of ``topics``; ``extra``: more TOML lines of its definition."""
     path = workdir / f"{name}-{unique('cfg')}.toml"
     listed = ", ".join(f'"{t}"' for t in topics)
     servers = ", ".join(f'"{s}"' for s in source.bootstrap.split(","))
-    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = [{servers}]\ntopics = [{listed}]\n')
+    path.write_text(f'[[mirrors]]\nname = "{name}"\nsource_bootstrap_servers = [{servers}]\ntopics = [{listed}]\n{extra}')
     return ["--config", str(path)]
 
 
 @contextmanager
-def mirroring_proxy(source, destination, workdir, topics):
-    """The proxy in front of ``destination`` mirroring ``topics``; must stop cleanly (exit 0)."""
-    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, topics)).start()
+def mirroring_proxy(source, destination, workdir, topics, extra: str = ""):
+    """The proxy in front of ``destination`` mirroring ``topics`` (``extra``: more TOML lines of
+    the mirror's definition); must stop cleanly (exit 0)."""
+    proxy = ProxyProcess(destination.bootstrap, workdir, mirror_config(workdir, source, topics, extra=extra)).start()
     try:
         yield proxy
     finally:

@@ -15,17 +15,28 @@
 //! the base offsets produce answers, DeleteRecords, the read-back of uncertain batches, and the
 //! destination transactions' markers (`partition::resume`, `produce::sink`).
 
-use crate::cluster::client::{ClusterClient, offsets};
+use kmp_protocol::kafka_protocol::ResponseError;
+
+use crate::cluster::client::ClusterClient;
 use crate::error::MirrorError;
 
 /// The shifts of a new mirror topic's `partitions` partitions: each partition's source log start
-/// where it is at least `from`, else 0; empty when no partition is shifted.
+/// where it is at least `from`, else 0; empty when no partition is shifted. One ListOffsets per
+/// source leader; a partition whose log start cannot be read fails the attempt (retriably: the
+/// topic is prepared again), since guessing would fill a prefix meant to be shifted or the
+/// reverse, for the life of the topic.
 pub(crate) async fn decide(source: &ClusterClient, topic: &str, partitions: usize, from: i64) -> Result<Vec<i64>, MirrorError> {
+    let ends = crate::cluster::groups::watermarks(source, &[topic.to_owned()]).await?;
     let mut shifts = Vec::with_capacity(partitions);
     for p in 0..partitions {
         let p = i32::try_from(p).map_err(|_| MirrorError::Invariant(format!("{topic} has more partitions than Kafka allows")))?;
-        let (conn, _) = source.leader_link(topic, p).await?;
-        let (log_start, _) = offsets("source", &conn, topic, p).await?;
+        let Some(&(log_start, _)) = ends.get(&(topic.to_owned(), p)) else {
+            return Err(MirrorError::Broker {
+                side: "source",
+                what: format!("{topic}-{p}: the log start (to decide its offset shift) could not be read"),
+                code: ResponseError::LeaderNotAvailable.code(),
+            });
+        };
         shifts.push(if log_start >= from { log_start } else { 0 });
     }
     if shifts.iter().all(|&s| s == 0) {

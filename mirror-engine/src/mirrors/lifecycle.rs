@@ -205,9 +205,10 @@ async fn create_or_adopt(
 ) -> Result<(Prepared, [u8; 16], [u8; 16], Vec<i64>), MirrorError> {
     let m = &ctx.mirror;
     let shape = topics::source_shape(&ctx.source, topic, filter).await?;
-    let shifts = match m.shift_prefix_from {
-        Some(from) if !owned => crate::copy::shift::decide(&ctx.source, topic, shape.partitions, from).await?,
-        _ => Vec::new(),
+    let shifts = if owned {
+        Vec::new()
+    } else {
+        crate::copy::shift::decide(&ctx.source, topic, shape.partitions, m.shift_prefix_from).await?
     };
     // Before CreateTopics: a created topic takes writes at once, and one landing before the
     // mirror's first would hold offset 0.
