@@ -114,6 +114,20 @@ def test_a_partition_past_the_shift_threshold_is_shifted_not_filled_and_every_cl
             c_src.close()
             c_via.close()
 
+        # A position below Δ is out of range, as on the source: the consumer resets to the start.
+        for bootstrap in (source.bootstrap, proxy.bootstrap):
+            c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("below"), "auto.offset.reset": "earliest",
+                          "enable.auto.commit": False})
+            try:
+                c.assign([TopicPartition(topic, 0, delta - 5)])
+                m, deadline = None, time.time() + 30
+                while m is None and time.time() < deadline:
+                    m = c.poll(1)
+                assert m is not None and not m.error() and m.offset() == delta, \
+                    f"via {bootstrap}: a position below the log start resets to it ({m and (m.error() or m.offset())})"
+            finally:
+                c.close()
+
         # A commit through the proxy is stored unshifted on the destination and read back shifted.
         group = unique("g")
         commit(proxy.bootstrap, group, topic, 0, delta + 7)
