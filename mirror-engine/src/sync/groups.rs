@@ -40,6 +40,17 @@ pub(crate) fn to_destination(offset: i64, shift: i64) -> i64 {
     if offset < 0 { offset } else { (offset - shift).max(0) }
 }
 
+/// Moves every group's source offsets (`offset` of each value) to destination offsets of the
+/// partitions `shifts` shifts ([`to_destination`]).
+pub(crate) fn shift_to_destination<V>(groups: &mut [(String, PerPartition<V>)], shifts: &crate::state::catalog::Catalog, offset: impl Fn(&mut V) -> &mut i64) {
+    for (_, partitions) in groups.iter_mut() {
+        for ((t, p), v) in partitions.iter_mut() {
+            let o = offset(v);
+            *o = to_destination(*o, shifts.shift(t, *p));
+        }
+    }
+}
+
 /// The offset the destination group gets for a source commit: never past what the destination
 /// holds (`high_watermark`), never before its log start.
 pub fn clamp(source: i64, log_start: i64, high_watermark: i64) -> i64 {
@@ -132,11 +143,7 @@ pub async fn sync(
         .errors
         .extend(failed.into_iter().map(|(g, code)| format!("group {g}: source OffsetFetch error {code}")));
     let mut relevant = on_topics(source_offsets, topics);
-    for (_, offsets) in &mut relevant {
-        for ((t, p), (offset, _)) in offsets.iter_mut() {
-            *offset = to_destination(*offset, shifts.shift(t, *p));
-        }
-    }
+    shift_to_destination(&mut relevant, shifts, |(offset, _)| offset);
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);
@@ -200,6 +207,25 @@ mod tests {
 
     fn offsets(entries: &[(&str, i32, i64)]) -> GroupOffsets {
         entries.iter().map(|(t, p, o)| (((*t).to_owned(), *p), (*o, Some("m".to_owned())))).collect()
+    }
+
+    #[test]
+    fn source_commits_of_a_shifted_partition_become_destination_offsets_and_others_stay() {
+        let shifts = crate::state::catalog::Catalog::default();
+        shifts.set_shifts("t", &[1_000, 0]);
+        let mut groups = vec![("g".to_owned(), offsets(&[("t", 0, 1_250), ("t", 1, 40), ("t", 0, 7), ("u", 0, 9)]))];
+        groups[0].1.insert(("t".to_owned(), 2), (-1, None));
+        shift_to_destination(&mut groups, &shifts, |(o, _)| o);
+        let got: Vec<_> = groups[0].1.iter().map(|((t, p), (o, _))| (t.as_str(), *p, *o)).collect();
+        // ("t", 0) appears once: the later entry (7) replaced 1,250 in the map — below the shift, it becomes 0.
+        assert_eq!(
+            got,
+            vec![("t", 0, 0), ("t", 1, 40), ("t", 2, -1), ("u", 0, 9)],
+            "shifted, unshifted, no offset, other topic"
+        );
+        let mut one = vec![("g".to_owned(), offsets(&[("t", 0, 1_250)]))];
+        shift_to_destination(&mut one, &shifts, |(o, _)| o);
+        assert_eq!(one[0].1[&("t".to_owned(), 0)].0, 250, "a commit past the shift moves down by it");
     }
 
     #[test]

@@ -127,11 +127,7 @@ pub async fn sync(
     let (source_offsets, errors) = start_offsets(source, &wire::coordinators(source, &candidates).await?).await?;
     report.errors.extend(errors);
     let mut relevant = on_topics(source_offsets, topics);
-    for (_, offsets) in &mut relevant {
-        for ((t, p), offset) in offsets.iter_mut() {
-            *offset = super::groups::to_destination(*offset, shifts.shift(t, *p));
-        }
-    }
+    super::groups::shift_to_destination(&mut relevant, shifts, |offset| offset);
     report.groups = relevant.len();
     if relevant.is_empty() {
         return Ok(report);
