@@ -77,6 +77,19 @@ def wait_caught_up(source: str, destination: str, topics: dict[str, int]) -> Non
         time.sleep(0.5)
 
 
+def wait_equal_ends(source: str, via: str, topic: str, partitions: int, timeout: float = CATCH_UP_TIMEOUT_S) -> list[int]:
+    """Waits until ``via`` (a proxy, whose offsets may be shifted) shows the source's high
+    watermarks; returns them."""
+    deadline, last = time.time() + timeout, None
+    while time.time() < deadline:
+        want, got = high_watermarks(source, topic, partitions), high_watermarks_or_none(via, topic, partitions)
+        if want == got:
+            return got
+        last = (want, got)
+        time.sleep(0.5)
+    raise AssertionError(f"the proxy's high watermarks reached the source's within {timeout:.0f}s: (source, proxy) = {last}")
+
+
 def produce_plain(bootstrap: str, topic: str, n: int, start: int = 0, **conf) -> None:
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, **conf})
     for i in range(start, start + n):

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
-from mirror import call, high_watermarks, high_watermarks_or_none, read_all, strip_fillers
+from mirror import call, high_watermarks, read_all, strip_fillers, wait_equal_ends
 from prefix import make_prefix
 
 PREFIX = 2_000_000
@@ -41,17 +41,6 @@ def produce(bootstrap: str, topic: str, partition: int, n: int, tag: str) -> lis
         time.sleep(0.002)
     assert all(isinstance(o, int) for o in offsets), f"every record delivered to {topic}-{partition}: {offsets}"
     return offsets
-
-
-def wait_equal_ends(source: str, proxy: str, topic: str, partitions: int, timeout: float = 120) -> list[int]:
-    deadline, last = time.time() + timeout, None
-    while time.time() < deadline:
-        want, got = high_watermarks(source, topic, partitions), high_watermarks_or_none(proxy, topic, partitions)
-        if want == got:
-            return got
-        last = (want, got)
-        time.sleep(0.5)
-    raise AssertionError(f"the proxy's high watermarks reached the source's within {timeout:.0f}s: (source, proxy) = {last}")
 
 
 def committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
