@@ -12,9 +12,22 @@ the quick tier 3 seeds out of 1..200 that rotate with the UTC date (a different 
 a regression is not run twice when it is one of those seeds' history; ``--seed S`` replays one
 seed. A failure prints the seed, the replay command, the diff, the full history and the execution
 log. One proxy (its own state topic) serves every case; each case has its own cluster mirror and topics.
+
+About half of the generated histories mirror with ``shift_prefix_from`` (docs/mirroring.md
+"Shifted prefixes"), with prefix jumps at or above it before their topics are started (shifted
+partitions) and below it (filled partitions), and jumps on shifted partitions later (filled on
+top of Δ); each comparison also reads the destination directly to check that every partition is
+shifted or filled as decided (``differential/history.py``, ``differential/runner.py``). Such a
+history's mirror cannot be created through REST (it knows no key for the setting), so it is
+declared in the config file of a proxy started for that history alone. ``KMP_DIFF_FORCE_SHIFT=1``
+in the environment makes every generated history shift (the same draws otherwise; regressions are
+replayed as stored, a stored history without ``shift_prefix_from`` never shifts) — to stress the
+shifted path, e.g. ``KMP_DIFF_FORCE_SHIFT=1 ... --seeds 20``; the replay command of a failure
+carries it.
 """
 
 import datetime
+import os
 import time
 
 import pytest
@@ -22,7 +35,7 @@ import pytest
 import tier
 
 from conftest import PROXY_BIN, ProxyProcess
-from differential.history import generate
+from differential.history import FORCE_SHIFT_ENV, force_shift, generate
 from differential.regressions import REGRESSIONS, duplicates
 from differential.runner import Env, Run
 from differential.source_ops import close_shared_producers
@@ -66,7 +79,9 @@ def diff_env(clusters, workdir):
     # runs theirs.
     config.write_text(f'[engine]\nenabled = true\nstate_topic = "__kmp_diff_state_{tag}"\n')
     proxy = ProxyProcess(destination.bootstrap, workdir, ["--config", str(config)]).start()
-    yield Env(source, destination, proxy, PROXY_BIN), tag
+    # A history whose mirror sets shift_prefix_from gets a proxy of its own (runner.Run).
+    new_proxy = lambda path: ProxyProcess(destination.bootstrap, workdir, ["--config", str(path)])  # noqa: E731
+    yield Env(source, destination, proxy, PROXY_BIN, new_proxy, workdir), tag
     close_shared_producers()
     if proxy.alive():
         code = proxy.stop()
@@ -77,7 +92,8 @@ def test_mirror_equals_source_after_a_random_history(diff_env, case):
     env, tag = diff_env
     kind, value = case
     if kind == "seed":
-        history, replay = generate(value), f"{REPLAY} --seed {value}"
+        forced = f"{FORCE_SHIFT_ENV}={os.environ[FORCE_SHIFT_ENV]} " if force_shift() else ""
+        history, replay = generate(value), f"{forced}{REPLAY} --seed {value}"
     else:
         history = next(r["history"] for r in REGRESSIONS if r["name"] == value)
         replay = f"{REPLAY} -k '[regression-{value}]'"

@@ -5,7 +5,9 @@ parameters — and the test runs it against the real source cluster, the proxy's
 the 3-broker destination, then compares what consumers of the proxy see with what consumers of
 the source see. One concern per module:
 
-* ``history``     — the history model and the seeded generator (same seed, same history);
+* ``history``     — the history model and the seeded generator (same seed, same history), with
+                    whether the mirror shifts prefixes (``shift_prefix_from``; every generated
+                    history does with ``KMP_DIFF_FORCE_SHIFT=1``);
 * ``content``     — the records of a produce operation, derived from the operation alone;
 * ``kafka_io``    — reading records and watermarks, admin calls, bounded polling;
 * ``source_ops``  — operations on the source cluster (produce, transactions, DeleteRecords,

@@ -6,6 +6,7 @@ case (``regressions.json``) and replayed without the generator:
     {"seed": 7,
      "topics": [{"kind": "plain", "partitions": 2, "config": {...}}, ...],
      "txn_producers": [{"codec": "zstd", "linger_ms": 20, "batch_size": 16384}, ...],
+     "shift_prefix_from": 100000,        (only in histories whose mirror shifts, see below)
      "ops": [{"op": "produce", "topic": 0, ...}, {"op": "start", "topic": 0}, ...]}
 
 Topics are referred to by index (names are made unique per run by the runner). Offsets are never
@@ -17,6 +18,21 @@ partition counts, a destination broker down) so every history is valid, and it e
 in a state that must converge: transactions closed, the broker back, every topic started and
 resumed. The expensive operations (proxy and broker kills, compaction, time retention, partitions
 added) are enabled for a subset of the seeds only and are likely until used once in a history.
+
+Shifted prefixes (``shift_prefix_from``, docs/mirroring.md "Shifted prefixes"): about half of the
+histories (all of them with ``KMP_DIFF_FORCE_SHIFT=1`` in the environment, to stress the shifted
+path) have a mirror that sets ``shift_prefix_from`` to a drawn threshold (10^3..10^7). Those
+histories also get ``jump`` operations *before* their topic is started (the mirror creates the
+destination topic then, and decides per partition): on some partitions of at least the threshold
+(those partitions are shifted: Δ = their source log start), on others of a tenth of it or less, or
+none (those are filled) — both in one topic when it has several partitions, the exact threshold
+itself sometimes, as the first operation (a log start equal to it). Some shifted partitions get
+another jump after the start (filled by the engine on top of the fixed Δ), sometimes with a
+``catch_up`` (a comparison) after it. These draws come from their own ``random.Random`` (derived
+from the seed), so they leave the rest of a seed's history as it was: a seed whose mirror does not
+shift generates exactly what it generated before shifts existed, and a shifted seed is that
+history plus the inserted jumps. A stored history without ``shift_prefix_from`` (every
+regression recorded before) means a mirror without it: every prefix filled.
 
 Operations (``op`` and its parameters):
 
@@ -44,9 +60,21 @@ Operations (``op`` and its parameters):
 from __future__ import annotations
 
 import json
+import os
 import random
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+# ``jump`` sizes (log-uniform 10^3..10^8) and how likely each is: the largest cost about 10 s to
+# make and, filled, 13 s to fill.
+JUMP_SIZES = [1_000, 30_000, 100_000, 1_000_000, 10_000_000, 100_000_000]
+JUMP_WEIGHTS = [3, 3, 3, 3, 2, 1]
+# ``shift_prefix_from`` of the histories whose mirror shifts, and how likely each is. 1000 is
+# below what a few produces and a DeleteRecords reach: such a partition is shifted without a jump,
+# often with its log start inside a batch.
+SHIFT_THRESHOLDS = [1_000, 30_000, 100_000, 1_000_000, 10_000_000]
+SHIFT_THRESHOLD_WEIGHTS = [2, 2, 2, 3, 2]
+# Every generated history's mirror shifts (the shift draws stay the same; only "whether" is forced).
+FORCE_SHIFT_ENV = "KMP_DIFF_FORCE_SHIFT"
 MAX_PARTITIONS = 4
 MAX_TXN_SLOTS = 2
 
@@ -146,8 +174,7 @@ def _candidates(rng: random.Random, st: _State, features: dict) -> list[tuple[in
         return 12 if st.counts[kind] == 0 else 3
 
     if features["jump"] and st.kinds[topic] != "compact" and st.counts["jump"] < 2:
-        # Log-uniform over 10^3..10^8; the largest cost about 10 s to make and 13 s to fill.
-        offsets = rng.choices([1_000, 30_000, 100_000, 1_000_000, 10_000_000, 100_000_000], weights=[3, 3, 3, 3, 2, 1])[0]
+        offsets = rng.choices(JUMP_SIZES, weights=JUMP_WEIGHTS)[0]
         c.append((boost("jump"), {"op": "jump", "topic": topic, "partition": rng.randrange(st.partitions[topic]), "offsets": offsets}))
     if features["kill_proxy"] and st.counts["kill_proxy"] < 2:
         c.append((boost("kill_proxy"), {"op": "kill_proxy"}))
@@ -223,7 +250,72 @@ def generate(seed: int) -> dict:
         _apply(st, op)
     if rng.random() < 0.5:
         ops.append(_produce(rng, st, rng.randrange(len(topics))))
-    return {"seed": seed, "topics": topics, "txn_producers": txn_producers, "ops": ops}
+    history = {"seed": seed, "topics": topics, "txn_producers": txn_producers, "ops": ops}
+    _draw_shift(seed, history, force_shift())
+    return history
+
+
+def force_shift() -> bool:
+    """Whether ``KMP_DIFF_FORCE_SHIFT`` asks every generated history's mirror to shift."""
+    return os.environ.get(FORCE_SHIFT_ENV, "").strip() not in ("", "0")
+
+
+def _draw_shift(seed: int, history: dict, force: bool) -> None:
+    """Makes ``history``'s mirror shift (``shift_prefix_from``) for about half of the seeds (every
+    seed with ``force``), with jumps inserted before and after its topics' starts. Its own
+    ``random.Random``: the draws are the same whether shifting is forced or not, and the rest of
+    the history is what ``generate`` made without it."""
+    rng = random.Random(seed * 1_000_003 + 38)
+    shift = rng.random() < 0.5
+    threshold = rng.choices(SHIFT_THRESHOLDS, weights=SHIFT_THRESHOLD_WEIGHTS)[0]
+    if not (shift or force):
+        return
+    topics, ops = history["topics"], history["ops"]
+    # (position in the original ops, order, op): inserted before the op at that position.
+    inserts: list[tuple[int, int, dict]] = []
+    later_jumps = 0
+    jumpable = [t for t, spec in enumerate(topics) if spec["kind"] != "compact"]  # DeleteRecords needs cleanup.policy delete
+    shifted_any = False
+    for n, t in enumerate(jumpable):
+        parts = topics[t]["partitions"]
+        first_start = next(i for i, op in enumerate(ops) if op["op"] == "start" and op["topic"] == t)
+        # The last topic that could get a shifted partition gets one if none did before.
+        if rng.random() < 0.3 and (shifted_any or n < len(jumpable) - 1):
+            continue
+        above = sorted(rng.sample(range(parts), rng.randint(1, max(1, parts - 1))))
+        shifted_any = True
+        for p in range(parts):
+            if p in above:
+                sizes = [threshold] + [s for s in JUMP_SIZES if s > threshold]
+                weights = [4] + [w for s, w in zip(JUMP_SIZES, JUMP_WEIGHTS) if s > threshold]
+                size = rng.choices(sizes, weights=weights)[0]
+                # The exact threshold as the very first operation: a log start equal to it.
+                at = 0 if size == threshold and rng.random() < 0.5 else rng.randint(0, first_start)
+            else:
+                below = [s for s in JUMP_SIZES if s * 10 <= threshold]
+                if not below or rng.random() < 0.35:
+                    continue  # no jump: filled whatever else the history does to it
+                size, at = rng.choice(below), rng.randint(0, first_start)
+            inserts.append((at, len(inserts), {"op": "jump", "topic": t, "partition": p, "offsets": size}))
+        for p in above:
+            if later_jumps < 2 and rng.random() < 0.6:
+                later_jumps += 1
+                at = rng.randint(first_start + 1, len(ops))
+                size = rng.choices(JUMP_SIZES[:5], weights=[3, 3, 3, 2, 1])[0]
+                inserts.append((at, len(inserts), {"op": "jump", "topic": t, "partition": p, "offsets": size}))
+                if rng.random() < 0.5:
+                    inserts.append((at, len(inserts), {"op": "catch_up"}))
+    merged: list[dict] = []
+    pending = sorted(inserts, key=lambda x: (x[0], x[1]))
+    k = 0
+    for i, op in enumerate(ops + [None]):
+        while k < len(pending) and pending[k][0] == i:
+            merged.append(pending[k][2])
+            k += 1
+        if op is not None:
+            merged.append(op)
+    history["ops"] = merged
+    history["shift_prefix_from"] = threshold
 
 
 def expensive(history: dict) -> list[str]:
@@ -237,8 +329,16 @@ def describe_op(i: int, op: dict) -> str:
     return f"{i:3d}. {op['op']}({params})"
 
 
+def shift_setting(history: dict) -> str:
+    """The history's mirror shift setting, as the reports show it."""
+    n = history.get("shift_prefix_from")
+    if n is None:
+        return "shift_prefix_from unset (every prefix filled)"
+    return f"shift_prefix_from = {n} (a partition whose source log start is at least {n} when its topic is started is shifted)"
+
+
 def format_history(history: dict) -> str:
-    lines = [f"seed {history['seed']}"]
+    lines = [f"seed {history['seed']}", f"  mirror: {shift_setting(history)}"]
     for i, t in enumerate(history["topics"]):
         lines.append(f"  topic {i}: {t['kind']}, {t['partitions']} partition(s), config {json.dumps(t['config'], sort_keys=True)}")
     for i, p in enumerate(history["txn_producers"]):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 TP = tuple[str, int]
@@ -18,6 +18,12 @@ TP = tuple[str, int]
 Rec = tuple[int, "bytes | None", "bytes | None", tuple, int, int]
 
 _seq = [0]
+
+# Errors a partition answers ListOffsets with for a moment after it was created, added or moved
+# (a broker's metadata can name a leader before that broker leads it), retried up to RETRY_S.
+RETRIABLE = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.UNKNOWN_TOPIC_OR_PART,
+             KafkaError.NOT_COORDINATOR, KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT}
+RETRY_S = 15
 
 
 def group_id(prefix: str) -> str:
@@ -41,8 +47,18 @@ def watermarks(bootstrap: str, tps: list[TP], isolation: str = "read_uncommitted
     """(log start, end) of each partition; the end is the high watermark, or with read_committed
     the last stable offset (librdkafka's ListOffsets carries the isolation level)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id("wm"), "isolation.level": isolation})
+
+    def one(tp: TP) -> tuple[int, int]:
+        deadline = time.time() + RETRY_S
+        while True:
+            try:
+                return c.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=10, cached=False)
+            except KafkaException as e:
+                if e.args[0].code() not in RETRIABLE or time.time() > deadline:
+                    raise
+                time.sleep(0.2)
     try:
-        return {tp: c.get_watermark_offsets(TopicPartition(tp[0], tp[1]), timeout=10, cached=False) for tp in tps}
+        return {tp: one(tp) for tp in tps}
     finally:
         c.close()
 
@@ -125,9 +141,16 @@ class Admin:
     def add_partitions(self, topic: str, total: int) -> None:
         self.client.create_partitions([NewPartitions(topic, total)])[topic].result(30)
         wait_until(f"{topic} has {total} partitions with leaders", lambda: self._leaders(topic) == total, 30)
+        # Metadata names a new partition's leader a moment before that broker serves it
+        # (ListOffsets answered NOT_LEADER_OR_FOLLOWER): wait until every partition answers.
+        watermarks(self.bootstrap, [(topic, p) for p in range(total)])
 
     def leader(self, topic: str, partition: int) -> int:
-        return self.client.list_topics(topic, timeout=10).topics[topic].partitions[partition].leader
+        """The partition's leader, -1 while the broker answering does not know the partition
+        yet (a topic just created can be in one broker's metadata before another's)."""
+        t = self.client.list_topics(topic, timeout=10).topics.get(topic)
+        p = t.partitions.get(partition) if t is not None and t.error is None else None
+        return p.leader if p is not None else -1
 
     def delete_topics(self, topics: list[str]) -> None:
         for f in self.client.delete_topics(topics).values():

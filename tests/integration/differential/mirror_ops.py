@@ -2,7 +2,12 @@
 API (``/v1``, the KIP-1279 operations) and process control.
 
 ``MirrorSide`` owns the seed's cluster mirror: created through ``POST /v1/mirrors``, topics
-started, paused and resumed, and at the end stopped and the mirror deleted. It also owns the
+started, paused and resumed, and at the end stopped and the mirror deleted. A mirror that sets
+``shift_prefix_from`` cannot be created that way — CreateClusterMirror (``POST /v1/mirrors``, the
+Kafka RPC) knows no key for it and refuses unknown keys (``control::settings::KNOWN_KEYS``), nor
+can IncrementalAlterConfigs set it — so such a mirror is declared in the config file of a proxy
+of its own (``declared_config``; an ``include`` pattern no topic matches, since a declared mirror
+must name something), and its topics are started through ``/v1`` like the others'. It also owns the
 faults: the proxy killed with SIGKILL and started again (same ports and state topic), and the
 destination broker leading a mirrored partition killed with SIGKILL and started again later (the
 history says when; the runner makes sure it is back before comparing). ``catch_up`` waits, bounded,
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 
 from confluent_kafka import KafkaException
 
@@ -31,9 +37,18 @@ CONFIG_EXCLUDE = ["min.insync.replicas", "unclean.leader.election.enable", "lead
                   "min.cleanable.dirty.ratio", "min.compaction.lag.ms", "max.compaction.lag.ms", "delete.retention.ms"]
 
 
+# How long a started topic of a shifting mirror may take to be prepared (its shifts decided, the
+# destination topic created and recorded) before the runner stops waiting for it (see
+# ``Run.note_start``).
+PREPARED_S = 30
+
+
 class MirrorSide:
-    def __init__(self, proxy, destination, source_bootstrap: str, mirror: str, names: list[str], log, hedge: bool = False):
+    def __init__(self, proxy, destination, source_bootstrap: str, mirror: str, names: list[str], log, hedge: bool = False,
+                 declared: bool = False):
         self.proxy = proxy
+        # Declared in the proxy's config file (``declared_config``) instead of created by REST.
+        self.declared = declared
         # A second Fetch in flight whenever a partition is caught up (mirror.fetch.hedge.min.rtt.ms
         # = 0): every answer to an older offset is cut to the partition's position.
         self.hedge = hedge
@@ -76,14 +91,68 @@ class MirrorSide:
             wait_until(f"{name} described with desired state {want} after {action} answered OK", desired, 10, 0.1, self.describe)
         return "ok"
 
+    def declared_config(self, state_topic: str, shift_prefix_from: int) -> str:
+        """The config file of a proxy whose only mirror is this one, declared with what ``create``
+        sends through REST plus ``shift_prefix_from`` (which REST cannot carry)."""
+        q = json.dumps  # a JSON string is a TOML basic string
+        servers = ", ".join(q(s) for s in self.source_bootstrap.split(","))
+        lines = ["[engine]", "enabled = true", f"state_topic = {q(state_topic)}", "",
+                 "[[mirrors]]", f"name = {q(self.mirror)}", f"source_bootstrap_servers = [{servers}]",
+                 # A declared mirror must name a topic or a pattern; its topics are started by REST.
+                 f"include = [{q('kmpdiff-matches-no-topic-' + self.mirror)}]",
+                 f"topic_config_exclude = [{', '.join(q(x) for x in CONFIG_EXCLUDE)}]",
+                 "group_offset_sync_interval_ms = 0", "topic_config_sync_interval_ms = 0",
+                 f"shift_prefix_from = {int(shift_prefix_from)}"]
+        if self.hedge:
+            lines.append("fetch_hedge_min_rtt_ms = 0")
+        return "\n".join(lines) + "\n"
+
     def create(self) -> None:
+        self.log(f"mirror {self.mirror}: second Fetch in flight when caught up: {'on' if self.hedge else 'off'}")
+        if self.declared:
+            # Declared in the proxy's config file: known once the engine has recorded it.
+            wait_until(f"declared mirror {self.mirror} known to its proxy", lambda: self.call("GET", f"/v1/mirrors/{self.mirror}")[0] == 200, 30)
+            self.log(f"mirror {self.mirror}: declared in the config file of its own proxy (pid {self.proxy.proc.pid}, log {self.proxy.log_path})")
+            return
         configs = {"bootstrap.servers": self.source_bootstrap, "mirror.topic.properties.exclude": ",".join(CONFIG_EXCLUDE),
                    "mirror.group.offset.sync.interval.ms": "0", "mirror.topic.config.sync.interval.ms": "0"}
         if self.hedge:
             configs["mirror.fetch.hedge.min.rtt.ms"] = "0"
-        self.log(f"mirror {self.mirror}: second Fetch in flight when caught up: {'on' if self.hedge else 'off'}")
         status, r = self.call("POST", "/v1/mirrors", {"name": self.mirror, "configs": configs})
         assert status == 201 and r.get("error_code") == 0, f"create mirror {self.mirror}: HTTP {status} {r}"
+
+    def prepared(self, topic: int, partitions: int) -> bool:
+        """Whether the mirror has prepared ``topic`` (shifts decided, destination topic created
+        and recorded): describe lists its partitions 0..partitions-1 (partition tasks start only
+        after the topic record is written)."""
+        status, d = self.call("GET", f"/v1/mirrors/{self.mirror}")
+        if status != 200:
+            return False
+        listed = {p["partition"] for t in d.get("topics", []) if t["topic"] == self.names[topic] for p in t.get("partitions", [])}
+        return set(range(partitions)) <= listed
+
+    def wait_prepared(self, topic: int, partitions: int, timeout: float) -> bool:
+        deadline = time.time() + timeout
+        while not self.prepared(topic, partitions):
+            if time.time() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
+    def start_again(self, topics: list[int]) -> str:
+        """StartMirrorTopics again for ``topics`` after a restart of a declared mirror's proxy: the
+        restart takes the definition from the config file, so a topic started through REST but not
+        recorded yet (not prepared) is no longer the mirror's. Returns what each answer said
+        (NONE: forgotten, or not taken up again yet, and started now; already mirrored: kept)."""
+        out = []
+        for t in topics:
+            name = self.names[t]
+            status, r = self.call("POST", f"/v1/mirrors/{self.mirror}/start", {"topics": [name]})
+            results = r.get("results", []) if status == 200 else []
+            assert status == 200 and len(results) == 1 and (results[0]["error_code"] == 0 or "already mirrored" in str(results[0].get("message"))), \
+                f"start {name} again after the restart: HTTP {status} {r}"
+            out.append(f"{name}: " + ("answered NONE (forgotten by the restart, or not taken up again yet): started" if results[0]["error_code"] == 0 else "kept"))
+        return "; ".join(out)
 
     def start(self, op: dict) -> str:
         self.started.add(op["topic"])
