@@ -204,6 +204,26 @@ pub(crate) trait Filter: Send + Sync {
     }
 }
 
+/// Whether the response to this Fetch request may answer a partition of a topic the predicates
+/// pick (`by_name` before v13, `by_id` from v13 on): the request names one, or it is an
+/// incremental fetch (the session's other partitions answer too; epoch 0 opens a session and -1
+/// fetches without one, and then exactly the partitions asked for answer), or it cannot be
+/// decoded. For response filters that act on some topics only (`may_change_response`).
+pub(crate) fn fetch_may_answer(request: &Bytes, api_version: i16, by_name: impl Fn(&str) -> bool, by_id: impl Fn(&[u8; 16]) -> bool) -> bool {
+    use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
+    let Ok((_, fetch)) = kmp_protocol::codec::decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
+        return true;
+    };
+    fetch.session_epoch > 0
+        || fetch.topics.iter().any(|t| {
+            if api_version >= 13 {
+                by_id(t.topic_id.as_bytes())
+            } else {
+                by_name(t.topic.as_str())
+            }
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use kmp_protocol::codec::encode_request;

@@ -6,28 +6,15 @@
 
 use bytes::Bytes;
 use kmp_mirror_engine::Catalog;
-use kmp_protocol::codec::decode_request;
-use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
+use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::{ProtocolError, fillers};
 
-use super::api::{Conn, Filter};
+use super::api::{Conn, Filter, fetch_may_answer};
 
 /// Whether the response to this Fetch request may carry fillers: it names a topic that may hold
-/// them, or it is an incremental fetch (the session's other partitions answer too), or it cannot
-/// be decoded. Epoch 0 opens a session and -1 fetches without one: then the response answers
-/// exactly the partitions asked for.
+/// them, or it is an incremental fetch, or it cannot be decoded (`api::fetch_may_answer`).
 fn fetch_may_get_fillers(request: &Bytes, api_version: i16, registry: &Catalog) -> bool {
-    let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
-        return true;
-    };
-    fetch.session_epoch > 0
-        || fetch.topics.iter().any(|t| {
-            if api_version >= 13 {
-                registry.may_hold_fillers_id(t.topic_id.as_bytes())
-            } else {
-                registry.may_hold_fillers(t.topic.as_str())
-            }
-        })
+    fetch_may_answer(request, api_version, |n| registry.may_hold_fillers(n), |id| registry.may_hold_fillers_id(id))
 }
 
 /// The masking filter (responses only).
@@ -98,6 +85,7 @@ impl Filter for FillerMasking {
 #[cfg(test)]
 mod tests {
     use kmp_protocol::codec::encode_request;
+    use kmp_protocol::kafka_protocol::messages::FetchRequest;
     use kmp_protocol::kafka_protocol::messages::fetch_request::FetchTopic;
     use kmp_protocol::kafka_protocol::messages::{RequestHeader, TopicName};
     use kmp_protocol::kafka_protocol::protocol::StrBytes;

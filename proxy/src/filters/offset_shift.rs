@@ -13,12 +13,11 @@
 
 use bytes::Bytes;
 use kmp_mirror_engine::Catalog;
-use kmp_protocol::codec::decode_request;
-use kmp_protocol::kafka_protocol::messages::{ApiKey, FetchRequest};
+use kmp_protocol::kafka_protocol::messages::ApiKey;
 use kmp_protocol::offset_shift::{self, Shifts, TopicKey};
 use kmp_protocol::{ProtocolError, peek};
 
-use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
+use super::api::{BoxFuture, Conn, Exchange, Filter, Flow, fetch_may_answer};
 use crate::error::ProxyError;
 
 /// The catalog's shifts as the translation asks for them.
@@ -42,19 +41,9 @@ fn shifted(catalog: &Catalog, topic: TopicKey<'_>) -> bool {
 }
 
 /// Whether the response to this Fetch request may carry a shifted partition: it names a shifted
-/// topic, or it is an incremental fetch, or it cannot be decoded.
+/// topic, or it is an incremental fetch, or it cannot be decoded (`api::fetch_may_answer`).
 fn fetch_names_shifted(request: &Bytes, api_version: i16, catalog: &Catalog) -> bool {
-    let Ok((_, fetch)) = decode_request::<FetchRequest>(request, ApiKey::Fetch, api_version) else {
-        return true;
-    };
-    fetch.session_epoch > 0
-        || fetch.topics.iter().any(|t| {
-            if api_version >= 13 {
-                shifted(catalog, TopicKey::Id(*t.topic_id.as_bytes()))
-            } else {
-                shifted(catalog, TopicKey::Name(t.topic.as_str()))
-            }
-        })
+    fetch_may_answer(request, api_version, |n| catalog.is_shifted(n), |id| catalog.is_shifted_id(id))
 }
 
 /// Whether this Produce request names a shifted topic (or cannot be scanned).
