@@ -6,6 +6,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -21,6 +23,7 @@ def create(bootstrap: str, topic: str, **kw) -> None:
         f.result(30)
 
 
+@pytest.mark.long  # a leader kill under client load (76 s); the quick tier keeps test_broker_joining_and_leaving
 def test_clients_recover_with_no_loss_when_the_partition_leader_is_killed(proxy, destination):
     topic = unique("failover")
     create(proxy.bootstrap, topic, num_partitions=3, replication_factor=3, config={"min.insync.replicas": "2"})

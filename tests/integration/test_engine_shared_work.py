@@ -32,6 +32,8 @@ import statistics
 import threading
 import time
 
+import pytest
+
 from confluent_kafka import Consumer, TopicPartition
 
 from conftest import unique
@@ -222,6 +224,7 @@ def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(c
                        lambda: [s for _, s in partition_states(inst, mirror, topic)] == ["stopped"] * PARTITIONS, timeout=20)
 
 
+@pytest.mark.long  # quick tier: test_three_instances_share_the_copying… shares the work; members churning for a minute is the long tier's
 def test_members_coming_and_going_keep_every_partition_copied_exactly(clusters, workdir):
     source, destination = clusters
     seed = int(os.environ.get("KMP_CHAOS_SEED", random.randrange(1 << 31)))

@@ -13,6 +13,8 @@ import subprocess
 import threading
 import time
 
+import pytest
+
 from confluent_kafka import KafkaError, Producer
 
 from conftest import REPO, ProxyProcess, unique
@@ -185,6 +187,7 @@ def test_a_follower_enforces_what_the_engine_instance_decides_and_sees_a_failove
         assert follower.stop() == 0
 
 
+@pytest.mark.long  # a state-topic leader kill; the quick tier keeps the follower's failover test
 def test_a_follower_keeps_following_when_the_state_topic_leader_is_killed(clusters, workdir):
     """The state topic's leader broker is SIGKILLed: the follower finds the new leader and still sees
     a stop done through the engine instance afterwards (bounded, measured)."""

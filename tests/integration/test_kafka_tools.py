@@ -3,6 +3,8 @@ producer/consumer perf tests, kafka-consumer-groups and kafka-configs."""
 
 import subprocess
 
+import pytest
+
 from conftest import unique
 
 
@@ -40,6 +42,7 @@ def test_kafka_cli_tools_work_through_proxy(proxy, kafka_classpath):
     assert "retention.ms=3600000" in configs, configs
 
 
+@pytest.mark.long  # the perf tools through the proxy; test_kafka_cli_tools_work_through_proxy stays in the quick tier
 def test_kafka_perf_tools_run_through_proxy(proxy, kafka_classpath):
     bs, cp = proxy.bootstrap, kafka_classpath
     topic = unique("perf")

@@ -9,6 +9,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -92,6 +94,7 @@ def set_topic_config(admin, topic: str, name: str, value: str) -> None:
         f.result(30)
 
 
+@pytest.mark.long  # test_hundreds_of_partitions_… mirrors more partitions in the quick tier
 def test_a_topic_with_32_partitions_is_mirrored(clusters, workdir, drop_topics):
     source, destination = clusters
     topic = unique("mir-wide")
@@ -311,6 +314,7 @@ def test_a_compacted_topic_with_holes_inside_batches_is_mirrored_exactly(cluster
         assert reencoded and reencoded[0] >= 29, f"batches with holes inside were re-encoded, not skipped: {reencoded}"
 
 
+@pytest.mark.long  # starts a 3-broker source of its own (58 s); the quick tier kills a source broker in test_mirroring_survives_a_source_broker_kill_and_restart
 def test_mirroring_from_a_3_broker_source_survives_killing_the_source_partition_leader(clusters, workdir):
     """Roles reversed for this test: the 3-broker cluster is the source, the 1-broker cluster is
     the destination behind its own proxy, so a source partition leader can be killed while the

@@ -12,6 +12,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from confluent_kafka import Producer
 
 import tier
@@ -93,6 +95,7 @@ def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_s
     assert dst_records == src_records, "every other partition equals the source record by record"
 
 
+@pytest.mark.long  # quick tier: test_hundreds_of_partitions_… isolates a failed partition; a broker kill and its election take over a minute
 def test_killing_a_destination_broker_stalls_only_the_partitions_it_led(clusters, workdir, drop_topics):
     source, destination = clusters
     topic, n = unique("mux-kill"), 60
@@ -333,6 +336,7 @@ def wait_layout(bootstrap: str, topic: str, ok, what: str, timeout: float) -> di
         time.sleep(0.5)
 
 
+@pytest.mark.long  # quick tier: test_hundreds_of_partitions_share_a_few_connections covers the multiplexing; 500+ partitions and a broker kill take 3 min
 def test_a_large_mirror_stalls_only_the_partitions_whose_leaders_were_moved_or_killed(clusters, workdir, kafka_classpath):
     """Issue: "a 2,000-partition mirror with some partitions' leaders killed and moved (only those
     partitions stall)", while a writer adds a record to every source partition every second. The

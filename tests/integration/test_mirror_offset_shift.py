@@ -9,7 +9,7 @@ librdkafka and kafka-python clients."""
 
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import ProxyProcess, unique
@@ -52,9 +52,20 @@ def committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
 
 
 def commit(bootstrap: str, group: str, topic: str, partition: int, offset: int) -> None:
+    """Commits ``offset``, retrying what Kafka calls retriable (NOT_COORDINATOR and
+    COORDINATOR_LOAD_IN_PROGRESS while a fresh cluster's offsets topic settles: librdkafka hands a
+    synchronous commit's error back instead of retrying it)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+        deadline = time.time() + 30
+        while True:
+            try:
+                c.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+                return
+            except KafkaException as e:
+                if not e.args[0].retriable() or time.time() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
 

@@ -23,6 +23,10 @@ runs the same program against the source and through the proxy and must see the 
   preview, so this one runs on the Kafka 4.4 clusters) reads the shifted partition at the
   source's offsets and its acknowledgements hold, before and after the failover.
 
+The quick tier runs each check once (read_committed, the classic group protocol; the Java consumer
+at both isolation levels); the long tier adds read_uncommitted for the time lookups, franz-go and
+the consumers after the failover, and the consumer group protocol for commits and resumed groups.
+
 The tests of the module run in order on one mirror: the checks before the failover first, then
 the ``failed_over`` fixture stops the mirror."""
 
@@ -317,7 +321,7 @@ def test_java_consumer_sees_the_sources_records_offsets_and_positions(shifted, j
     assert via.positions == src.positions, f"{isolation}: position() at the end through the proxy {via.positions} vs the source's {src.positions}"
 
 
-@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+@pytest.mark.parametrize("isolation", ["read_committed", pytest.param("read_uncommitted", marks=pytest.mark.long)])
 def test_java_offsets_for_times_at_record_timestamps_equal_the_sources(shifted, java_reads, isolation):
     m = shifted
     src, via = java_reads(isolation)
@@ -364,7 +368,7 @@ def test_java_consumer_seeks_below_and_inside_the_shifted_partition_as_on_the_so
         assert via == src, f"seek(partition 0, {offset}) with auto.offset.reset={reset}: through the proxy {via}, on the source {src} (Δ={m.delta})"
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=pytest.mark.long)])
 def test_java_commit_sync_reads_back_the_source_offset_and_stores_it_unshifted(shifted, kafka_classpath, protocol):
     m, cp = shifted, kafka_classpath
     want = {0: m.delta + 17, 1: 9}
@@ -395,7 +399,7 @@ def test_java_group_restarts_at_its_committed_source_offset(shifted, kafka_class
                          f"no more, no fewer ({len(got)} vs {len(want)}; first {got[:2]} vs {want[:2]})")
 
 
-@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+@pytest.mark.parametrize("isolation", ["read_committed", pytest.param("read_uncommitted", marks=pytest.mark.long)])
 def test_franz_go_consumer_sees_the_sources_records_and_offsets(shifted, go_shift_check, isolation):
     m = shifted
     want = as_seen(read_all(m.source.bootstrap, m.topic, PARTITIONS, isolation))
@@ -539,7 +543,7 @@ def expected_after(m: Shifted, isolation: str) -> list[tuple]:
     return sorted(before + m.after["written"])
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=pytest.mark.long)])
 def test_after_failover_groups_committed_before_the_stop_resume_there_and_read_the_new_records(failed_over, kafka_classpath, protocol):
     m, cp = failed_over, kafka_classpath
     group, offsets = m.after["groups"][protocol]
@@ -553,7 +557,7 @@ def test_after_failover_groups_committed_before_the_stop_resume_there_and_read_t
                          f"({len(got)} vs {len(want)} records; new ones expected {new}; got tail {got[-4:]})")
 
 
-@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+@pytest.mark.parametrize("isolation", ["read_committed", pytest.param("read_uncommitted", marks=pytest.mark.long)])
 def test_after_failover_java_and_franz_go_consumers_read_the_new_records_at_the_right_offsets(failed_over, kafka_classpath, go_shift_check, isolation):
     m, cp = failed_over, kafka_classpath
     want = expected_after(m, isolation)

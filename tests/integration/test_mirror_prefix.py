@@ -60,6 +60,7 @@ def low_watermark(bootstrap: str, topic: str) -> int:
         c.close()
 
 
+@pytest.mark.long  # a 10^8-offset fill (67 s); the quick tier fills small prefixes (test_mirror_faults) and shifts large ones (test_mirror_offset_shift)
 @pytest.mark.timeout(2400)
 def test_a_long_retention_prefix_is_filled_compressed_deleted_as_it_goes_and_never_shown_to_consumers(clusters, workdir):
     source, destination = clusters

@@ -55,6 +55,7 @@ def produce_backlog(bootstrap: str, topic: str) -> None:
     assert p.flush(120) == 0, "backlog delivered to the source"
 
 
+@pytest.mark.long  # quick tier: the caught-up 100 ms source with a second fetch in flight
 def test_a_source_100ms_away_is_copied_exactly_with_growing_fetches(far_source, destination, workdir):
     source, relay = far_source
     rtt = relay.measured_rtt_ms()

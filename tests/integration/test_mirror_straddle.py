@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -297,6 +299,7 @@ def raw_fetch_v4(host: str, port: int, topic: str) -> bytes:
     return fetch_v4_records(body)
 
 
+@pytest.mark.long  # quick tier: test_client_batches_that_start_like_fillers_… covers filler look-alikes
 def test_a_plain_topic_with_records_keyed_like_fillers_is_delivered_exactly_as_produced(clusters, workdir, kafka_classpath):
     source, destination = clusters
     mirrored, proxy = mirrored_with_fillers(source, destination, workdir, "straddle-masked", "straddle-m")

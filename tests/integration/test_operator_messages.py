@@ -16,6 +16,8 @@ import time
 import types
 from pathlib import Path
 
+import pytest
+
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from conftest import PROXY_BIN, ProxyProcess, free_port_block, unique
@@ -302,6 +304,7 @@ def test_a_mirror_whose_source_cannot_be_reached_names_the_source_bootstrap_serv
         f"the reason names the configured source and nothing else: {why!r}"
 
 
+@pytest.mark.long  # a test of the test harness that starts 4 brokers of its own (54 s)
 def test_cluster_harness_down_returns_once_every_broker_has_exited(tmp_path):
     source_port, dest_port = free_port_block(101), free_port_block(104)
     harness = [sys.executable, str(REPO / "tests/harness/kafka_cluster.py")]

@@ -6,6 +6,8 @@ said mirroring with no lag; the engine ignored `throttle_time_ms`."""
 
 import time
 
+import pytest
+
 from sec_support import metric_series, mirror_decl, mirrored_topic, produce_values, running_proxy, wait_caught_up, watermarks
 
 ENGINE_CLIENT_ID = "kafka-mirror-proxy-engine"
@@ -24,6 +26,7 @@ def lag_of(proxy, topic: str) -> float:
     return sum(v for k, v in series.items() if f'topic="{topic}"' in k)
 
 
+@pytest.mark.long  # a broker quota on the engine and its removal (31 s)
 def test_a_quota_on_the_engine_slows_mirroring_visibly_and_its_removal_lets_it_catch_up_without_a_restart(clusters, workdir, kafka_classpath):
     source, destination = clusters
     topic = mirrored_topic(source, records=10, prefix="sec-throttle")

@@ -20,6 +20,7 @@ class Load:
     def __init__(self, conf: dict, topic: str, label: str, group: str | None = None):
         self.conf, self.topic, self.label, self.group = conf, topic, label, group
         self.done = threading.Event()
+        self.produced = threading.Event()  # the producer flushed: ``delivered`` is final
         self.errors: list = []
         self.delivered: set[str] = set()
         self.consumed: set[str] = set()
@@ -44,20 +45,25 @@ class Load:
             p.poll(0)
             i += 1
             time.sleep(0.01)
-        if p.flush(60) != 0:
-            self.errors.append(("produce", "records still undelivered 60 s after the end"))
+        try:
+            if p.flush(60) != 0:
+                self.errors.append(("produce", "records still undelivered 60 s after the end"))
+        finally:
+            self.produced.set()
 
     def _consume(self):
         c = Consumer({**self.conf, "group.id": self.group, "auto.offset.reset": "earliest", "enable.partition.eof": False})
         c.subscribe([self.topic])
         try:
-            while not self.done.is_set() or not self.delivered <= self.consumed:
+            # Until the producer has flushed, records still in flight may be delivered after the
+            # consumer caught up with what was delivered so far: only then is the set final.
+            while not self.produced.is_set() or not self.delivered <= self.consumed:
                 for m in c.consume(500, 0.2):
                     if m.error():
                         self.errors.append(("consume", m.error()))
                     else:
                         self.consumed.add(m.value().decode())
-                if self.done.is_set() and time.time() > self.stop_at + 60:
+                if self.done.is_set() and time.time() > self.stop_at + 90:  # the flush takes at most 60 s
                     break
         finally:
             c.close()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
 import sec_wire  # noqa: E402
 
 REAUTH_MS = 10_000
-RUN_SECONDS = dial("reauth_seconds", 40, 200, "KMP_REAUTH_SECONDS")
+RUN_SECONDS = dial("reauth_seconds", 25, 200, "KMP_REAUTH_SECONDS")
 PARTITIONS = 2
 
 
