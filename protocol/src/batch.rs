@@ -264,13 +264,20 @@ fn filler_records(count: i32) -> BytesMut {
     records
 }
 
+/// The timestamp of an uncompressed filler batch: none (`-1`, Kafka's `NO_TIMESTAMP`, which the
+/// broker accepts on a CreateTime topic without checking it against its clock). A ListOffsets by
+/// timestamp on the destination then passes over fillers as the source passes over the holes they
+/// stand in for: a filler stamped with a real time would be the answer for times up to it, an
+/// offset the source has no record at.
+pub const FILLER_TIMESTAMP: i64 = -1;
+
 /// Builds an uncompressed batch of `count` filler records (offset deltas `0..count`) stamped
-/// `timestamp`, carrying `fields`.
-pub fn filler_batch(count: i32, timestamp: i64, fields: ProducerFields) -> Result<Bytes, ProtocolError> {
+/// [`FILLER_TIMESTAMP`], carrying `fields`.
+pub fn filler_batch(count: i32, fields: ProducerFields) -> Result<Bytes, ProtocolError> {
     if count <= 0 {
         return Err(malformed(format!("a filler batch needs at least one record, asked for {count}")));
     }
-    Ok(filler_batch_around(count, timestamp, fields, 0, &filler_records(count)))
+    Ok(filler_batch_around(count, FILLER_TIMESTAMP, fields, 0, &filler_records(count)))
 }
 
 /// The zstd-compressed records section of `count` filler records, for
@@ -288,11 +295,13 @@ pub fn compressed_filler_section(count: i32) -> Result<Bytes, ProtocolError> {
 }
 
 /// A zstd batch of `count` filler records around `section` (from
-/// [`compressed_filler_section`]`(count)`), stamped `timestamp`, carrying `fields`. A long run of
-/// offsets costs the destination broker about a third of the time uncompressed fillers do, and a
-/// hundredth of the bytes.
-pub fn compressed_filler_batch(count: i32, timestamp: i64, fields: ProducerFields, section: &[u8]) -> Bytes {
-    filler_batch_around(count, timestamp, fields, ZSTD, section)
+/// [`compressed_filler_section`]`(count)`), stamped 0 (what [`crate::fillers::is_filler_batch`]
+/// looks for before it decompresses anything), carrying `fields`. A long run of offsets costs the
+/// destination broker about a third of the time uncompressed fillers do, and a hundredth of the
+/// bytes. Only a retention prefix is written this way, and deleted as it goes: no lookup by time
+/// ever meets it.
+pub fn compressed_filler_batch(count: i32, fields: ProducerFields, section: &[u8]) -> Bytes {
+    filler_batch_around(count, 0, fields, ZSTD, section)
 }
 
 fn filler_batch_around(count: i32, timestamp: i64, fields: ProducerFields, codec: i16, section: &[u8]) -> Bytes {
@@ -403,7 +412,7 @@ mod tests {
 
     #[test]
     fn filler_batches_decode_as_keyed_tombstones_with_the_filler_header() {
-        let b = filler_batch(5, 1_700_000_000_000, FIELDS).unwrap();
+        let b = filler_batch(5, FIELDS).unwrap();
         assert!(crc_is_valid(&b));
         let h = parse_header(&b).unwrap();
         assert_eq!((h.records_count, h.last_offset_delta, h.compression()), (5, 4, 0));
@@ -419,8 +428,10 @@ mod tests {
                 Some((FILLER_HEADER, Some(&b"1"[..])))
             );
             assert_eq!(r.sequence, 500 + i as i32);
+            assert_eq!(r.timestamp, FILLER_TIMESTAMP, "a filler has no time a lookup could land on");
         }
-        assert!(filler_batch(0, 0, FIELDS).is_err());
+        assert_eq!((h.base_timestamp, h.max_timestamp), (FILLER_TIMESTAMP, FILLER_TIMESTAMP));
+        assert!(filler_batch(0, FIELDS).is_err());
     }
 
     #[test]

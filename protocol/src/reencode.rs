@@ -25,7 +25,7 @@ pub enum Piece {
     /// the source's; rewrite them before producing).
     Run { base: i64, records: i32, batch: Bytes },
     /// `count` offsets starting at `base` with no record.
-    Gap { base: i64, count: i64, timestamp: i64 },
+    Gap { base: i64, count: i64 },
 }
 
 /// One record of a batch: its absolute offset and timestamp, and its raw bytes after the
@@ -203,18 +203,15 @@ pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<
         }
         Ok(())
     };
-    let mut last_timestamp = header.max_timestamp;
     for record in all.into_iter().filter(|r| r.offset >= start) {
         if record.offset > next {
             flush(&mut run, &mut pieces)?;
             pieces.push(Piece::Gap {
                 base: next,
                 count: record.offset - next,
-                timestamp: record.timestamp,
             });
         }
         next = record.offset + 1;
-        last_timestamp = record.timestamp;
         run.push(record);
     }
     flush(&mut run, &mut pieces)?;
@@ -222,7 +219,6 @@ pub fn split_from(batch: &Bytes, header: &BatchHeader, from: i64) -> Result<Vec<
         pieces.push(Piece::Gap {
             base: next,
             count: header.next_offset() - next,
-            timestamp: last_timestamp,
         });
     }
     Ok(pieces)

@@ -481,7 +481,7 @@ fn records_blobs() -> &'static [Bytes] {
     BLOBS.get_or_init(|| {
         let mut mixed = BytesMut::new();
         mixed.put_slice(&record_batch(Compression::None, 3, 0));
-        mixed.put_slice(&batch::filler_batch(2, 1_700_000_000_000, FIELDS).unwrap());
+        mixed.put_slice(&batch::filler_batch(2, FIELDS).unwrap());
         let tail = record_batch(Compression::None, 2, 5);
         mixed.put_slice(&tail[..tail.len() - 5]);
         vec![
@@ -490,7 +490,7 @@ fn records_blobs() -> &'static [Bytes] {
             record_batch(Compression::Snappy, 4, 100),
             record_batch(Compression::Lz4, 4, 100),
             record_batch(Compression::Zstd, 4, 100),
-            batch::filler_batch(3, 1_700_000_000_000, FIELDS).unwrap(),
+            batch::filler_batch(3, FIELDS).unwrap(),
             mixed.freeze(),
         ]
     })

@@ -48,7 +48,7 @@ fn real_batch(base: i64, n: i64, key: &'static [u8]) -> Bytes {
 }
 
 fn filler_at(base: i64, n: i32) -> Bytes {
-    let mut b = BytesMut::from(&filler_batch(n, 1000, fields()).unwrap()[..]);
+    let mut b = BytesMut::from(&filler_batch(n, fields()).unwrap()[..]);
     b[0..8].copy_from_slice(&base.to_be_bytes());
     b.freeze()
 }
@@ -167,9 +167,9 @@ fn filler_batches_are_recognised_and_real_ones_are_not() {
     }
 }
 
-fn compressed_filler_at(base: i64, n: i32, timestamp: i64) -> Bytes {
+fn compressed_filler_at(base: i64, n: i32) -> Bytes {
     let section = crate::batch::compressed_filler_section(n).unwrap();
-    let mut b = BytesMut::from(&crate::batch::compressed_filler_batch(n, timestamp, fields(), &section)[..]);
+    let mut b = BytesMut::from(&crate::batch::compressed_filler_batch(n, fields(), &section)[..]);
     b[0..8].copy_from_slice(&base.to_be_bytes());
     b.freeze()
 }
@@ -215,7 +215,7 @@ fn compressed_batch(records: &[Shape], timestamp: i64, compression: Compression)
 #[test]
 fn a_compressed_filler_batch_stamped_zero_is_masked_in_every_codec_the_broker_may_store_it_in() {
     for n in [1, 2, 1000, crate::batch::MAX_COMPRESSED_FILLER_RECORDS] {
-        let b = compressed_filler_at(5, n, 0);
+        let b = compressed_filler_at(5, n);
         assert!(is_filler_batch(&b), "{n} zstd filler records");
         let masked = mask_records(&b);
         let shape: Vec<_> = split(&masked)
@@ -253,7 +253,7 @@ fn a_compressed_batch_is_masked_only_if_every_record_is_a_filler_and_the_engine_
     );
     // After the log cleaner set a delete horizon: the horizon is the base timestamp, the
     // records keep theirs (0), so the max timestamp stays 0.
-    let mut cleaned = BytesMut::from(&compressed_filler_at(0, 3, 0)[..]);
+    let mut cleaned = BytesMut::from(&compressed_filler_at(0, 3)[..]);
     let attributes = i16::from_be_bytes([cleaned[21], cleaned[22]]) | DELETE_HORIZON;
     cleaned[21..23].copy_from_slice(&attributes.to_be_bytes());
     cleaned[27..35].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
@@ -263,12 +263,12 @@ fn a_compressed_batch_is_masked_only_if_every_record_is_a_filler_and_the_engine_
     cleaned[35..43].copy_from_slice(&1_700_000_000_000i64.to_be_bytes());
     assert!(!is_filler_batch(&cleaned), "a batch with a real max timestamp is not looked into");
     // More records than the engine puts in one compressed batch: not decompressed at all.
-    let mut many = BytesMut::from(&compressed_filler_at(0, 3, 0)[..]);
+    let mut many = BytesMut::from(&compressed_filler_at(0, 3)[..]);
     many[57..61].copy_from_slice(&(crate::batch::MAX_COMPRESSED_FILLER_RECORDS + 1).to_be_bytes());
     assert!(!is_filler_batch(&many), "a count above the engine's limit");
     // A section that inflates past what its count of fillers can take stops there.
     let bomb = crate::codecs::compress(4, &vec![0u8; 10 << 20]).unwrap();
-    let mut forged = BytesMut::from(&compressed_filler_at(0, 3, 0)[..HEADER_SIZE]);
+    let mut forged = BytesMut::from(&compressed_filler_at(0, 3)[..HEADER_SIZE]);
     forged.put_slice(&bomb);
     assert!(!is_filler_batch(&forged), "a zstd bomb behind a filler header");
 }

@@ -1,6 +1,7 @@
 //! Filling offsets the source has no visible data for: compaction holes, transaction markers
-//! and aborted data inside the log (uncompressed filler batches, stamped like the batch they
-//! stand in for), and the source's retention prefix — every offset below its log start, which
+//! and aborted data inside the log (uncompressed filler batches with no timestamp, so that a
+//! lookup by time passes over them as it passes over the source's holes), and the source's
+//! retention prefix — every offset below its log start, which
 //! on a topic that has run for years is billions of offsets. A prefix goes as zstd batches of
 //! up to [`MAX_COMPRESSED_FILLER_RECORDS`] fillers stamped 0 (one compressed section reused for
 //! every full batch), and is deleted from the destination as it is written, so its disk use
@@ -39,7 +40,7 @@ impl PartitionTask {
     /// Sends `count` fillers from `base` in batches; returns the new planned log end. With
     /// `prefix` (the destination log start the caller tracks) the range lies below the source's
     /// log start: it is deleted from the destination every few seconds as the fill goes on.
-    pub(super) async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, timestamp: i64, mut prefix: Option<&mut i64>) -> Result<i64, MirrorError> {
+    pub(super) async fn fill(&self, sink: &mut PartitionSink, base: i64, count: i64, mut prefix: Option<&mut i64>) -> Result<i64, MirrorError> {
         if count > self.max_fill_offsets {
             return Err(MirrorError::FillTooLarge {
                 base,
@@ -49,7 +50,7 @@ impl PartitionTask {
                 rate: FILL_RATE / 1_000_000,
             });
         }
-        let compressed = self.compressed_fillers && timestamp == 0 && count >= COMPRESS_FROM;
+        let compressed = self.compressed_fillers && prefix.is_some() && count >= COMPRESS_FROM;
         let per_batch = if compressed {
             MAX_COMPRESSED_FILLER_RECORDS
         } else {
@@ -71,7 +72,7 @@ impl PartitionTask {
                 let section = compressed_filler_section(n).map_err(MirrorError::Destination)?;
                 sink.write_compressed_fillers(n, next, &section).await?;
             } else {
-                sink.write_fillers(n, timestamp, next).await?;
+                sink.write_fillers(n, next).await?;
             }
             next += i64::from(n);
             self.account(sink.take_acknowledged());

@@ -109,7 +109,7 @@ impl PartitionTask {
                     if next < start {
                         // The source deleted this range (retention/DeleteRecords): fill it.
                         next = sink.abort_before_jump(next, start).await?;
-                        next = self.fill(sink, next, start - next, 0, Some(&mut dest_log_start)).await?;
+                        next = self.fill(sink, next, start - next, Some(&mut dest_log_start)).await?;
                         forget_before_jump(&mut fetches);
                         aligned = false;
                         continue;
@@ -129,7 +129,7 @@ impl PartitionTask {
                     self.confirm_source(&leader, Claim::LogStart(fetched.log_start_offset)).await?;
                 }
                 next = sink.abort_before_jump(next, fetched.log_start_offset).await?;
-                next = self.fill(sink, next, fetched.log_start_offset - next, 0, Some(&mut dest_log_start)).await?;
+                next = self.fill(sink, next, fetched.log_start_offset - next, Some(&mut dest_log_start)).await?;
                 forget_before_jump(&mut fetches);
                 aligned = false;
                 continue;
@@ -195,7 +195,7 @@ impl PartitionTask {
         let mut next = planned.actions.first().map_or(planned_end, |a| a.range().0);
         for action in planned.actions {
             match action {
-                Action::Fill { base, count, timestamp } => next = self.fill(sink, base, count, timestamp, None).await?,
+                Action::Fill { base, count } => next = self.fill(sink, base, count, None).await?,
                 Action::Write { base, header, batch } if header.is_transactional() => {
                     let span = header.last_offset_delta + 1;
                     sink.write_txn_batch(header.producer_id, &batch, header.records_count, base, span, header.max_timestamp)

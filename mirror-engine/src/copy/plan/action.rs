@@ -8,7 +8,7 @@ use kmp_protocol::batch::BatchHeader;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     /// `count` filler records starting at destination offset `base`.
-    Fill { base: i64, count: i64, timestamp: i64 },
+    Fill { base: i64, count: i64 },
     /// A source batch (contiguous, non-control) written whole at its own base offset; a
     /// transactional one inside its producer's destination transaction.
     Write { base: i64, header: BatchHeader, batch: Bytes },

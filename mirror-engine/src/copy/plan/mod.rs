@@ -74,7 +74,6 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_ma
             p.actions.push(Action::Fill {
                 base: p.next,
                 count: h.base_offset - p.next,
-                timestamp: h.base_timestamp,
             });
             p.next = h.base_offset;
         }
@@ -95,11 +94,7 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_ma
             });
         } else if !data {
             verify_crc(&batch).map_err(MirrorError::Source)?;
-            p.actions.push(Action::Fill {
-                base: from,
-                count: end - from,
-                timestamp: h.base_timestamp,
-            });
+            p.actions.push(Action::Fill { base: from, count: end - from });
         } else if from == h.base_offset && h.is_contiguous() && !is_log_append_time(&h) {
             p.actions.push(Action::Write {
                 base: from,
@@ -115,7 +110,7 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_ma
                         max_timestamp: h.max_timestamp,
                         batch,
                     },
-                    Piece::Gap { base, count, timestamp } => Action::Fill { base, count, timestamp },
+                    Piece::Gap { base, count } => Action::Fill { base, count },
                 });
             }
             p.reencoded += 1;

@@ -264,7 +264,7 @@ fn a_log_append_time_batch_is_re_encoded_with_the_append_time_on_every_record() 
 
 /// A plan made of fills `(base, count)` only, ending at `next`.
 fn fills(ranges: &[(i64, i64)], next: i64) -> Plan {
-    let actions = ranges.iter().map(|&(base, count)| Action::Fill { base, count, timestamp: 0 }).collect();
+    let actions = ranges.iter().map(|&(base, count)| Action::Fill { base, count }).collect();
     Plan {
         actions,
         next,

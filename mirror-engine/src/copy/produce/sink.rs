@@ -132,17 +132,17 @@ impl PartitionSink {
     }
 
     /// Sends `count` filler records starting at `base`.
-    pub async fn write_fillers(&mut self, count: i32, timestamp: i64, base: i64) -> Result<(), MirrorError> {
+    pub async fn write_fillers(&mut self, count: i32, base: i64) -> Result<(), MirrorError> {
         let fields = self.take_fields(count);
-        let out = batch::filler_batch(count, timestamp, fields).map_err(MirrorError::Destination)?;
-        self.send_fillers(out, count, timestamp, base, fields.base_sequence).await
+        let out = batch::filler_batch(count, fields).map_err(MirrorError::Destination)?;
+        self.send_fillers(out, count, batch::FILLER_TIMESTAMP, base, fields.base_sequence).await
     }
 
     /// Sends `count` filler records starting at `base` as one zstd batch stamped 0 around
     /// `section` (`batch::compressed_filler_section(count)`).
     pub async fn write_compressed_fillers(&mut self, count: i32, base: i64, section: &[u8]) -> Result<(), MirrorError> {
         let fields = self.take_fields(count);
-        let out = batch::compressed_filler_batch(count, 0, fields, section);
+        let out = batch::compressed_filler_batch(count, fields, section);
         self.send_fillers(out, count, 0, base, fields.base_sequence).await
     }
 

@@ -113,7 +113,7 @@ async fn batches_behind_a_refused_first_batch_are_never_sent_so_none_lands_at_it
     // together; the leader refused the first two and appended the third at offset 0.
     let mut result = Ok(());
     for base in [0, 10, 20, 30] {
-        result = sink.write_fillers(10, 1_000, base).await;
+        result = sink.write_fillers(10, base).await;
         if result.is_err() {
             break;
         }
@@ -135,7 +135,7 @@ async fn once_the_first_batch_is_acknowledged_the_rest_are_pipelined_in_order() 
     let (addr, log) = fake_leader(0).await;
     let mut sink = sink_to(&addr, 5).await;
     for base in [0, 10, 20, 30] {
-        sink.write_fillers(10, 1_000, base).await.expect("written");
+        sink.write_fillers(10, base).await.expect("written");
     }
     sink.flush().await.expect("acknowledged");
     assert_eq!(*log.lock().unwrap(), vec![(0, 0), (10, 10), (20, 20), (30, 30)]);
@@ -148,21 +148,21 @@ async fn a_second_writer_whose_sequence_is_behind_the_leaders_is_refused_and_app
     let (addr, log) = fake_leader(0).await;
     let mut active = sink_to(&addr, 5).await;
     for base in [0, 10] {
-        active.write_fillers(10, 1_000, base).await.expect("written");
+        active.write_fillers(10, base).await.expect("written");
     }
     active.flush().await.expect("acknowledged");
     // A former active engine woke up with the sequence it derived when the log ended at 10: its
     // batch for 10..19 repeats the last one exactly (answered as the duplicate it is).
     let mut stale = sink_at(&addr, 5, 10).await;
-    stale.write_fillers(10, 1_000, 10).await.expect("sent");
+    stale.write_fillers(10, 10).await.expect("sent");
     stale.flush().await.expect("a repeat of the last batch is acknowledged at its own offset");
     // One that derived its sequence even earlier (log end 5) does not fit at all.
     let mut older = sink_at(&addr, 5, 5).await;
-    older.write_fillers(10, 1_000, 5).await.expect("sent");
+    older.write_fillers(10, 5).await.expect("sent");
     let e = older.flush().await.expect_err("a batch whose sequence is behind is refused");
     assert!(matches!(e, MirrorError::Broker { code: 45, .. }), "{e}");
     // The writer that is right goes on.
-    active.write_fillers(10, 1_000, 20).await.expect("written");
+    active.write_fillers(10, 20).await.expect("written");
     active.flush().await.expect("acknowledged");
     assert_eq!(*log.lock().unwrap(), vec![(0, 0), (10, 10), (20, 20)], "every offset written once, in order");
 }
@@ -174,8 +174,8 @@ async fn an_attempt_continues_the_sequence_it_was_opened_with_whatever_the_offse
     // engine's producer starts with no state on the leader, at sequence 0, and its batches
     // continue from there while landing at their own offsets.
     let mut sink = sink_at(&addr, 5, 0).await;
-    sink.write_fillers(4, 1_000, 0).await.expect("written");
-    sink.write_fillers(3, 1_000, 4).await.expect("written");
+    sink.write_fillers(4, 0).await.expect("written");
+    sink.write_fillers(3, 4).await.expect("written");
     sink.flush().await.expect("acknowledged");
     let acked: Vec<_> = sink.take_acknowledged().iter().map(|w| (w.base, w.sequence)).collect();
     assert_eq!(acked, vec![(0, 0), (4, 4)]);
