@@ -41,8 +41,9 @@ select=()
 [[ $tier == quick ]] && select=(-m "not long")
 # Two pytest processes at once, each with the clusters of its own tests and its own half of the
 # port range (tests/harness/ports.py): the plain client and engine suites (tests/integration), and
-# the TLS suite with the security suite, the differential histories and the engine memory budget
-# (tests/tls, tests/security, test_mirror_differential.py, test_mirror_budget.py). They share nothing, and both spend most of their time waiting on
+# the TLS suite with the security suite, the differential histories, the engine memory budget and
+# the engine takeover tests (tests/tls, tests/security, test_mirror_differential.py,
+# test_mirror_budget.py, test_engine_takeover.py). They share nothing, and both spend most of their time waiting on
 # brokers (the load average of the serial run stayed near 1 on 2 cores), so side by side they take
 # about the time of the longer one. The second process's output is written to a log and printed
 # after the first's; the exit status is the worse of the two. Arguments that name tests (paths,
@@ -50,7 +51,9 @@ select=()
 # process's per-test times go to target/test-times/{first,second}.xml (JUnit XML), which is what
 # the split is balanced by: .ci/test-times.py sums them per file and per process.
 differential=tests/integration/test_mirror_differential.py
-budget=tests/integration/test_mirror_budget.py   # in the second process: it balances the two halves
+# in the second process too: they balance the two halves
+budget=tests/integration/test_mirror_budget.py
+takeover=tests/integration/test_engine_takeover.py
 names_tests=0
 for a in "$@"; do [[ $a == tests/* || $a == *.py || $a == *::* ]] && names_tests=1; done
 status=0
@@ -60,10 +63,10 @@ elif [[ "${KMP_SERIAL:-0}" == 1 ]]; then
   python3 -m pytest tests/integration tests/security tests/tls "${select[@]}" "$@" || status=$?
 else
   tls_log=$(mktemp -t kmp-second-XXXXXX.log)
-  KMP_PORT_RANGE=21500-32000 python3 -m pytest tests/tls tests/security "$differential" "$budget" --junitxml=target/test-times/second.xml \
+  KMP_PORT_RANGE=21500-32000 python3 -m pytest tests/tls tests/security "$differential" "$budget" "$takeover" --junitxml=target/test-times/second.xml \
     "${select[@]}" "$@" >"$tls_log" 2>&1 &
   tls_pid=$!
-  KMP_PORT_RANGE=10000-21499 python3 -m pytest tests/integration --ignore="$differential" --ignore="$budget" --junitxml=target/test-times/first.xml \
+  KMP_PORT_RANGE=10000-21499 python3 -m pytest tests/integration --ignore="$differential" --ignore="$budget" --ignore="$takeover" --junitxml=target/test-times/first.xml \
     "${select[@]}" "$@" || status=$?
   tls_status=0
   wait "$tls_pid" || tls_status=$?

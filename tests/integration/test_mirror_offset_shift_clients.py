@@ -26,7 +26,8 @@ runs the same program against the source and through the proxy and must see the 
 
 The quick tier runs each check once (read_committed, the classic group protocol; the Java consumer
 at both isolation levels); the long tier adds read_uncommitted for the time lookups, franz-go and
-the consumers after the failover, and the consumer group protocol for commits and resumed groups.
+the consumers after the failover, the consumer group protocol for commits and resumed groups, the
+seek below Δ with auto.offset.reset=latest, and kafka-get-offsets.
 
 The tests of the module run in order on one mirror: the checks before the failover first, then
 the ``failed_over`` fixture stops the mirror."""
@@ -45,6 +46,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+import tier
 from compaction import COMPACT_CONFIG, holes
 from conftest import ProxyProcess, unique
 from kmp_common import java_command
@@ -382,6 +384,8 @@ def test_java_consumer_seeks_below_and_inside_the_shifted_partition_as_on_the_so
     otherwise; a seek inside the partition reads from there."""
     m, cp = shifted, kafka_classpath
     cases = [(m.delta // 2, "none"), (m.delta // 2, "earliest"), (m.delta - 1, "latest"), (m.delta + 40, "none")]
+    if not tier.LONG:
+        cases.remove((m.delta - 1, "latest"))  # two JVM starts; the long tier runs every case
     for offset, reset in cases:
         src, via = both(lambda: shift_check(cp, "seek", m.source.bootstrap, m.topic, "0", str(offset), reset),
                         lambda: shift_check(cp, "seek", m.proxy.bootstrap, m.topic, "0", str(offset), reset))
@@ -405,7 +409,7 @@ def test_java_commit_sync_reads_back_the_source_offset_and_stores_it_unshifted(s
         f"{protocol}: the commit is stored in destination offsets (partition 0 minus Δ={m.delta}): {direct}"
 
 
-@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+@pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=pytest.mark.long)])
 def test_java_group_restarts_at_its_committed_source_offset(shifted, kafka_classpath, protocol):
     m, cp = shifted, kafka_classpath
     group = unique(f"shift-resume-{protocol}")
@@ -492,6 +496,7 @@ def offsets_shown(lines: list[str], topic: str) -> dict[int, str]:
     return {int(l.split(":")[1]): l.split(":")[2] for l in lines if l.startswith(f"{topic}:")}
 
 
+@pytest.mark.long  # ListOffsets through a tool: kafka-consumer-groups covers it in the quick tier (15 s of JVM starts)
 def test_kafka_get_offsets_shows_the_sources_earliest_and_latest(shifted, kafka_classpath):
     m, cp = shifted, kafka_classpath
     main = "org.apache.kafka.tools.GetOffsetShell"

@@ -13,7 +13,8 @@
 //!
 //! Sans-io. Frames are whole frames *with* their 4-byte length prefix, as everywhere in this
 //! crate (`frame`, `codec`). A message none of whose offsets changes comes back as `Ok(None)`:
-//! the caller forwards its original bytes, nothing is re-encoded. Messages are decoded with
+//! the caller forwards its original bytes, nothing is re-encoded. Fetch responses, the hot path,
+//! are patched in place (`fetch_in_place`: every offset in them is fixed-width). Other messages are decoded with
 //! kafka-protocol under the crate's decode budget (`codec`) and re-encoded only when a value
 //! changed; the one version kafka-protocol cannot decode (OffsetCommit v10 requests) is patched
 //! in place (`commit_v10`). A re-encoded request keeps its header as it came; a re-encoded
@@ -78,6 +79,7 @@
 mod commit_v10;
 mod edit;
 mod fetch;
+mod fetch_in_place;
 mod groups;
 mod offsets;
 pub mod records;
@@ -172,7 +174,9 @@ pub fn shift_response(frame: &Bytes, api_key: i16, api_version: i16, shifts: &dy
     let Ok(key) = ApiKey::try_from(api_key) else { return Ok(None) };
     let v = api_version;
     match key {
-        ApiKey::Fetch => edit_response(frame, key, v, shifts, fetch::response),
+        // Patched in place (`fetch_in_place`); a frame that walk cannot read to its end is
+        // translated by decoding, which decides what becomes of it.
+        ApiKey::Fetch => fetch_in_place::response(frame, v, shifts).or_else(|_| edit_response(frame, key, v, shifts, fetch::response)),
         ApiKey::ListOffsets => edit_response(frame, key, v, shifts, offsets::list_offsets_response),
         ApiKey::OffsetForLeaderEpoch => edit_response(frame, key, v, shifts, offsets::offset_for_leader_epoch_response),
         ApiKey::OffsetFetch => edit_response(frame, key, v, shifts, groups::offset_fetch_response),

@@ -48,7 +48,7 @@ pub fn shift_in_place(blob: &mut [u8], delta: i64) -> usize {
 }
 
 /// Whether [`shift_in_place`] would change a base offset of `blob` (without copying it).
-fn moves_any(blob: &[u8], delta: i64) -> bool {
+pub(super) fn moves_any(blob: &[u8], delta: i64) -> bool {
     let mut at = 0;
     while let Some(end) = whole_batch_end(blob, at) {
         let base = base_offset(blob, at);

@@ -186,3 +186,135 @@ proptest! {
         prop_assert_eq!(first.records[0].offset, s, "the first record is shown at the position fetched");
     }
 }
+
+/// One partition of a generated Fetch response: which sample partition it is and what it
+/// carries (offset fields as drawn, including sentinels and values near `i64::MAX`).
+#[derive(Debug, Clone)]
+struct Drawn {
+    topic: Topic,
+    partition: i32,
+    offsets: [i64; 4],
+    aborted: Option<Vec<i64>>,
+    records: Option<(i64, bool)>,
+    diverging: Option<i64>,
+    leader_hint: bool,
+    snapshot: bool,
+}
+
+fn an_offset() -> impl Strategy<Value = i64> {
+    prop_oneof![Just(-1i64), Just(0i64), 0i64..1 << 40, (i64::MAX - 5)..=i64::MAX, any::<i64>()]
+}
+
+fn a_partition() -> impl Strategy<Value = Drawn> {
+    (
+        prop_oneof![Just(Mirrored), Just(Plain)],
+        0i32..4,
+        [an_offset(), an_offset(), an_offset(), an_offset()],
+        proptest::option::of(proptest::collection::vec(an_offset(), 0..3)),
+        proptest::option::of((0i64..1 << 40, any::<bool>())),
+        proptest::option::of(an_offset()),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(topic, partition, offsets, aborted, records, diverging, leader_hint, snapshot)| Drawn {
+            topic,
+            partition,
+            offsets,
+            aborted,
+            records,
+            diverging,
+            leader_hint,
+            snapshot,
+        })
+}
+
+/// A Fetch response of version `v` with `parts` grouped by topic, as a broker would send it.
+fn drawn_response(v: i16, parts: &[Drawn], endpoints: bool) -> FetchResponse {
+    use kafka_protocol::messages::BrokerId;
+    use kafka_protocol::messages::fetch_response::{LeaderIdAndEpoch, NodeEndpoint};
+    let mut r = FetchResponse::default().with_throttle_time_ms(1).with_session_id(if v >= 7 { 5 } else { 0 });
+    for t in TOPICS {
+        let mut topic = if v >= 13 {
+            FetchableTopicResponse::default().with_topic_id(t.id())
+        } else {
+            FetchableTopicResponse::default().with_topic(t.topic_name())
+        };
+        for d in parts.iter().filter(|d| d.topic == t) {
+            let mut pd = PartitionData::default()
+                .with_partition_index(d.partition)
+                .with_high_watermark(d.offsets[0])
+                .with_last_stable_offset(d.offsets[1])
+                .with_log_start_offset(if v >= 5 { d.offsets[2] } else { -1 })
+                .with_aborted_transactions(d.aborted.as_ref().map(|a| {
+                    a.iter()
+                        .map(|&o| AbortedTransaction::default().with_producer_id(ProducerId(3)).with_first_offset(o))
+                        .collect()
+                }))
+                .with_preferred_read_replica(BrokerId(if v >= 11 { 2 } else { -1 }))
+                .with_records(d.records.map(|(base, cut)| {
+                    let whole = blob(base);
+                    if cut { whole.slice(..whole.len() - 5) } else { whole }
+                }));
+            if v >= 12 {
+                if let Some(end) = d.diverging {
+                    pd.diverging_epoch = EpochEndOffset::default().with_epoch(4).with_end_offset(end);
+                }
+                if d.leader_hint {
+                    pd.current_leader = LeaderIdAndEpoch::default().with_leader_id(BrokerId(1)).with_leader_epoch(7);
+                }
+                if d.snapshot {
+                    pd.snapshot_id = SnapshotId::default().with_epoch(1).with_end_offset(d.offsets[3]);
+                }
+            }
+            topic.partitions.push(pd);
+        }
+        if !topic.partitions.is_empty() {
+            r.responses.push(topic);
+        }
+    }
+    if v >= 16 && endpoints {
+        r.node_endpoints = vec![
+            NodeEndpoint::default()
+                .with_node_id(BrokerId(1))
+                .with_host(StrBytes::from_static_str("b1"))
+                .with_port(9092),
+        ];
+    }
+    r
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The in-place patch of a Fetch response gives the very bytes the decoding translation
+    /// gives (or, like it, nothing to change), whatever the partitions carry, in every version.
+    #[test]
+    fn the_in_place_fetch_patch_equals_the_decoding_translation(
+        v in 4i16..=18,
+        parts in proptest::collection::vec(a_partition(), 0..6),
+        endpoints in any::<bool>(),
+    ) {
+        let frame = response_frame(ApiKey::Fetch, v, &drawn_response(v, &parts, endpoints));
+        let patched = crate::offset_shift::fetch_in_place::response(&frame, v, &Catalog).expect("a well-formed frame is walked");
+        let decoded = edit_response(&frame, ApiKey::Fetch, v, &Catalog, crate::offset_shift::fetch::response).expect("decodes");
+        prop_assert_eq!(patched, decoded, "v{}: {:?}", v, parts);
+    }
+
+    /// A Fetch response cut short or grown anywhere is never patched in place: the walk refuses
+    /// it (and the decoding translation decides), it does not panic.
+    #[test]
+    fn a_fetch_response_cut_or_padded_is_refused_by_the_in_place_walk(
+        v in 4i16..=18,
+        parts in proptest::collection::vec(a_partition(), 1..4),
+        cut in any::<prop::sample::Index>(),
+        pad in 1usize..16,
+    ) {
+        let frame = response_frame(ApiKey::Fetch, v, &drawn_response(v, &parts, false));
+        let at = 8 + cut.index(frame.len() - 8);
+        let short = frame.slice(..at);
+        prop_assert!(crate::offset_shift::fetch_in_place::response(&short, v, &Catalog).is_err(), "cut at {} of {}", at, frame.len());
+        let mut long = BytesMut::from(&frame[..]);
+        long.extend_from_slice(&vec![0u8; pad]);
+        prop_assert!(crate::offset_shift::fetch_in_place::response(&long.freeze(), v, &Catalog).is_err(), "{} bytes added", pad);
+    }
+}
