@@ -58,8 +58,9 @@ pub fn plan_coalesced(next: i64, batches: Vec<(BatchHeader, Bytes)>, coalesce_ma
         // where their bytes are used (`rewrite_for_produce`, `reencode`), in the pass that also
         // computes their new CRC.
         // The cleaner keeps a marker's batch empty (no record) as a producer's last: a filler
-        // (its CRC checked all the same, even below the log end).
-        if h.is_control() && h.records_count == 0 {
+        // (its CRC checked all the same, even below the log end). A negative count is no
+        // marker either, and is checked the same way (a flipped bit there skipped the check).
+        if h.is_control() && h.records_count <= 0 {
             verify_crc(&batch).map_err(MirrorError::Source)?;
         }
         let marker = if h.is_control() && h.records_count > 0 {
