@@ -105,6 +105,16 @@ impl<'a> Cursor<'a> {
         Ok(n)
     }
 
+    /// Number of elements of an array, compact (flexible versions) or with an i32 count (older
+    /// ones); null counts as 0. Checked against the bytes left.
+    pub(crate) fn array_len(&mut self, flexible: bool) -> Result<usize, ProtocolError> {
+        if flexible {
+            return self.compact_array_len().map(|n| n as usize);
+        }
+        let n = self.i32()?;
+        self.count(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Reads a tagged-field section; returns whether `wanted` was among the tags.
     pub(crate) fn tagged_fields_contain(&mut self, wanted: Option<u32>) -> Result<bool, ProtocolError> {
         let count = self.uvarint()?;

@@ -113,12 +113,7 @@ pub fn produce_names_any(frame: &[u8], peek: &RequestPeek, mut hit: impl FnMut(P
         }
     }
     cur.skip(2 + 4)?; // acks, timeout_ms
-    let topics = if flexible {
-        cur.compact_array_len()? as usize
-    } else {
-        let n = cur.i32()?;
-        cur.count(u64::try_from(n).unwrap_or(0))?
-    };
+    let topics = cur.array_len(flexible)?;
     for _ in 0..topics {
         let topic = if peek.api_version >= 13 {
             let id: &[u8; 16] = cur.take(16)?.try_into().map_err(|_| malformed("Produce request", "topic id", Side::Client))?;
@@ -133,12 +128,7 @@ pub fn produce_names_any(frame: &[u8], peek: &RequestPeek, mut hit: impl FnMut(P
         if hit(topic) {
             return Ok(true);
         }
-        let partitions = if flexible {
-            cur.compact_array_len()? as usize
-        } else {
-            let n = cur.i32()?;
-            cur.count(u64::try_from(n).unwrap_or(0))?
-        };
+        let partitions = cur.array_len(flexible)?;
         for _ in 0..partitions {
             cur.skip(4)?; // index
             if flexible {

@@ -126,7 +126,7 @@ fn locate(frame: &[u8], version: i16, shifts: &dyn Shifts) -> Result<Vec<Place>,
         c.skip(2 + 4)?; // error_code, session_id
     }
     let mut places = Vec::new();
-    for _ in 0..array_len(&mut c, flexible)? {
+    for _ in 0..c.array_len(flexible)? {
         let id;
         let name;
         let topic = if version >= TOPIC_IDS_FROM {
@@ -136,7 +136,7 @@ fn locate(frame: &[u8], version: i16, shifts: &dyn Shifts) -> Result<Vec<Place>,
             name = topic_name(&mut c, flexible)?;
             TopicKey::Name(name)
         };
-        for _ in 0..array_len(&mut c, flexible)? {
+        for _ in 0..c.array_len(flexible)? {
             let partition = c.i32()?;
             c.skip(2)?; // error_code
             let delta = shifts.shift(topic, partition).max(0);
@@ -153,7 +153,7 @@ fn locate(frame: &[u8], version: i16, shifts: &dyn Shifts) -> Result<Vec<Place>,
             if version >= LOG_START_FROM {
                 note(&mut c)?; // log_start_offset
             }
-            for _ in 0..array_len(&mut c, flexible)? {
+            for _ in 0..c.array_len(flexible)? {
                 c.skip(8)?; // producer_id
                 note(&mut c)?; // first_offset
                 if flexible {
@@ -203,19 +203,6 @@ fn partition_tags(c: &mut Cursor<'_>, delta: i64, places: &mut Vec<Place>) -> Re
         }
     }
     Ok(())
-}
-
-/// An array's element count (a null array counts as 0), checked against the bytes left.
-fn array_len(c: &mut Cursor<'_>, flexible: bool) -> Result<u32, ProtocolError> {
-    if flexible {
-        return c.compact_array_len();
-    }
-    let n = c.i32()?;
-    if n < 0 {
-        return Ok(0);
-    }
-    c.count(n as u64)?;
-    Ok(n as u32)
 }
 
 /// A topic name (a non-null UTF-8 string).
