@@ -121,6 +121,9 @@ struct Term {
     /// Weak: the term's command loop holds this control, so a strong sender here would keep
     /// the loop alive forever; the strong one is the handle's (`handle::Control::publish`).
     commands: Option<mpsc::WeakSender<TermCommand>>,
+    /// The term's stop signal: a state change waiting for this term's partition tasks stops
+    /// waiting when it flips (a later term, not this one, applies the recorded change).
+    ended: Option<watch::Receiver<bool>>,
     /// Whether the boot wait applies (a handle's stand-in before its term is built answers at
     /// once: its caller waited already).
     waits_for_boot: bool,
@@ -153,6 +156,7 @@ impl TermControl {
             role,
             forwarding,
             commands,
+            ended,
         } = parts;
         Self {
             inner: Arc::new(Term {
@@ -170,6 +174,7 @@ impl TermControl {
                 role,
                 forwarding,
                 commands: commands.as_ref().map(mpsc::Sender::downgrade),
+                ended,
                 waits_for_boot,
             }),
         }

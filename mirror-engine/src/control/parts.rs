@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use kmp_config::MirrorConfig;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::copy::sources::Sources;
 use crate::ha::forward::Forwarding;
@@ -57,6 +57,9 @@ pub(crate) struct TermParts {
     pub(crate) forwarding: Option<Forwarding>,
     /// The term's command loop (`None`: a term without one, e.g. a follower's).
     pub(crate) commands: Option<mpsc::Sender<TermCommand>>,
+    /// The term's stop signal (`true` once the term ends: its lease is lost or the instance
+    /// stops); `None` for a control whose term never ends on its own (a follower's, a stand-in).
+    pub(crate) ended: Option<watch::Receiver<bool>>,
 }
 
 impl TermParts {
@@ -70,6 +73,7 @@ impl TermParts {
             role: Role::Engine { barrier: None, views: None },
             forwarding: None,
             commands: None,
+            ended: None,
         }
     }
 }

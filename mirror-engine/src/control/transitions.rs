@@ -14,6 +14,17 @@ use super::{BOOT_WAIT, HALT_TIMEOUT, LOADING, TermCommand, TermControl, TopicRes
 use crate::state::records::Desired;
 use crate::state::status::PartitionState;
 
+/// How a pause's or stop's wait for the partition tasks ended.
+#[derive(Debug, PartialEq, Eq)]
+enum Halt {
+    /// Every partition reached the state.
+    Reached,
+    /// Not within `HALT_TIMEOUT`.
+    TimedOut,
+    /// The term ended first.
+    TermEnded,
+}
+
 impl TermControl {
     /// Pauses topics: copying stops, they stay read-only.
     pub(crate) async fn pause_topics(&self, mirror: &str, topics: &[String]) -> Vec<TopicResult> {
@@ -245,13 +256,34 @@ impl TermControl {
                 }
             });
         }
-        if !self.wait_all(mirror, topic, partitions, target).await {
-            warn!(%topic, "partition tasks did not finish in time");
-            return TopicResult::err(
-                topic,
-                codes::REQUEST_TIMED_OUT,
-                format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()),
-            );
+        match self.wait_all(mirror, topic, partitions, target).await {
+            Halt::Reached => {}
+            Halt::TimedOut => {
+                warn!(%topic, "partition tasks did not finish in time");
+                return TopicResult::err(
+                    topic,
+                    codes::REQUEST_TIMED_OUT,
+                    format!("{topic}: partitions did not reach {} within {HALT_TIMEOUT:?}", target.as_str()),
+                );
+            }
+            // The change is recorded and this term's copying ended with the term: the next
+            // term (here or on another instance) loads the topic paused or stopped. A pause
+            // has nothing left to do; a stop still has its last group offset sync and the
+            // writable record, which this term can no longer write — the next term finishes
+            // them, and a retry confirms it.
+            Halt::TermEnded if to == Desired::Paused => {
+                info!(%topic, "the engine term ended while the topic paused; the next term loads it paused");
+            }
+            Halt::TermEnded => {
+                info!(%topic, "the engine term ended while the topic stopped; the next term finishes the stop");
+                return TopicResult::err(
+                    topic,
+                    codes::REQUEST_TIMED_OUT,
+                    format!(
+                        "{topic}: the stop is recorded, but the engine term handling it ended before it finished; the next term finishes it — retry the stop to confirm"
+                    ),
+                );
+            }
         }
         // A stopped topic becomes writable in `stop_topics`, after the last group offset sync.
         TopicResult::ok(topic)
@@ -287,20 +319,37 @@ impl TermControl {
     }
 
     /// Waits (at most `HALT_TIMEOUT`) until every partition of the topic reached `target`,
-    /// woken by the board's state changes; whether they did.
-    async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> bool {
+    /// woken by the board's state changes, or until this term ends (its board then never
+    /// changes again: the next term has a board of its own).
+    async fn wait_all(&self, mirror: &str, topic: &str, partitions: usize, target: PartitionState) -> Halt {
         let deadline = tokio::time::Instant::now() + HALT_TIMEOUT;
         let mut changes = self.inner.common.status.state_changes();
+        let mut ended = self.inner.ended.clone();
         loop {
+            if ended.as_ref().is_some_and(|e| *e.borrow()) {
+                return Halt::TermEnded;
+            }
             let done = (0..partitions as i32).all(|p| {
                 let s = self.inner.common.status.get(&(mirror.to_owned(), topic.to_owned(), p));
                 s.is_some_and(|s| s.state == target)
             });
             if done {
-                return true;
+                return Halt::Reached;
             }
-            if !matches!(tokio::time::timeout_at(deadline, changes.changed()).await, Ok(Ok(()))) {
-                return false;
+            let woken = async {
+                match ended.as_mut() {
+                    Some(e) => tokio::select! {
+                        r = changes.changed() => r.map(|()| false),
+                        // A dropped sender ends the term too (its engine is gone).
+                        r = e.changed() => Ok(r.is_err()),
+                    },
+                    None => changes.changed().await.map(|()| false),
+                }
+            };
+            match tokio::time::timeout_at(deadline, woken).await {
+                Ok(Ok(false)) => {}
+                Ok(Ok(true)) => return Halt::TermEnded,
+                Ok(Err(_)) | Err(_) => return Halt::TimedOut,
             }
         }
     }

@@ -82,6 +82,7 @@ impl Booting {
             },
             forwarding: self.forwarding,
             commands: Some(commands.clone()),
+            ended: Some(self.stop.clone()),
         });
         self.control.publish(control.clone(), Some(commands));
         let shared = Shared {

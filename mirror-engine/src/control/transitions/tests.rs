@@ -116,10 +116,58 @@ async fn waiting_for_every_partition_wakes_on_their_states_and_times_out_otherwi
     assert!(!waiting.is_finished(), "partition 1 is still copying");
     board.update(&key(1), |s| s.destination_next_offset = 10);
     board.update(&key(1), |s| s.state = PartitionState::Paused);
-    assert!(waiting.await.expect("the wait ran"), "both paused");
+    assert_eq!(waiting.await.expect("the wait ran"), Halt::Reached, "both paused");
     assert_eq!(start.elapsed(), Duration::ZERO, "woken by the state changes, not by a timer");
 
     let start = tokio::time::Instant::now();
-    assert!(!control.wait_all("m1", "orders", 3, PartitionState::Paused).await, "partition 2 never pauses");
+    assert_eq!(
+        control.wait_all("m1", "orders", 3, PartitionState::Paused).await,
+        Halt::TimedOut,
+        "partition 2 never pauses"
+    );
     assert_eq!(start.elapsed(), HALT_TIMEOUT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_for_the_partitions_ends_when_its_term_ends_not_after_the_halt_timeout() {
+    // Seed 127 of the differential test: a pause arrived as the term lost its lease; the
+    // term's partition tasks never reported again (the next term has a board of its own),
+    // and the answer came after 60 s as REQUEST_TIMED_OUT though the topic was paused.
+    let (stop, ended) = watch::channel(false);
+    let parts = TermParts {
+        store: Some(Arc::new(StateStore::empty_for_tests())),
+        ended: Some(ended),
+        ..TermParts::none(Vec::new())
+    };
+    let control = term_for_tests(StatusBoard::default(), Catalog::default(), parts);
+    let start = tokio::time::Instant::now();
+    let waiting = tokio::spawn({
+        let control = control.clone();
+        async move { control.wait_all("m1", "orders", 2, PartitionState::Paused).await }
+    });
+    tokio::task::yield_now().await;
+    assert!(!waiting.is_finished(), "the term still runs and no partition paused");
+    stop.send_replace(true);
+    assert_eq!(waiting.await.expect("the wait ran"), Halt::TermEnded);
+    assert_eq!(start.elapsed(), Duration::ZERO, "answered when the term ended, not after a timeout");
+    assert_eq!(
+        control.wait_all("m1", "orders", 2, PartitionState::Paused).await,
+        Halt::TermEnded,
+        "an ended term waits for nothing"
+    );
+
+    let (stop, ended) = watch::channel(false);
+    let parts = TermParts {
+        ended: Some(ended),
+        ..TermParts::none(Vec::new())
+    };
+    let control = term_for_tests(StatusBoard::default(), Catalog::default(), parts);
+    let waiting = tokio::spawn({
+        let control = control.clone();
+        async move { control.wait_all("m1", "orders", 1, PartitionState::Stopped).await }
+    });
+    tokio::task::yield_now().await;
+    drop(stop);
+    assert_eq!(waiting.await.expect("the wait ran"), Halt::TermEnded, "a term whose engine is gone has ended");
+    assert_eq!(start.elapsed(), Duration::ZERO);
 }
