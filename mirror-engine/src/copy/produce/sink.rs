@@ -135,7 +135,7 @@ impl PartitionSink {
     pub async fn write_fillers(&mut self, count: i32, base: i64) -> Result<(), MirrorError> {
         let fields = self.take_fields(count);
         let out = batch::filler_batch(count, fields).map_err(MirrorError::Destination)?;
-        self.send_fillers(out, count, batch::FILLER_TIMESTAMP, base, fields.base_sequence).await
+        self.send_fillers(out, count, base, fields.base_sequence).await
     }
 
     /// Sends `count` filler records starting at `base` as one zstd batch stamped 0 around
@@ -143,15 +143,17 @@ impl PartitionSink {
     pub async fn write_compressed_fillers(&mut self, count: i32, base: i64, section: &[u8]) -> Result<(), MirrorError> {
         let fields = self.take_fields(count);
         let out = batch::compressed_filler_batch(count, fields, section);
-        self.send_fillers(out, count, 0, base, fields.base_sequence).await
+        self.send_fillers(out, count, base, fields.base_sequence).await
     }
 
-    async fn send_fillers(&mut self, out: Bytes, count: i32, timestamp: i64, base: i64, sequence: i32) -> Result<(), MirrorError> {
+    /// Sends a batch of `count` fillers; its accounting carries no timestamp (fillers are not
+    /// records a consumer reads, so they count toward no replication latency).
+    async fn send_fillers(&mut self, out: Bytes, count: i32, base: i64, sequence: i32) -> Result<(), MirrorError> {
         let w = Written {
             base,
             records: count,
             bytes: out.len(),
-            max_timestamp: timestamp,
+            max_timestamp: batch::FILLER_TIMESTAMP,
             filler: true,
             producer_id: self.producer.producer_id,
             sequence,
