@@ -38,7 +38,7 @@ pub use cluster::client::{ClusterClient, ENGINE_CLIENT_ID};
 pub use cluster::io_stats::{IoCounters, io_counters};
 pub use control::definitions::{MAX_MIRROR_NAME_LEN, invalid_mirror_name};
 pub use control::handle::Control;
-pub use control::rpc::{described_partition, is_mutating as is_mutating_rpc};
+pub use control::rpc::{described_partition, needs_engine as rpc_needs_engine};
 pub use control::{LOADING, MirrorListing, PartitionDetail, TopicResult, codes};
 pub use copy::budget::Budget;
 pub use copy::txn::TXN_ID_PREFIX;

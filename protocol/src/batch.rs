@@ -38,6 +38,9 @@ pub struct BatchHeader {
     pub base_offset: i64,
     /// Bytes after the `batchLength` field (whole batch = 12 + this).
     pub batch_length: i32,
+    /// The leader epoch of the partition when the batch was appended (the broker that appends a
+    /// produced batch sets its own).
+    pub partition_leader_epoch: i32,
     pub magic: i8,
     pub crc: u32,
     pub attributes: i16,
@@ -99,6 +102,7 @@ pub fn parse_header(b: &[u8]) -> Result<BatchHeader, ProtocolError> {
     let h = BatchHeader {
         base_offset: i64::from_be_bytes(be(b, 0)),
         batch_length: i32::from_be_bytes(be(b, 8)),
+        partition_leader_epoch: i32::from_be_bytes(be(b, 12)),
         magic: b[16] as i8,
         crc: u32::from_be_bytes(be(b, CRC_OFFSET)),
         attributes: i16::from_be_bytes(be(b, ATTRIBUTES_OFFSET)),
@@ -366,6 +370,7 @@ mod tests {
         let h = parse_header(&b).unwrap();
         assert_eq!((h.base_offset, h.last_offset_delta, h.records_count, h.next_offset()), (100, 2, 3, 103));
         assert_eq!((h.producer_id, h.producer_epoch, h.base_sequence), (1000, 2, 40));
+        assert_eq!(h.partition_leader_epoch, 3, "the epoch the source leader appended it in");
         assert!(h.is_transactional() && !h.is_control() && h.is_contiguous());
         assert_eq!(h.compression(), 1, "gzip");
         assert_eq!(h.size(), b.len());

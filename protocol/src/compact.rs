@@ -76,9 +76,22 @@ impl W {
     }
     /// Exactly one tagged field, `tag` holding `value`.
     pub fn tagged(&mut self, tag: u32, value: W) -> &mut Self {
-        let bytes = value.finish();
-        self.uvarint(1).uvarint(tag).uvarint(bytes.len() as u32);
-        self.0.put_slice(&bytes);
+        self.tag_section(vec![(tag, value)])
+    }
+    /// A tagged-field section of `fields`, written in ascending tag order (as Kafka requires);
+    /// empty writes what [`W::tags`] does.
+    pub fn tag_section(&mut self, mut fields: Vec<(u32, W)>) -> &mut Self {
+        fields.sort_by_key(|(tag, _)| *tag);
+        self.uvarint(fields.len() as u32);
+        for (tag, value) in fields {
+            let bytes = value.finish();
+            self.uvarint(tag).uvarint(bytes.len() as u32);
+            self.0.put_slice(&bytes);
+        }
+        self
+    }
+    pub fn uuid(&mut self, id: &[u8; 16]) -> &mut Self {
+        self.0.put_slice(id);
         self
     }
     pub(crate) fn finish(self) -> BytesMut {
@@ -166,6 +179,12 @@ impl<'a> R<'a> {
     }
     pub fn strs(&mut self) -> Result<Vec<String>, ProtocolError> {
         (0..self.array_len()?).map(|_| self.str()).collect()
+    }
+    pub fn uuid(&mut self) -> Result<[u8; 16], ProtocolError> {
+        let b = self.0.take(16)?;
+        let mut id = [0u8; 16];
+        id.copy_from_slice(b);
+        Ok(id)
     }
     /// Tagged fields as `(tag, bytes)`.
     pub fn tags(&mut self) -> Result<Vec<(u32, &'a [u8])>, ProtocolError> {

@@ -1005,6 +1005,9 @@ fn mirror_frames() -> Vec<Bytes> {
             DescribeRequest {
                 mirror_names: vec!["dr".into()],
                 include_authorized_operations: true,
+                // A failback's lookup, so the mutations reach the tagged fields' decoding too.
+                cluster_id: Some("AAAAAAAAAAAAAAAAAAAAAA".into()),
+                epoch_lookups: vec![([3; 16], vec![0, 1, 2])],
             }
             .encode(),
         ),

@@ -48,10 +48,16 @@ pub struct ClusterClient {
     links: Arc<Links>,
     /// Recently read topic layouts (see [`ClusterClient::layout`]).
     layouts: Arc<Slots<String, (Instant, Arc<TopicLayout>)>>,
+    /// The cluster id the last Metadata answer gave (see [`ClusterClient::cluster_id`]).
+    cluster_id: Arc<Mutex<Option<String>>>,
 }
 
 /// The client id of the engine's connections to both clusters (metadata, Fetch, Produce, admin).
 pub const ENGINE_CLIENT_ID: &str = "kafka-mirror-proxy-engine";
+
+/// Longest cluster id kept from a Metadata answer (Kafka's are 22 characters of base64; a
+/// longer one is not recorded rather than stored and shown).
+const MAX_CLUSTER_ID_LEN: usize = 64;
 
 /// How long a topic layout read from the cluster is reused.
 const LAYOUT_TTL: Duration = Duration::from_millis(500);
@@ -154,7 +160,15 @@ impl ClusterClient {
             gate,
             links: Arc::default(),
             layouts: Arc::default(),
+            cluster_id: Arc::default(),
         }
+    }
+
+    /// The cluster's id as its last Metadata answer gave it (any clone's), `None` before one
+    /// did: known after the cluster went away, so a stop during a disaster still records which
+    /// cluster its data came from.
+    pub fn cluster_id(&self) -> Option<String> {
+        self.cluster_id.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The source cluster of mirror `def`, with its `source_properties` (files and secret
@@ -269,7 +283,11 @@ impl ClusterClient {
                 .collect()
         });
         req.allow_auto_topic_creation = false;
-        self.call(&conn, &req, 12).await
+        let resp: MetadataResponse = self.call(&conn, &req, 12).await?;
+        if let Some(id) = resp.cluster_id.as_ref().filter(|id| !id.is_empty() && id.len() <= MAX_CLUSTER_ID_LEN) {
+            *self.cluster_id.lock().unwrap_or_else(|e| e.into_inner()) = Some(id.to_string());
+        }
+        Ok(resp)
     }
 
     async fn read_layout(&self, topic: &str) -> Result<TopicLayout, MirrorError> {

@@ -35,6 +35,8 @@ impl TopicResult {
 pub struct MirrorListing {
     pub name: String,
     pub source_bootstrap: String,
+    /// The source cluster's id as the engine last read it (empty until it has).
+    pub source_cluster_id: String,
     pub topics: Vec<String>,
 }
 

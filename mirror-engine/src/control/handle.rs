@@ -168,6 +168,12 @@ impl Control {
         self.now().describe(name)
     }
 
+    /// A failing-back cluster's lookup of the last mirror epochs recorded for its topics (see
+    /// `lookup`).
+    pub fn last_mirror_epochs(&self, cluster_id: &str, lookups: &[kmp_protocol::mirror_api::EpochLookup]) -> Vec<kmp_protocol::mirror_api::LookupResult> {
+        self.now().last_mirror_epochs(cluster_id, lookups)
+    }
+
     /// The desired state of a mirror topic, if it is one (a stored topic not taken up yet
     /// since boot: what the state topic records).
     pub fn desired(&self, topic: &str) -> Option<Desired> {

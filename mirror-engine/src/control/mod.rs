@@ -4,7 +4,8 @@
 //! follow it (KIP-1279 §2.2 desired vs actual). Results carry KIP-1279 error codes. This folder
 //! owns the operations and their data: the state changes (`transitions`), the graceful stop's wait
 //! (`graceful`), mirror definitions (`definitions`), the settings the API shows and changes
-//! (`settings`), and the KIP-1279 mirror RPCs answered with them (`rpc`). Copying is `copy`'s.
+//! (`settings`), a failing-back cluster's lookup of the recorded lines (`lookup`), and the
+//! KIP-1279 mirror RPCs answered with them (`rpc`). Copying is `copy`'s.
 //!
 //! Two objects: a term's [`TermControl`] (here), built by the term once its state store is open
 //! and handed everything it acts on — store, sources, allow-list, role, barrier, views,
@@ -24,6 +25,7 @@ mod answers;
 pub(crate) mod definitions;
 pub(crate) mod graceful;
 pub(crate) mod handle;
+mod lookup;
 mod parts;
 pub(crate) mod rpc;
 pub(crate) mod settings;
@@ -447,6 +449,7 @@ impl TermControl {
             .map(|m| MirrorListing {
                 name: m.key().clone(),
                 source_bootstrap: shown_servers(&m.value().source_bootstrap_servers),
+                source_cluster_id: self.inner.sources.as_ref().and_then(|s| s.client(m.value()).cluster_id()).unwrap_or_default(),
                 topics: self.claimed_topics(m.key()),
             })
             .collect();

@@ -92,7 +92,7 @@ impl TermControl {
                 }
                 // Recorded first: proxies following the state topic open the topic from this
                 // record, so none of them does before copying has stopped here.
-                if let Err(e) = self.record_writable(t).await {
+                if let Err(e) = self.record_writable(mirror, t).await {
                     out[*i] = TopicResult::err(
                         t,
                         codes::COORDINATOR_NOT_AVAILABLE,
@@ -106,12 +106,19 @@ impl TermControl {
         out
     }
 
-    /// Records in the state topic that clients may write to `topic` (its stop has finished).
-    async fn record_writable(&self, topic: &str) -> Result<(), crate::error::MirrorError> {
+    /// Records in the state topic that clients may write to `topic` (its stop has finished),
+    /// with the line each partition stopped at and the source cluster's id (KIP-1279's last
+    /// mirror offset and epoch, what a failback starts from) in the same write.
+    async fn record_writable(&self, mirror: &str, topic: &str) -> Result<(), crate::error::MirrorError> {
         let Some(store) = self.inner.store.as_ref() else { return Ok(()) };
         let Some(mut record) = store.topic_owner(topic) else { return Ok(()) };
         record.writable = Some(true);
-        store.put_topic(topic, &record).await
+        if let Some(id) = self.definition(mirror).and_then(|def| self.source_client(&def).cluster_id()) {
+            record.source_cluster_id = Some(id);
+        }
+        // With shared work each partition's owner recorded its final state when it halted.
+        let board = self.barrier().is_none().then_some(&self.inner.common.status);
+        store.put_stopped_topic(topic, &record, board).await
     }
 
     /// The topic's desired state and partition count. A topic the mirror has claimed but is

@@ -67,6 +67,7 @@ pub(crate) fn forged_record(mirror: &str, topic: &str, partition: i32, end: i64)
         mirror: mirror.to_owned(),
         state: PartitionState::Failed.as_str().to_owned(),
         next_offset: end,
+        last_mirror_epoch: -1,
         source_high_watermark: -1,
         records: 0,
         fillers: 0,

@@ -71,6 +71,10 @@ pub struct PartitionTask {
     /// was too far out to fill when the mirror created the topic. The task works in source
     /// offsets; `resume` and the sink convert where they talk to the destination.
     pub shift: i64,
+    /// The source leader epochs of what this task copied (`copy::epochs`), and the partition's
+    /// stored `(last mirror epoch, next offset)` an attempt resumes the line from.
+    pub epochs: std::sync::Mutex<crate::copy::epochs::EpochLine>,
+    pub stored_line: Option<(i32, i64)>,
 }
 
 const MESSAGE_TOO_LARGE: i16 = ResponseError::MessageTooLarge.code();
@@ -264,6 +268,7 @@ impl PartitionTask {
         self.status.update(&self.key, |s| {
             if let Some(e) = end {
                 s.destination_next_offset = e;
+                s.last_mirror_epoch = self.epoch_before(e, s.last_mirror_epoch);
             }
             s.state = done;
             s.last_error = None;
@@ -293,7 +298,18 @@ impl PartitionTask {
                 }
                 s.destination_next_offset = s.destination_next_offset.max(w.base + i64::from(w.records));
             }
+            s.last_mirror_epoch = self.epoch_before(s.destination_next_offset, s.last_mirror_epoch);
         });
+    }
+
+    /// The source epoch of the offset before `end` (what was copied last), or `known` where the
+    /// line does not know it.
+    pub(super) fn epoch_before(&self, end: i64, known: i32) -> i32 {
+        let line = self.epochs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match line.epoch_at(end - 1) {
+            -1 => known,
+            e => e,
+        }
     }
 }
 

@@ -173,6 +173,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         source_topic_id: id_to_hex(source_id),
         writable: Some(false),
         offset_shifts: shifts.clone(),
+        source_cluster_id: ctx.source.cluster_id(),
     };
     // Without this record a restart would see a non-empty topic it does not own and refuse it.
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
@@ -352,6 +353,7 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
             if let Some(r) = &stored {
                 r.restore_counters(s);
                 s.destination_next_offset = r.next_offset;
+                s.last_mirror_epoch = r.last_mirror_epoch;
                 s.source_high_watermark = r.source_high_watermark;
             }
             s.state = state;
@@ -428,6 +430,8 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         status: ctx.shared.status.clone(),
         expect_empty: fresh,
         shift,
+        epochs: std::sync::Mutex::default(),
+        stored_line: stored.as_ref().map(|r| (r.last_mirror_epoch, r.next_offset)),
     };
     tokio::spawn(task.run(ctx.shared.stop.clone(), desired).instrument(info_span!("partition", partition = p)));
 }

@@ -57,6 +57,10 @@ pub struct TopicRecord {
     /// topic is recorded, before the mirror's first write, for the life of the topic.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offset_shifts: Vec<i64>,
+    /// The source cluster's id as the engine last read it, recorded when the topic is stopped
+    /// (with its partitions' lines): which cluster a failback may start from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_cluster_id: Option<String>,
 }
 
 impl TopicRecord {
@@ -106,6 +110,10 @@ pub fn id_from_hex(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+fn unknown_epoch() -> i32 {
+    -1
+}
+
 fn mirroring() -> Stored<Desired> {
     Stored::Known(Desired::Mirroring)
 }
@@ -117,6 +125,10 @@ pub struct PartitionRecord {
     pub state: String,
     /// Next destination offset at the time of writing (informational; resume uses the log end).
     pub next_offset: i64,
+    /// The source leader epoch of the last copied offset (`next_offset - 1`), -1 unknown. Once
+    /// the topic is stopped, `next_offset` and this are the line a failback starts from.
+    #[serde(default = "unknown_epoch")]
+    pub last_mirror_epoch: i32,
     pub source_high_watermark: i64,
     pub records: u64,
     pub fillers: u64,
@@ -140,6 +152,7 @@ impl PartitionRecord {
         self.restore_counters(s);
         s.state = PartitionState::parse(&self.state).unwrap_or(PartitionState::Retrying);
         s.destination_next_offset = self.next_offset;
+        s.last_mirror_epoch = self.last_mirror_epoch;
         s.source_high_watermark = self.source_high_watermark;
         s.source_last_stable_offset = self.source_high_watermark;
         s.last_error = self.error.clone();
@@ -151,6 +164,7 @@ impl PartitionRecord {
             mirror: mirror.to_owned(),
             state: s.state.as_str().to_owned(),
             next_offset: s.destination_next_offset,
+            last_mirror_epoch: s.last_mirror_epoch,
             source_high_watermark: s.source_high_watermark,
             records: s.records_mirrored,
             fillers: s.filler_records,
@@ -351,6 +365,7 @@ mod tests {
             source_topic_id: "00112233445566778899aabbccddeeff".into(),
             writable,
             offset_shifts: Vec::new(),
+            source_cluster_id: None,
         };
         // What this version writes for each known value is what the last one wrote.
         assert_eq!(

@@ -73,6 +73,10 @@ pub struct PartitionStatus {
     pub source_last_stable_offset: i64,
     /// Next destination offset (= source offset copied up to).
     pub destination_next_offset: i64,
+    /// The source leader epoch of the batch that held the last copied offset
+    /// (`destination_next_offset - 1`; `copy::epochs`), -1 unknown: with that offset, the line a
+    /// stop records (KIP-1279's last mirror epoch and offset).
+    pub last_mirror_epoch: i32,
     pub records_mirrored: u64,
     pub filler_records: u64,
     pub bytes_mirrored: u64,
@@ -106,6 +110,7 @@ impl Default for PartitionStatus {
             source_high_watermark: -1,
             source_last_stable_offset: -1,
             destination_next_offset: -1,
+            last_mirror_epoch: -1,
             records_mirrored: 0,
             filler_records: 0,
             bytes_mirrored: 0,

@@ -208,6 +208,20 @@ impl StateStore {
         let _ = self.topic_changed.set(hook);
     }
 
+    /// Records a stopped topic writable (`r`) together with the final records of its partitions
+    /// on `board` — each one's last copied offset and that offset's source epoch, the line a
+    /// failback starts from — in one batch: no follower opens the topic before the line is
+    /// stored. `board` is `None` where the partitions' owners recorded them (shared work).
+    pub(crate) async fn put_stopped_topic(&self, topic: &str, r: &TopicRecord, board: Option<&StatusBoard>) -> Result<(), MirrorError> {
+        let mut entries = vec![(format!("topic/{topic}"), Some(json(r)?))];
+        for ((mirror, t, p), s) in board.map(StatusBoard::snapshot).unwrap_or_default() {
+            if t == topic && mirror == r.mirror && p >= 0 && s.state != PartitionState::Preparing {
+                entries.push((format!("partition/{topic}/{p}"), Some(json(&PartitionRecord::of(&mirror, &s))?)));
+            }
+        }
+        self.write(entries).await
+    }
+
     /// Stores a mirror definition; inline secrets of its source properties (config-file mirrors)
     /// are replaced by a placeholder — only `file:`/`env:` references reach the state topic.
     pub async fn put_mirror(&self, r: &MirrorRecord) -> Result<(), MirrorError> {

@@ -1,20 +1,43 @@
-//! DescribeClusterMirrors: the request (which mirrors) and the response (per mirror, per topic,
-//! per partition offsets, lag and state), as the KIP lays them out.
+//! DescribeClusterMirrors: the request (which mirrors; with the tagged `ClusterId` and
+//! `LastMirrorEpochLookups`, a failing-back cluster's lookup of the epochs its topics were
+//! mirrored up to) and the response (per mirror, per topic, per partition offsets, lag and state;
+//! the tagged `LookupResults`), as the KIP lays them out.
 //!
 //! The proxy's own additions to the response ride in tagged fields whose types and value layouts
 //! are in `extensions`; this file only places them in the entries. What the numbers mean and
 //! how they are measured is the engine's.
 
-use super::extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
+use super::extensions::{
+    ENGINE_IDENTITY_TAG, EngineIdentity, LAST_MIRROR_TAG, LastMirror, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry,
+};
 use super::{R, W};
-use crate::error::ProtocolError;
+use crate::error::{ProtocolError, Side};
 
-/// DescribeClusterMirrors request (tagged ClusterId / epoch lookups are read and ignored).
+/// Tag of the request's `ClusterId`: the requesting cluster's own id.
+const CLUSTER_ID_TAG: u32 = 0;
+/// Tag of the request's `LastMirrorEpochLookups`.
+const LOOKUPS_TAG: u32 = 1;
+/// Tag of the response's `LookupResults`.
+const LOOKUP_RESULTS_TAG: u32 = 0;
+
+/// One topic of a failback's lookup: the asking cluster's topic id and the partitions asked.
+pub type EpochLookup = ([u8; 16], Vec<i32>);
+
+/// One topic of the answer to a lookup: the topic id and, per partition asked, its last mirror
+/// epoch (-1 not found).
+pub type LookupResult = ([u8; 16], Vec<(i32, i32)>);
+
+/// DescribeClusterMirrors request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DescribeRequest {
     /// Empty = all mirrors.
     pub mirror_names: Vec<String>,
     pub include_authorized_operations: bool,
+    /// Tagged `ClusterId`: the id of the cluster asking (a failback's lookup).
+    pub cluster_id: Option<String>,
+    /// Tagged `LastMirrorEpochLookups`: per source topic id, the partitions whose last mirror
+    /// epoch the asking cluster wants (of mirrors whose source is that cluster).
+    pub epoch_lookups: Vec<EpochLookup>,
 }
 
 /// DescribeClusterMirrors response.
@@ -27,6 +50,9 @@ pub struct DescribeResponse {
     /// Proxy extension, tagged field [`ENGINE_IDENTITY_TAG`] of the response: which instance
     /// answered.
     pub engine: Option<EngineIdentity>,
+    /// Tagged `LookupResults` (the answer to the request's epoch lookups): per topic id, per
+    /// partition, the last mirror epoch (-1 not found).
+    pub lookup_results: Vec<LookupResult>,
 }
 
 /// DescribeClusterMirrors mirror entry.
@@ -54,22 +80,61 @@ pub struct PartitionDetail {
     /// Proxy extension, tagged field [`PARTITION_PROGRESS_TAG`] of the partition entry (readers
     /// that do not know it skip it): copy counters and the recent rate.
     pub progress: Option<PartitionProgress>,
+    /// Proxy extension, tagged field [`LAST_MIRROR_TAG`] of the partition entry: the line the
+    /// copy reached (recorded at stop).
+    pub last_mirror: Option<LastMirror>,
 }
 
 impl DescribeRequest {
     pub fn encode(&self) -> W {
         let mut w = W::default();
-        w.strs(&self.mirror_names).bool(self.include_authorized_operations).tags();
+        w.strs(&self.mirror_names).bool(self.include_authorized_operations);
+        let mut tags = Vec::new();
+        if let Some(id) = &self.cluster_id {
+            let mut v = W::default();
+            v.nstr(Some(id));
+            tags.push((CLUSTER_ID_TAG, v));
+        }
+        if !self.epoch_lookups.is_empty() {
+            let mut v = W::default();
+            v.array_len(self.epoch_lookups.len());
+            for (id, partitions) in &self.epoch_lookups {
+                v.uuid(id).array_len(partitions.len());
+                for p in partitions {
+                    v.i32(*p);
+                }
+                v.tags();
+            }
+            tags.push((LOOKUPS_TAG, v));
+        }
+        w.tag_section(tags);
         w
     }
 
     pub fn decode(r: &mut R<'_>) -> Result<Self, ProtocolError> {
         let mirror_names = r.strs()?;
         let include_authorized_operations = r.bool()?;
-        r.tags()?; // ClusterId, LastMirrorEpochLookups: failback lookups a proxy cannot answer
+        let (mut cluster_id, mut epoch_lookups) = (None, Vec::new());
+        for (tag, bytes) in r.tags()? {
+            let mut v = R::new(bytes, 0, Side::Client);
+            match tag {
+                CLUSTER_ID_TAG => cluster_id = v.nstr()?,
+                LOOKUPS_TAG => {
+                    for _ in 0..v.array_len()? {
+                        let id = v.uuid()?;
+                        let partitions = (0..v.array_len()?).map(|_| v.i32()).collect::<Result<Vec<_>, _>>()?;
+                        v.tags()?;
+                        epoch_lookups.push((id, partitions));
+                    }
+                }
+                _ => {}
+            }
+        }
         Ok(Self {
             mirror_names,
             include_authorized_operations,
+            cluster_id,
+            epoch_lookups,
         })
     }
 }
@@ -92,10 +157,14 @@ impl DescribeResponse {
                         .i64(p.lag)
                         .str(&p.state_value);
                     w.i16(p.retry_attempt).nstr(p.error_message.as_deref());
-                    match &p.progress {
-                        None => w.tags(),
-                        Some(g) => w.tagged(PARTITION_PROGRESS_TAG, g.encode_value()),
-                    };
+                    let mut tags = Vec::new();
+                    if let Some(g) = &p.progress {
+                        tags.push((PARTITION_PROGRESS_TAG, g.encode_value()));
+                    }
+                    if let Some(l) = &p.last_mirror {
+                        tags.push((LAST_MIRROR_TAG, l.encode_value()));
+                    }
+                    w.tag_section(tags);
                 }
                 w.tags();
             }
@@ -105,10 +174,23 @@ impl DescribeResponse {
                 w.tagged(SYNC_STATUS_TAG, SyncEntry::encode_value(&m.sync));
             }
         }
-        match &self.engine {
-            None => w.tags(),
-            Some(e) => w.tagged(ENGINE_IDENTITY_TAG, e.encode_value()),
-        };
+        let mut tags = Vec::new();
+        if !self.lookup_results.is_empty() {
+            let mut v = W::default();
+            v.array_len(self.lookup_results.len());
+            for (id, partitions) in &self.lookup_results {
+                v.uuid(id).array_len(partitions.len());
+                for (p, epoch) in partitions {
+                    v.i32(*p).i32(*epoch).tags();
+                }
+                v.tags();
+            }
+            tags.push((LOOKUP_RESULTS_TAG, v));
+        }
+        if let Some(e) = &self.engine {
+            tags.push((ENGINE_IDENTITY_TAG, e.encode_value()));
+        }
+        w.tag_section(tags);
         w
     }
 
@@ -131,10 +213,13 @@ impl DescribeResponse {
                         retry_attempt: r.i16()?,
                         error_message: r.nstr()?,
                         progress: None,
+                        last_mirror: None,
                     };
                     for (tag, bytes) in r.tags()? {
-                        if tag == PARTITION_PROGRESS_TAG {
-                            p.progress = Some(PartitionProgress::decode_value(bytes)?);
+                        match tag {
+                            PARTITION_PROGRESS_TAG => p.progress = Some(PartitionProgress::decode_value(bytes)?),
+                            LAST_MIRROR_TAG => p.last_mirror = Some(LastMirror::decode_value(bytes)?),
+                            _ => {}
                         }
                     }
                     parts.push(p);
@@ -157,10 +242,24 @@ impl DescribeResponse {
                 sync,
             });
         }
-        let mut engine = None;
+        let (mut engine, mut lookup_results) = (None, Vec::new());
         for (tag, bytes) in r.tags()? {
-            if tag == ENGINE_IDENTITY_TAG {
-                engine = Some(EngineIdentity::decode_value(bytes)?);
+            match tag {
+                ENGINE_IDENTITY_TAG => engine = Some(EngineIdentity::decode_value(bytes)?),
+                LOOKUP_RESULTS_TAG => {
+                    let mut v = R::new(bytes, 0, Side::Broker);
+                    for _ in 0..v.array_len()? {
+                        let id = v.uuid()?;
+                        let mut partitions = Vec::new();
+                        for _ in 0..v.array_len()? {
+                            partitions.push((v.i32()?, v.i32()?));
+                            v.tags()?;
+                        }
+                        v.tags()?;
+                        lookup_results.push((id, partitions));
+                    }
+                }
+                _ => {}
             }
         }
         Ok(Self {
@@ -169,6 +268,7 @@ impl DescribeResponse {
             error_message,
             mirrors,
             engine,
+            lookup_results,
         })
     }
 }

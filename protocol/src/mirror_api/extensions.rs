@@ -1,7 +1,9 @@
 //! The proxy's extensions to DescribeClusterMirrors, carried in tagged fields so that readers
 //! which do not know them skip them: a mirror's metadata sync status (tag [`SYNC_STATUS_TAG`]),
-//! a partition's copy progress (tag [`PARTITION_PROGRESS_TAG`]) and which proxy instance
-//! answered (tag [`ENGINE_IDENTITY_TAG`]). This file owns the tag
+//! a partition's copy progress (tag [`PARTITION_PROGRESS_TAG`]) and the line its copy reached
+//! (tag [`LAST_MIRROR_TAG`]: the newest KIP code's `LastMirrorEpoch`/`LastMirrorOffset`, which
+//! the prototype's schema does not have yet), and which proxy instance answered (tag
+//! [`ENGINE_IDENTITY_TAG`]). This file owns the tag
 //! numbers, the types, and the byte layout of each tagged value.
 //!
 //! Where the tags sit inside a Describe response is `describe`'s; fields the KIP itself defines
@@ -26,6 +28,37 @@ pub struct PartitionProgress {
     pub window_ms: i64,
     pub window_records: i64,
     pub window_bytes: i64,
+}
+
+/// Tag of a partition's line in a DescribeClusterMirrors partition entry.
+pub const LAST_MIRROR_TAG: u32 = 10_003;
+
+/// How far a partition's copy reached, in source offsets: `offset` is the first offset not
+/// copied (the destination's end), `epoch` the source leader epoch of the record before it (-1
+/// unknown). Recorded when the topic is stopped: the line a failback starts from (KIP-1279's
+/// last mirror epoch and offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LastMirror {
+    pub epoch: i32,
+    pub offset: i64,
+}
+
+impl LastMirror {
+    /// The value of a [`LAST_MIRROR_TAG`] field.
+    pub(super) fn encode_value(&self) -> W {
+        let mut inner = W::default();
+        inner.i32(self.epoch).i64(self.offset).tags();
+        inner
+    }
+
+    /// Reads the value of a [`LAST_MIRROR_TAG`] field.
+    pub(super) fn decode_value(bytes: &[u8]) -> Result<Self, ProtocolError> {
+        let mut inner = R::new(bytes, 0, Side::Broker);
+        Ok(Self {
+            epoch: inner.i32()?,
+            offset: inner.i64()?,
+        })
+    }
 }
 
 /// Tag of the answering instance's identity at the top level of a DescribeClusterMirrors

@@ -26,9 +26,9 @@ mod topics;
 
 pub use crate::compact::{Header, R, W, read_request, read_response, request_frame, response_frame};
 pub use admin::{CreateRequest, DeleteRequest, SimpleResponse};
-pub use describe::{DescribeRequest, DescribeResponse, DescribedMirror, PartitionDetail};
+pub use describe::{DescribeRequest, DescribeResponse, DescribedMirror, EpochLookup, LookupResult, PartitionDetail};
 pub use error_answer::{error_body, error_response};
-pub use extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
+pub use extensions::{ENGINE_IDENTITY_TAG, EngineIdentity, LAST_MIRROR_TAG, LastMirror, PARTITION_PROGRESS_TAG, PartitionProgress, SYNC_STATUS_TAG, SyncEntry};
 pub use list::{ListResponse, ListedMirror};
 pub use topics::{TopicResult, TopicsRequest, TopicsResponse};
 

@@ -82,6 +82,7 @@ fn responses_round_trip() {
                     retry_attempt: 0,
                     error_message: None,
                     progress: None,
+                    last_mirror: None,
                 }],
             )],
             sync: Vec::new(),
@@ -137,13 +138,39 @@ fn responses_round_trip() {
     let f = response_frame(6, sharing.encode());
     let (_, mut r) = read_response(&f).unwrap();
     assert_eq!(DescribeResponse::decode(&mut r).unwrap(), sharing);
-    let q = DescribeRequest {
+    // … and a stopped partition's line, with a failback's lookup answered (two tags on the
+    // partition entry, two at the top, each section in tag order).
+    let mut stopped = two.clone();
+    stopped.mirrors[0].topics[0].1[0].last_mirror = Some(LastMirror { epoch: 4, offset: 10 });
+    stopped.lookup_results = vec![([7; 16], vec![(0, 4), (1, -1)])];
+    let f = response_frame(7, stopped.encode());
+    let (_, mut r) = read_response(&f).unwrap();
+    assert_eq!(DescribeResponse::decode(&mut r).unwrap(), stopped);
+    let mut q = DescribeRequest {
         mirror_names: vec!["dr".into()],
         include_authorized_operations: false,
+        ..Default::default()
     };
     let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
     let (_, mut r) = read_request(&f).unwrap();
     assert_eq!(DescribeRequest::decode(&mut r).unwrap(), q);
+    // A failback's lookup: the asking cluster's id and the partitions of its topic ids.
+    q.cluster_id = Some("AAAAAAAAAAAAAAAAAAAAAA".into());
+    q.epoch_lookups = vec![([1; 16], vec![0, 2]), ([2; 16], Vec::new())];
+    let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
+    let (_, mut r) = read_request(&f).unwrap();
+    assert_eq!(DescribeRequest::decode(&mut r).unwrap(), q);
+}
+
+#[test]
+fn a_describe_request_with_a_lookup_count_beyond_its_bytes_is_refused_before_it_allocates() {
+    let mut lookups = W::default();
+    lookups.uvarint(u32::MAX); // compact array of 2^32 - 2 entries, and nothing after it
+    let mut body = W::default();
+    body.strs(&[]).bool(false).tagged(1, lookups);
+    let f = request_frame(DESCRIBE_CLUSTER_MIRRORS, 1, "c", body);
+    let (_, mut r) = read_request(&f).unwrap();
+    assert!(DescribeRequest::decode(&mut r).is_err(), "a count the bytes cannot hold");
 }
 
 #[test]

@@ -149,6 +149,7 @@ fn duplicate_header_keys_and_raw_bytes_survive_re_encoding() {
     let h = BatchHeader {
         base_offset: 40,
         batch_length: (HEADER_SIZE - 12 + raw.len()) as i32,
+        partition_leader_epoch: 0,
         magic: 2,
         crc: 0,
         attributes: 0,

@@ -42,6 +42,10 @@ pub struct PartitionView {
     pub bytes_per_sec: Option<f64>,
     /// The span the two rates are measured over.
     pub rate_window_ms: Option<i64>,
+    /// The source leader epoch of the last copied offset (`destination_offset - 1`), -1 unknown;
+    /// with `destination_offset`, the line a stop records (KIP-1279's last mirror epoch and
+    /// offset, what a failback starts from). `null` from a proxy that does not send it.
+    pub last_mirror_epoch: Option<i32>,
     pub last_error: Option<String>,
 }
 
@@ -63,6 +67,7 @@ impl PartitionView {
             records_per_sec: Some(recent.records_per_sec()),
             bytes_per_sec: Some(recent.bytes_per_sec()),
             rate_window_ms: Some(recent.span_ms),
+            last_mirror_epoch: Some(s.last_mirror_epoch),
             last_error: s.last_error.clone(),
         }
     }
@@ -98,6 +103,7 @@ impl PartitionView {
             records_per_sec: recent.map(|r| r.records_per_sec()),
             bytes_per_sec: recent.map(|r| r.bytes_per_sec()),
             rate_window_ms: recent.map(|r| r.span_ms),
+            last_mirror_epoch: p.last_mirror.map(|l| l.epoch),
             last_error: p.error_message.clone(),
         }
     }
@@ -140,6 +146,7 @@ mod tests {
             source_high_watermark: 130,
             source_last_stable_offset: 128,
             destination_next_offset: 100,
+            last_mirror_epoch: 4,
             records_mirrored: 100,
             filler_records: 3,
             bytes_mirrored: 65_536,
@@ -154,8 +161,8 @@ mod tests {
     }
 
     /// What REST describe wrote for [`detail`] from its own `json!` object before this view
-    /// (captured from that code): the view must write the same text.
-    const REST_BEFORE: &str = r#"{"bytes":65536,"bytes_per_sec":1133.3333333333333,"destination_offset":100,"fillers":3,"lag":30,"last_error":"a \"quoted\" reason","partition":2,"rate_window_ms":4500,"records":100,"records_per_sec":17.77777777777778,"source_last_stable_offset":128,"source_offset":130,"state":"mirroring"}"#;
+    /// (captured from that code; `last_mirror_epoch` added since): the view must write the same text.
+    const REST_BEFORE: &str = r#"{"bytes":65536,"bytes_per_sec":1133.3333333333333,"destination_offset":100,"fillers":3,"lag":30,"last_error":"a \"quoted\" reason","last_mirror_epoch":4,"partition":2,"rate_window_ms":4500,"records":100,"records_per_sec":17.77777777777778,"source_last_stable_offset":128,"source_offset":130,"state":"mirroring"}"#;
 
     #[test]
     fn rest_describes_a_partition_as_it_did() {
@@ -273,11 +280,20 @@ mod tests {
             retry_attempt: 0,
             error_message: None,
             progress: None,
+            last_mirror: None,
         };
         let view = serde_json::to_value(PartitionView::of_described(&bare)).unwrap();
         assert_eq!(keys(&view), keys(&rest));
         assert_eq!(view["state"], json!("log_truncation"));
-        for key in ["records", "fillers", "bytes", "records_per_sec", "bytes_per_sec", "rate_window_ms"] {
+        for key in [
+            "records",
+            "fillers",
+            "bytes",
+            "records_per_sec",
+            "bytes_per_sec",
+            "rate_window_ms",
+            "last_mirror_epoch",
+        ] {
             assert_eq!(view[key], Value::Null, "{key}");
         }
         assert_eq!(

@@ -115,7 +115,9 @@ fn json_doc(d: &DescribeResponse, rows: &[PartitionRow<'_>]) -> Value {
     json!({ "partitions": rows, "topics": topics, "sync": sync, "engine": engine })
 }
 
-/// The partition table: offsets, lag, state (the view's, upper case) and error.
+/// The partition table: offsets, lag, the source epoch of the last copied offset (with the
+/// destination offset, the line a stop records; `-` from a proxy that does not send it), state
+/// (the view's, upper case) and error.
 fn partition_table(rows: &[PartitionRow<'_>]) -> String {
     let cells: Vec<Vec<String>> = rows
         .iter()
@@ -128,14 +130,25 @@ fn partition_table(rows: &[PartitionRow<'_>]) -> String {
                 v.source_offset.to_string(),
                 v.destination_offset.to_string(),
                 v.lag.to_string(),
+                v.last_mirror_epoch.map_or_else(|| "-".to_owned(), |e| e.to_string()),
                 v.state.to_uppercase(),
                 v.last_error.clone().unwrap_or_default(),
             ]
         })
         .collect();
     table(
-        &["MIRROR", "TOPIC", "PARTITION", "SOURCE-OFFSET", "DESTINATION-OFFSET", "LAG", "STATE", "ERROR"],
-        &[2, 3, 4, 5],
+        &[
+            "MIRROR",
+            "TOPIC",
+            "PARTITION",
+            "SOURCE-OFFSET",
+            "DESTINATION-OFFSET",
+            "LAG",
+            "LAST-MIRROR-EPOCH",
+            "STATE",
+            "ERROR",
+        ],
+        &[2, 3, 4, 5, 6],
         &cells,
     )
 }
@@ -164,6 +177,7 @@ mod tests {
                 window_records: 500,
                 window_bytes: 32_000,
             }),
+            last_mirror: Some(kmp_protocol::mirror_api::LastMirror { epoch: 4, offset: 100 }),
         };
         let retrying = PartitionDetail {
             partition_index: 1,
@@ -195,7 +209,7 @@ mod tests {
         assert_eq!(row, &Value::Object(expected));
         assert_eq!(
             row.to_string(),
-            r#"{"bytes":65536,"bytes_per_sec":3200.0,"destination_offset":100,"fillers":null,"lag":28,"last_error":null,"mirror":"dr","partition":0,"rate_window_ms":10000,"records":100,"records_per_sec":50.0,"retry_attempt":0,"source_last_stable_offset":-1,"source_offset":130,"state":"mirroring","topic":"orders"}"#
+            r#"{"bytes":65536,"bytes_per_sec":3200.0,"destination_offset":100,"fillers":null,"lag":28,"last_error":null,"last_mirror_epoch":4,"mirror":"dr","partition":0,"rate_window_ms":10000,"records":100,"records_per_sec":50.0,"retry_attempt":0,"source_last_stable_offset":-1,"source_offset":130,"state":"mirroring","topic":"orders"}"#
         );
         // The CLI's own earlier names are gone: one set of names, REST's.
         for old in ["records_mirrored", "bytes_mirrored", "error"] {
@@ -225,9 +239,9 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  STATE      ERROR",
-                "dr      orders          0            130                 100   28  MIRRORING",
-                "dr      orders          1            130                 100   28  RETRYING   source leader unreachable",
+                "MIRROR  TOPIC   PARTITION  SOURCE-OFFSET  DESTINATION-OFFSET  LAG  LAST-MIRROR-EPOCH  STATE      ERROR",
+                "dr      orders          0            130                 100   28                  4  MIRRORING",
+                "dr      orders          1            130                 100   28                  4  RETRYING   source leader unreachable",
             ]
         );
     }

@@ -114,6 +114,7 @@ impl Client {
                 DescribeRequest {
                     mirror_names: names,
                     include_authorized_operations: false,
+                    ..Default::default()
                 }
                 .encode(),
             )

@@ -4,13 +4,14 @@
 //! call them is `authz`'s (earlier in the chain). Answering them — decode, the engine's
 //! `Control`, encode, with the size bounds and the follower's refusals — is the engine's
 //! (`EngineSlot::answer`). What stays here is the proxy's part: an `auto` standby hands the
-//! requests that change something to the active instance instead (the engine's `forward`) and
+//! requests that change something, and a failing-back cluster's lookup of recorded lines
+//! (`rpc_needs_engine`), to the active instance instead (the engine's `forward`) and
 //! relays its answer, or answers with a retriable error when it cannot; the active instance
 //! answers what standbys hand it exactly as it answers its own clients (the engine does that
 //! itself).
 
 use bytes::Bytes;
-use kmp_mirror_engine::{EngineSlot, ForwardError, is_mutating_rpc};
+use kmp_mirror_engine::{EngineSlot, ForwardError, rpc_needs_engine};
 use kmp_protocol::mirror_api::{self as api, error_response, errors};
 
 use super::api::{BoxFuture, Conn, Exchange, Filter, Flow};
@@ -28,7 +29,7 @@ impl Filter for MirrorRpc {
     fn on_request<'a>(&'a self, x: &'a mut Exchange, conn: &'a Conn) -> BoxFuture<'a, Result<Flow, ProxyError>> {
         Box::pin(async move {
             let slot = &conn.shared.mirrors;
-            if is_mutating_rpc(x.api_key) && slot.can_forward() && slot.control().follower_refusal().is_some() {
+            if rpc_needs_engine(x.frame()) && slot.can_forward() && slot.control().follower_refusal().is_some() {
                 let (frame, api_key, correlation_id) = (x.frame().clone(), x.api_key, x.correlation_id);
                 return Ok(Flow::Answer(Some(forward(frame, api_key, correlation_id, slot).await)));
             }

@@ -39,14 +39,26 @@ pub fn is_mutating(api_key: i16) -> bool {
     api::is_answered(api_key) && !matches!(api_key, api::LIST_CLUSTER_MIRRORS | api::DESCRIBE_CLUSTER_MIRRORS)
 }
 
+/// Whether request `frame` (a mirror RPC) must be answered by the engine instance: it changes
+/// something, or it is a failing-back cluster's lookup of recorded lines (a DescribeClusterMirrors
+/// with `ClusterId` and epoch lookups), which only the engine's stored records answer — a
+/// follower's -1 would read as "nothing was mirrored". A frame that does not decode is not.
+pub fn needs_engine(frame: &Bytes) -> bool {
+    let Ok((header, mut r)) = api::read_request(frame) else { return false };
+    is_mutating(header.api_key)
+        || (header.api_key == api::DESCRIBE_CLUSTER_MIRRORS
+            && DescribeRequest::decode(&mut r).is_ok_and(|d| d.cluster_id.is_some() && !d.epoch_lookups.is_empty()))
+}
+
 /// Answers one mirror RPC request frame (prefix included) with a response frame; `identity` is
 /// carried in the describe answer.
 pub async fn answer(frame: &Bytes, control: &Control, identity: EngineIdentity) -> Result<Bytes, ProtocolError> {
     let (header, mut r) = api::read_request(frame)?;
-    if is_mutating(header.api_key)
+    if needs_engine(frame)
         && let Some((code, message)) = control.follower_refusal()
     {
-        // A follower changes nothing (List and Describe answer from the followed state).
+        // A follower changes nothing and answers no lookup of recorded lines (List and Describe
+        // answer from the followed state).
         return Ok(api::response_frame(header.correlation_id, error_body(header.api_key, code, Some(message))));
     }
     if !control.wait_booted().await {

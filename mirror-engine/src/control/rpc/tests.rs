@@ -118,6 +118,7 @@ async fn describe_answers_a_repeated_mirror_name_once() {
     let req = DescribeRequest {
         mirror_names: [vec!["x".to_owned(); 1000], vec!["y".to_owned(), "x".to_owned()]].concat(),
         include_authorized_operations: false,
+        ..Default::default()
     };
     let frame = api::request_frame(api::DESCRIBE_CLUSTER_MIRRORS, 1, "c", req.encode());
     let resp = answer(&frame, &control, EngineIdentity::default()).await.unwrap();
@@ -155,4 +156,56 @@ async fn a_forwarded_frame_is_answered_only_when_it_is_a_version_0_mutating_rpc(
     let (correlation_id, mut r) = api::read_response(&got).unwrap();
     assert_eq!(correlation_id, 7);
     assert_eq!(SimpleResponse::decode(&mut r).unwrap().error_code, errors::UNKNOWN_CLUSTER_MIRROR);
+}
+
+#[tokio::test]
+async fn a_failback_lookup_needs_the_engine_and_a_follower_refuses_it_rather_than_answer_that_nothing_was_mirrored() {
+    use crate::control::{Role, TermParts};
+    use crate::state::catalog::Catalog;
+    use crate::state::status::StatusBoard;
+
+    let frame = |q: &DescribeRequest| api::request_frame(api::DESCRIBE_CLUSTER_MIRRORS, 1, "c", q.encode());
+    let plain = DescribeRequest::default();
+    let lookup = DescribeRequest {
+        cluster_id: Some("source-cluster".into()),
+        epoch_lookups: vec![([1; 16], vec![0, 3])],
+        ..Default::default()
+    };
+    let only_id = DescribeRequest {
+        cluster_id: Some("source-cluster".into()),
+        ..Default::default()
+    };
+    assert!(!needs_engine(&frame(&plain)), "a describe answers from any instance's view");
+    assert!(!needs_engine(&frame(&only_id)), "a cluster id alone asks for no line");
+    assert!(needs_engine(&frame(&lookup)), "a lookup of recorded lines");
+    assert!(needs_engine(&api::request_frame(
+        api::STOP_MIRROR_TOPICS,
+        1,
+        "c",
+        TopicsRequest::default().encode(api::STOP_MIRROR_TOPICS)
+    )));
+    assert!(!needs_engine(&Bytes::from_static(b"\x00\x00\x00\x02\x00")), "a frame that does not decode");
+
+    let described = |resp: Bytes| {
+        let (_, mut r) = api::read_response(&resp).unwrap();
+        DescribeResponse::decode(&mut r).unwrap()
+    };
+    // The engine answers each asked partition; nothing recorded here, so -1 ("not found").
+    let engine = idle_control();
+    let got = described(answer(&frame(&lookup), &engine, EngineIdentity::default()).await.unwrap());
+    assert_eq!((got.error_code, got.lookup_results), (errors::NONE, vec![([1; 16], vec![(0, -1), (3, -1)])]));
+
+    // A follower has no stored records to answer from: it refuses instead of answering -1.
+    let follower = Control::new(StatusBoard::default(), Catalog::default(), Vec::new());
+    let term = follower.build(TermParts {
+        role: Role::Follower { state_topic: "__state".into() },
+        ..TermParts::none(Vec::new())
+    });
+    follower.publish(term, None);
+    follower.mark_booted();
+    let refused = described(answer(&frame(&lookup), &follower, EngineIdentity::default()).await.unwrap());
+    assert_eq!(refused.error_code, errors::NOT_CONTROLLER, "{refused:?}");
+    assert!(refused.lookup_results.is_empty());
+    let plain_answer = described(answer(&frame(&plain), &follower, EngineIdentity::default()).await.unwrap());
+    assert_eq!(plain_answer.error_code, errors::NONE, "a plain describe still answers on a follower");
 }

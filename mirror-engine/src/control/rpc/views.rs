@@ -4,7 +4,8 @@
 use std::collections::HashSet;
 
 use kmp_protocol::mirror_api::{
-    DescribeRequest, DescribeResponse, DescribedMirror, ListResponse, ListedMirror, PartitionDetail, PartitionProgress, SyncEntry, TopicResult, errors,
+    DescribeRequest, DescribeResponse, DescribedMirror, LastMirror, ListResponse, ListedMirror, PartitionDetail, PartitionProgress, SyncEntry, TopicResult,
+    errors,
 };
 
 use crate::control::handle::Control;
@@ -30,7 +31,7 @@ pub(super) fn list(control: &Control, include_names: bool) -> ListResponse {
             topic_names: if include_names { m.topics } else { Vec::new() },
             mirror_name: m.name,
             source_bootstrap: m.source_bootstrap,
-            source_cluster_id: String::new(),
+            source_cluster_id: m.source_cluster_id,
         })
         .collect();
     ListResponse { mirrors, ..Default::default() }
@@ -91,7 +92,15 @@ pub(super) fn describe(control: &Control, req: &DescribeRequest) -> DescribeResp
             }
         })
         .collect();
-    DescribeResponse { mirrors, ..Default::default() }
+    let lookup_results = match &req.cluster_id {
+        Some(id) if !req.epoch_lookups.is_empty() => control.last_mirror_epochs(id, &req.epoch_lookups),
+        _ => Vec::new(),
+    };
+    DescribeResponse {
+        mirrors,
+        lookup_results,
+        ..Default::default()
+    }
 }
 
 /// The DescribeClusterMirrors entry of partition `p` at wall-clock time `now_ms` (for the rate
@@ -115,6 +124,10 @@ pub fn described_partition(p: EnginePartition, now_ms: i64) -> PartitionDetail {
         lag: s.lag_shown(),
         state_value: state.to_owned(),
         retry_attempt,
+        last_mirror: (s.destination_next_offset >= 0).then_some(LastMirror {
+            epoch: s.last_mirror_epoch,
+            offset: s.destination_next_offset,
+        }),
         error_message: s.last_error,
         progress: Some(progress),
     }

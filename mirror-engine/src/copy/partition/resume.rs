@@ -33,6 +33,10 @@ impl PartitionTask {
         if self.expect_empty && uncertain.is_empty() && next > self.shift {
             return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next - self.shift));
         }
+        self.epochs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .resume(self.stored_line, next);
         self.account_landed(&dest_conn, epoch, uncertain.clone(), dest_log_start, next).await?;
         uncertain.clear();
         let dest_topic_id = self.destination.layout(topic).await?.topic_id;

@@ -138,6 +138,13 @@ impl PartitionTask {
                 self.confirm_source(&leader, Claim::End(end)).await?;
             }
             let last_end = answer_check::last_end(&fetched);
+            {
+                // The source epochs of what this answer copies (the line a stop records).
+                let mut line = self.epochs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for (h, _) in fetched.batches.iter().filter(|(h, _)| h.next_offset() > next) {
+                    line.observe(h.partition_leader_epoch, h.base_offset.max(next));
+                }
+            }
             let planned = plan_coalesced(next, fetched.batches, self.coalesce_max_bytes)?;
             if planned.reencoded > 0 || planned.coalesced > 0 {
                 self.status.update(&self.key, |s| {
@@ -210,8 +217,10 @@ impl PartitionTask {
                     sink.end_txn(producer_id, commit, base).await?;
                     self.account(sink.take_acknowledged());
                     next = base + 1;
-                    self.status
-                        .update(&self.key, |s| s.destination_next_offset = s.destination_next_offset.max(next));
+                    self.status.update(&self.key, |s| {
+                        s.destination_next_offset = s.destination_next_offset.max(next);
+                        s.last_mirror_epoch = self.epoch_before(s.destination_next_offset, s.last_mirror_epoch);
+                    });
                 }
                 Action::Run {
                     base,

@@ -158,6 +158,7 @@ mod tests {
         BatchHeader {
             base_offset: base,
             batch_length: 0,
+            partition_leader_epoch: 0,
             magic: 2,
             crc: 0,
             attributes: 0,
