@@ -144,9 +144,18 @@ class Reader:
         return self.uvarint() - 1
 
     def tags(self) -> None:
+        self.tagged()
+
+    def tagged(self) -> list[tuple[int, bytes]]:
+        """A tagged-field section as ``(tag, value bytes)``."""
+        out = []
         for _ in range(self.uvarint()):
-            self.uvarint()
-            self._take(self.uvarint())
+            tag = self.uvarint()
+            out.append((tag, self._take(self.uvarint())))
+        return out
+
+    def uuid(self) -> bytes:
+        return self._take(16)
 
 
 from integration.kafka_wire import recv_exact  # noqa: E402 - one reader for both suites
