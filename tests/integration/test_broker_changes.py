@@ -80,6 +80,7 @@ def test_clients_recover_with_no_loss_when_the_partition_leader_is_killed(proxy,
     assert proxy.alive(), "the proxy survived the broker kill"
 
 
+@pytest.mark.long  # 92 s loaded; quick tier: test_mirroring_survives_a_source_broker_kill_and_restart changes brokers under the engine
 def test_broker_joining_and_leaving_is_picked_up_without_restart(proxy, destination):
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
     assert sorted(b.id for b in admin.list_topics(timeout=30).brokers.values()) == [1, 2, 3]

@@ -139,6 +139,7 @@ def records_from(bootstrap: str, topic: str, partition: int, offset: int) -> lis
     return got
 
 
+@pytest.mark.long  # opt-in shared work (60 s); quick tier: test_default_scale_out's three default instances
 def test_three_instances_share_the_copying_and_a_stop_waits_for_every_instance(clusters, workdir):
     source, destination = clusters
     topic, mirror = unique("share"), unique("shm")

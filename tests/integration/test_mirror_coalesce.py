@@ -154,6 +154,7 @@ def test_one_record_source_batches_land_merged_with_every_record_at_its_source_o
         assert proxy.stop() == 0, f"proxy exited cleanly on SIGTERM:\n{proxy.log()[-3000:]}"
 
 
+@pytest.mark.long  # quick tier: test_one_record_source_batches_land_merged…
 def test_merged_batches_over_the_topics_max_message_bytes_fall_back_to_the_source_batches(clusters, workdir):
     """A source topic with a small ``max.message.bytes`` (copied to the destination topic) holds
     one-record batches far below it; merged, they would exceed it. The destination refuses the

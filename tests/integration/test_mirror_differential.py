@@ -5,8 +5,8 @@ too), compaction with the cleaner running, time retention, partitions added, mir
 the proxy killed with SIGKILL, a destination partition leader killed — each compared, through the
 proxy at both isolation levels, with what the source's consumers see (``differential/``).
 
-Every history in ``differential/regressions.json`` plus generated seeds, one pytest case each: in
-the quick tier 3 seeds out of 1..200 that rotate with the UTC date (a different three each day:
+Every history in ``differential/regressions.json`` (the long tier's) plus generated seeds, one
+pytest case each: in the quick tier 3 seeds out of 1..200 that rotate with the UTC date (a different three each day:
 67 days of quick runs cover what one long run does), in the long tier seeds 1..200
 (tests/harness/tier.py). ``--seeds N`` runs seeds 1..N instead (``--first-seed F`` starts at F);
 a regression is not run twice when it is one of those seeds' history; ``--seed S`` replays one
@@ -67,7 +67,10 @@ def pytest_generate_tests(metafunc):
         cases = [("seed", s) for s in seeds]
         same = duplicates(seeds)  # already run as their generated seed
         cases += [("regression", r["name"]) for r in REGRESSIONS if r["name"] not in same]
-    metafunc.parametrize("case", cases, ids=[f"{k}-{v}" for k, v in cases])
+    # The regression cases (about 6 minutes together) are the long tier's; the quick tier runs the
+    # day's generated seeds. Named on the command line (-k, --seed) they run in either tier.
+    metafunc.parametrize("case", [pytest.param((k, v), id=f"{k}-{v}", marks=pytest.mark.long if k == "regression" else ())
+                                  for k, v in cases])
 
 
 @pytest.fixture(scope="module")

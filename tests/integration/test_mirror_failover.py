@@ -197,6 +197,7 @@ def test_rest_creates_starts_fails_over_and_deletes_a_mirror(clusters, workdir):
         assert proxy.stop() == 0
 
 
+@pytest.mark.long  # 33 s; quick tier: test_mirror_clients' readers never see fillers
 def test_a_deleted_mirrors_topic_keeps_its_fillers_masked_after_a_restart(clusters, workdir):
     """Fillers stay in a former mirror topic's log: the state topic remembers the topic, so a
     restarted proxy still masks them (by name and by topic id), while the topic is writable. The

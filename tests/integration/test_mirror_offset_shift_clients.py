@@ -310,7 +310,7 @@ def go_lookups(shifted, go_shift_check):
                 lambda: parse(run([go_shift_check, "offsets", m.proxy.bootstrap, m.topic, stamps], "shift-check offsets")))
 
 
-@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
+@pytest.mark.parametrize("isolation", ["read_committed", pytest.param("read_uncommitted", marks=pytest.mark.long)])
 def test_java_consumer_sees_the_sources_records_offsets_and_positions(shifted, java_reads, isolation):
     m = shifted
     src, via = java_reads(isolation)
@@ -378,6 +378,7 @@ def test_offsets_for_times_right_after_a_transaction_marker_land_on_the_next_rec
          f"where not: {differ} (Δ={m.delta}; the source's answers {points})")
 
 
+@pytest.mark.long  # seeks (40 s); quick tier: the Java consumer's positions and franz-go's lookups
 def test_java_consumer_seeks_below_and_inside_the_shifted_partition_as_on_the_source(shifted, kafka_classpath):
     """seek() below Δ (offsets the source deleted, never shown by the proxy) is out of range as on
     the source: an exception with auto.offset.reset=none, a reset to the start or the end
@@ -410,6 +411,7 @@ def test_java_commit_sync_reads_back_the_source_offset_and_stores_it_unshifted(s
 
 
 @pytest.mark.parametrize("protocol", ["classic", pytest.param("consumer", marks=pytest.mark.long)])
+@pytest.mark.long  # 24 s; quick tier: test_after_failover_groups_committed_before_the_stop_…
 def test_java_group_restarts_at_its_committed_source_offset(shifted, kafka_classpath, protocol):
     m, cp = shifted, kafka_classpath
     group = unique(f"shift-resume-{protocol}")
@@ -466,6 +468,7 @@ def group_rows(lines: list[str], topic: str) -> dict[int, tuple[str, ...]]:
     return rows
 
 
+@pytest.mark.long  # tool JVM starts (33 s); quick tier: test_mirror_offset_shift translates ListOffsets and OffsetCommit/Fetch on the wire
 def test_kafka_consumer_groups_describes_and_resets_to_a_datetime_in_source_offsets(shifted, kafka_classpath):
     m, cp = shifted, kafka_classpath
     main = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
@@ -599,6 +602,7 @@ def test_after_failover_java_and_franz_go_consumers_read_the_new_records_at_the_
         f"java {isolation}: endOffsets {java_seen.end} and position() {java_seen.positions} at the shifted end {ends}"
 
 
+@pytest.mark.long  # 25 s; quick tier: test_mirror_offset_shift's DeleteRecords
 def test_after_failover_kafka_delete_records_moves_the_log_start_to_a_source_offset(failed_over, kafka_classpath, workdir):
     m, cp = failed_over, kafka_classpath
     target = m.delta + 30

@@ -112,6 +112,7 @@ def crowd_out_sessions(bootstrap: str, topic: str, partitions: int, attempts: in
     return granted
 
 
+@pytest.mark.long  # quick tier: the caught-up 100 ms source with a second fetch in flight
 def test_a_fetch_session_evicted_by_the_broker_is_followed_by_full_fetches_without_loss(far_source, destination, workdir):
     source, _ = far_source
     topic, crowd = unique("evicted"), unique("crowd")

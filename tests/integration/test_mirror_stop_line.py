@@ -96,7 +96,8 @@ def test_a_stop_records_each_partitions_line_and_answers_a_failback_lookup_even_
         admin = AdminClient({"bootstrap.servers": source.bootstrap})
         admin.create_topics([NewTopic(topic, PARTITIONS, 3)])[topic].result(30)
         produce_plain(source.bootstrap, topic, 100)
-        # A leader change under each partition: its later records carry a newer epoch.
+        # A leader change under each partition: its later records carry a newer epoch. A controlled
+        # shutdown (SIGTERM) moves leadership at once; a SIGKILL would wait out the broker's session.
         def leader_of(p: int) -> int:
             """The partition's leader as a fresh admin client reads it now; -1 none or not known (a
             client's connection to the broker just killed can hang its request)."""
@@ -109,7 +110,7 @@ def test_a_stop_records_each_partitions_line_and_answers_a_failback_lookup_even_
 
         for p in range(PARTITIONS):
             leader = leader_of(p)
-            source.kill_broker(leader, signal.SIGKILL)
+            source.kill_broker(leader, signal.SIGTERM)
             wait_until(f"a new leader for {topic}/{p}", lambda: leader_of(p) not in (-1, leader), 60)
             source.start_broker(leader)
         produce_plain(source.bootstrap, topic, 60, start=1000)
