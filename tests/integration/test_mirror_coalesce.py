@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import time
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 

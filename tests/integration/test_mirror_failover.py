@@ -7,6 +7,7 @@ and the loopback-or-token rule for mutating routes."""
 import socket
 import time
 
+import pytest
 from confluent_kafka import KafkaError
 
 from conftest import ProxyProcess, unique
