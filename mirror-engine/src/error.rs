@@ -26,6 +26,10 @@ pub enum MirrorError {
     /// partition count.
     #[error("destination topic {topic} already exists and is not this mirror's: {reason}; refusing to append (delete it or choose another topic)")]
     DestinationConflict { topic: String, reason: String },
+    /// A failback cannot take the destination topic back (a loop, partition counts that cannot
+    /// match, a quarantine topic it cannot name).
+    #[error("destination topic {topic} cannot be failed back: {reason}")]
+    Failback { topic: String, reason: String },
     /// The source topic disappeared after mirroring started; the destination data stays.
     #[error("source topic {0} was deleted (or deleted and recreated: its topic id changed); the mirrored data on the destination is kept")]
     SourceTopicDeleted(String),
@@ -191,6 +195,7 @@ impl MirrorError {
             Self::Broker { code, .. } => RETRIABLE.iter().any(|e| e.code() == *code),
             Self::OffsetMismatch { .. }
             | Self::DestinationConflict { .. }
+            | Self::Failback { .. }
             | Self::SourceTopicDeleted(_)
             | Self::FillTooLarge { .. }
             | Self::Unsupported(_)

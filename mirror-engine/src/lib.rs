@@ -17,6 +17,8 @@
 //! - `context`: what every mirror of a term shares;
 //! - `follow/`: following the state topic on an instance that runs no mirrors;
 //! - `sync/`: metadata sync (group offsets, share-group offsets, topic configs);
+//! - `failback/`: taking a topic back after a failover (the source proxy's line, incremental or
+//!   quarantine and restore);
 //! - `mirrors/`: a mirror's topic discovery and a topic's lifecycle;
 //! - `engine/`: [`Engine`], [`follow`], [`auto`] (every engine is elected) and the terms' boot.
 
@@ -26,6 +28,7 @@ mod control;
 mod copy;
 mod engine;
 mod error;
+mod failback;
 mod follow;
 mod ha;
 mod lease;

@@ -23,6 +23,7 @@ mod names;
 pub mod offset_shift;
 pub mod peek;
 pub mod produce_frame;
+pub mod quarantine;
 pub mod records;
 pub mod reencode;
 pub mod rewrite;

@@ -413,7 +413,7 @@ impl ClusterClient {
 
 /// A protocol error attributed to `side` ("source" or "destination"). A source error is shown as
 /// a short class only (see [`MirrorError::Source`]); its full text goes to the debug log here.
-fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
+pub(crate) fn side_error(side: &'static str, e: kmp_protocol::ProtocolError) -> MirrorError {
     if side == "source" {
         tracing::debug!(error = %e, "source cluster error (detail)");
         MirrorError::Source(e)

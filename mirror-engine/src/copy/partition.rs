@@ -28,6 +28,7 @@ use kmp_protocol::Backoff;
 
 mod fill;
 mod resume;
+pub(crate) use resume::settled_offsets;
 mod stream;
 
 /// The source topic's id as the mirror knows it, shared by the topic's partition tasks: set

@@ -150,10 +150,18 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         }
         Prepared::Created(_) => How::Created,
         Prepared::AdoptedEmpty(_) => How::Adopted,
+        Prepared::FailedBack(_) => How::FailedBack,
     };
+    let fresh = how != How::FailedBack;
     // Read-only now; what landed before (a writer that reached the destination directly) is
-    // not the mirror's: those partitions are stored FAILED before the topic is recorded.
-    let forged = fresh_topic::verify_empty(&ctx.shared.destination, topic, prepared.partitions(), &ctx.shared.stop).await?;
+    // not the mirror's: those partitions are stored FAILED before the topic is recorded. A
+    // failed-back topic holds its data already; its partitions resume at their ends, where the
+    // copy's own checks apply.
+    let forged = if fresh {
+        fresh_topic::verify_empty(&ctx.shared.destination, topic, prepared.partitions(), &ctx.shared.stop).await?
+    } else {
+        Vec::new()
+    };
     let mut backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
     loop {
         match fresh_topic::record_forged(&ctx.store, &m.name, topic, &forged).await {
@@ -188,7 +196,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
     Ok(Ready {
         partitions: prepared.partitions(),
         source_id: Some(source_id),
-        fresh: true,
+        fresh,
         shifts,
     })
 }
@@ -211,6 +219,13 @@ async fn create_or_adopt(
     } else {
         crate::copy::shift::decide(&ctx.source, topic, shape.partitions, m.shift_prefix_from).await?
     };
+    // A topic here that the source proxy copied from here and stopped is coming back (asked
+    // before the guard: a loop refused must not stop the topic's own writers).
+    let failback = if owned {
+        None
+    } else {
+        crate::failback::lines(ctx, topic, shape.partitions).await?
+    };
     // Before CreateTopics: a created topic takes writes at once, and one landing before the
     // mirror's first would hold offset 0.
     if !ctx.shared.topics.guard(topic, &m.name) {
@@ -230,6 +245,18 @@ async fn create_or_adopt(
             "clients wrote to the topic name just before the mirror took it; waiting for those writes to be refused before creating it"
         );
         back_off(&ctx.shared.stop, wait).await?;
+    }
+    if let Some(lines) = failback {
+        let fb = crate::failback::plan(ctx, topic, lines).await?;
+        if fb.incremental() {
+            // Taken over where it ends: its offsets are this cluster's own, never shifted.
+            crate::failback::restore::take_over(ctx, topic, &fb, shape.partitions).await?;
+            ctx.shared.topics.set_shifts(topic, &[]);
+            return Ok((Prepared::FailedBack(shape.partitions), shape.topic_id, fb.topic_id, Vec::new()));
+        }
+        // What lies past the line is kept in the quarantine topic; then the topic is created
+        // again below and restored from the source.
+        crate::failback::restore::quarantine_and_delete(ctx, topic, &fb).await?;
     }
     // Known to this instance's proxy before the topic exists: none of its offsets is ever shown
     // unshifted here (other instances learn them from the topic record, written before the

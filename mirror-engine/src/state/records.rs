@@ -7,6 +7,9 @@
 //!   is refused), with the operator's [`Desired`] state;
 //! - `former/<topic>` → [`FormerTopicRecord`]: the topic was a mirror topic and its mirror was
 //!   deleted; it is an ordinary topic now, but its log still holds fillers (masked for clients);
+//! - `failback/<topic>` → [`FailbackRecord`]: how a failback took the topic back (per partition,
+//!   incremental from the line or restored after quarantining what lay past it), and how far
+//!   it got (a restart resumes from it);
 //! - `partition/<topic>/<p>` → [`PartitionRecord`]: state and progress, written every
 //!   `engine.state_flush_interval_ms` when changed and on shutdown;
 //! - `engine/producer` ([`ENGINE_PRODUCER_KEY`]): the engine's producer identity
@@ -91,6 +94,50 @@ pub struct FormerTopicRecord {
     /// The offset shifts the topic had as a mirror topic: they stay for its life.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub offset_shifts: Vec<i64>,
+}
+
+/// Key prefix of a failback's record.
+pub(crate) const FAILBACK_PREFIX: &str = "failback/";
+
+/// A failback of a destination topic: the mirror started for a topic that held data, copied
+/// from here to the source's cluster before a failover (`failback`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailbackRecord {
+    /// The mirror here that takes the topic back.
+    pub mirror: String,
+    /// The mirror on the source's proxy that had copied it there (and was stopped).
+    pub source_mirror: String,
+    /// The destination topic's id when the failback was planned (32 hex digits): a record of an
+    /// earlier topic of that name is not this failback's.
+    pub topic_id: String,
+    pub at_ms: i64,
+    /// `incremental` (every partition continues at its line), `quarantining`, `quarantined`
+    /// (the tail is in the quarantine topic; the topic is being re-created) or `restoring`.
+    pub phase: String,
+    /// Where the records past the line went (empty for an incremental failback).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub quarantine_topic: String,
+    pub partitions: Vec<FailbackPartition>,
+}
+
+/// One partition of a [`FailbackRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailbackPartition {
+    pub partition: i32,
+    /// The line the source recorded (first offset not copied; -1 none) and its epoch.
+    pub line: i64,
+    pub line_epoch: i32,
+    /// This cluster's log end when planned.
+    pub end: i64,
+    /// First offset quarantined (= `end` when nothing is).
+    pub quarantined_from: i64,
+    /// Data records, transaction markers and fillers in `[quarantined_from, end)`, once copied.
+    #[serde(default)]
+    pub records: u64,
+    #[serde(default)]
+    pub markers: u64,
+    #[serde(default)]
+    pub fillers: u64,
 }
 
 /// A topic id as 32 hex digits (the state topic's form).
@@ -283,14 +330,18 @@ pub enum How {
     Created,
     /// It existed and was empty.
     Adopted,
+    /// It existed with data this cluster had been the source of, and a failback took it over at
+    /// the line the other cluster's copy stopped at (`failback`).
+    FailedBack,
 }
 
 impl Named for How {
-    const ALL: &'static [Self] = &[Self::Created, Self::Adopted];
+    const ALL: &'static [Self] = &[Self::Created, Self::Adopted, Self::FailedBack];
     fn as_str(self) -> &'static str {
         match self {
             Self::Created => "created",
             Self::Adopted => "adopted",
+            Self::FailedBack => "failed-back",
         }
     }
 }

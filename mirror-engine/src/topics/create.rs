@@ -158,12 +158,15 @@ pub enum Prepared {
     AdoptedEmpty(usize),
     /// The state topic already records it as this mirror's.
     Owned(usize),
+    /// It held the data this cluster had been the source of, and a failback takes it over where
+    /// it ends (`failback`).
+    FailedBack(usize),
 }
 
 impl Prepared {
     pub fn partitions(self) -> usize {
         match self {
-            Self::Created(n) | Self::AdoptedEmpty(n) | Self::Owned(n) => n,
+            Self::Created(n) | Self::AdoptedEmpty(n) | Self::Owned(n) | Self::FailedBack(n) => n,
         }
     }
 }
@@ -299,7 +302,7 @@ pub async fn partitions_holding_data(destination: &ClusterClient, topic: &str, p
 }
 
 /// Sets [`FORCED_CONFIGS`] on an existing destination topic the mirror adopts.
-async fn set_forced_configs(destination: &ClusterClient, topic: &str) -> Result<(), MirrorError> {
+pub(crate) async fn set_forced_configs(destination: &ClusterClient, topic: &str) -> Result<(), MirrorError> {
     let mut r = AlterConfigsResource::default();
     r.resource_type = topic_configs::TOPIC_RESOURCE;
     r.resource_name = StrBytes::from_string(topic.to_owned());

@@ -119,7 +119,7 @@ impl PartitionTask {
 /// for up to `replica.lag.time.max.ms` when an in-sync follower is down. Writing before it
 /// settles would place the next batch after that one and break the identical-offset invariant,
 /// so the engine waits (bounded by `UNSETTLED_LIMIT`, then retries with backoff).
-pub(super) async fn settled_offsets(
+pub(crate) async fn settled_offsets(
     conn: &kmp_protocol::shared_client::SharedConnection,
     topic: &str,
     partition: i32,

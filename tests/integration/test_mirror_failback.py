@@ -1,0 +1,153 @@
+"""Failback: the way back after a failover, with a proxy in front of each cluster (PA in front of
+A, PB in front of B). A → B runs on PB with PA as its source; failover stops it there (B's topic
+writable, the line recorded); clients write on B; then a mirror B → A started on PA (source: PB)
+takes A's topic back. PA asks PB for the line (DescribeClusterMirrors with A's cluster id and
+topic id) and, per partition, continues incrementally where A ends at the line, or keeps what A
+holds past it in a quarantine topic and restores A's topic from B at identical offsets. A loop
+(B still copying the topic from A) is refused without stopping A's writers. Issue #39."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka.admin import AdminClient
+
+from conftest import ProxyProcess, unique
+from kmp_common import wait_until
+from mirror import call, create, describe, produce_one, produce_plain, read_all, strip_fillers, wait_caught_up
+
+PARTITIONS = 2
+QUARANTINE_PREFIX = "kmp-quarantine."
+
+
+def start_mirror(proxy, name: str, source_bootstrap: str, topic: str) -> None:
+    status, r = call(proxy, "POST", "/v1/mirrors", {"name": name, "configs": {"bootstrap.servers": source_bootstrap}})
+    assert status == 201 and r["error_code"] == 0, f"create mirror {name}: {r}"
+    status, r = call(proxy, "POST", f"/v1/mirrors/{name}/start", {"topics": [topic]})
+    assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"start {topic} on {name}: {r}"
+
+
+def states(proxy, mirror: str, topic: str) -> set[str]:
+    """The states the topic's partitions show (none while the topic is being prepared)."""
+    status, body = call(proxy, "GET", f"/v1/mirrors/{mirror}")
+    assert status == 200, body
+    return {p["state"] for t in body["topics"] if t["topic"] == topic for p in t["partitions"]}
+
+
+def quarantine_topics(bootstrap: str, topic: str) -> list[str]:
+    names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    return sorted(t for t in names if t.startswith(QUARANTINE_PREFIX) and t.endswith(f".{topic}"))
+
+
+def names(topic: str) -> tuple[str, str]:
+    """The mirrors A → B (on PB) and B → A (on PA) of a test (proxies of the suite share state
+    topics, so each test names its own)."""
+    return f"fwd-{topic}", f"back-{topic}"
+
+
+def failed_over(clusters, workdir, topic: str, unmirrored_on_a: int):
+    """A's `topic` (100 records) mirrored to B by PB (source PA), `unmirrored_on_a` more written
+    on A while PB's copy is paused, then stopped on PB (the failover) and 30 written on B through
+    PB. Returns (PA, PB)."""
+    fwd, _ = names(topic)
+    a, b = clusters
+    create(a.bootstrap, topic, PARTITIONS)
+    pa = ProxyProcess(a.bootstrap, workdir).start()
+    pb = ProxyProcess(b.bootstrap, workdir).start()
+    produce_plain(pa.bootstrap, topic, 100)
+    start_mirror(pb, fwd, pa.bootstrap, topic)
+    wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+    if unmirrored_on_a:
+        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/pause", {"topics": [topic]})
+        assert status == 200, r
+        wait_until("paused on PB", lambda: states(pb, fwd, topic) == {"paused"}, 30)
+        produce_plain(pa.bootstrap, topic, unmirrored_on_a, start=1000)
+        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic]})
+    else:
+        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+    assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover on PB: {r}"
+    wait_until("stopped on PB", lambda: states(pb, fwd, topic) == {"stopped"}, 30)
+    produce_plain(pb.bootstrap, topic, 30, start=2000)
+    return pa, pb
+
+
+def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_record(clusters, workdir):
+    a, b = clusters
+    topic = unique("fb-planned")
+    fwd, back = names(topic)
+    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=0)
+    try:
+        before = read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted")
+        start_mirror(pa, back, pb.bootstrap, topic)
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 30)
+        on_a = read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted")
+        assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A equals B record for record after the failback"
+        assert set(before) <= set(on_a) and len(on_a) == len(before) + 30, "A's own records stayed where they were; B's 30 followed them"
+        assert quarantine_topics(a.bootstrap, topic) == [], "nothing to quarantine after a planned failover"
+        err, _ = produce_one(pa.bootstrap, topic, 0)
+        assert err is not None, "A's topic is read-only through PA while it mirrors B"
+        # B's clients keep writing; they reach A.
+        produce_plain(pb.bootstrap, topic, 10, start=3000)
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        # Back on A: stop the way back (failover to A).
+        status, r = call(pa, "POST", f"/v1/mirrors/{back}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], r
+        wait_until("stopped on PA", lambda: states(pa, back, topic) == {"stopped"}, 30)
+        err, offset = produce_one(pa.bootstrap, topic, 0)
+        assert err is None and offset >= 0, f"A's topic is writable again: {err}"
+    finally:
+        pa.stop()
+        pb.stop()
+
+
+def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restored_from_b(clusters, workdir):
+    a, b = clusters
+    topic = unique("fb-disaster")
+    fwd, back = names(topic)
+    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=40)
+    try:
+        lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
+        tail = [r for r in read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
+        assert len(tail) == 40, f"A holds the 40 records B never got past the line {lines}: {len(tail)}"
+        start_mirror(pa, back, pb.bootstrap, topic)
+        wait_until("a quarantine topic on A", lambda: quarantine_topics(a.bootstrap, topic), 60)
+        wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))
+        assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A restored from B record for record"
+        [quarantine] = quarantine_topics(a.bootstrap, topic)
+        kept = read_all(a.bootstrap, quarantine, PARTITIONS, "read_uncommitted")
+        def where(r) -> tuple:
+            h = dict(r[4])
+            return (int(h["kmp.quarantine.partition"]), int(h["kmp.quarantine.offset"]), r[2], r[3],
+                    tuple(x for x in r[4] if not x[0].startswith("kmp.quarantine.")), int(h["kmp.quarantine.timestamp"]))
+        assert sorted(where(r) for r in kept) == tail, "the quarantine topic holds exactly A's tail: where it was, key, value, headers, timestamp"
+        assert all(r[5] == int(dict(r[4])["kmp.quarantine.timestamp"]) for r in kept), "quarantined records keep their timestamps"
+    finally:
+        pa.stop()
+        pb.stop()
+
+
+def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_and_refused(clusters, workdir):
+    a, b = clusters
+    topic = unique("fb-loop")
+    fwd, back = names(topic)
+    create(a.bootstrap, topic, PARTITIONS)
+    pa = ProxyProcess(a.bootstrap, workdir).start()
+    pb = ProxyProcess(b.bootstrap, workdir).start()
+    try:
+        produce_plain(pa.bootstrap, topic, 20)
+        start_mirror(pb, fwd, pa.bootstrap, topic)
+        wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+        start_mirror(pa, back, pb.bootstrap, topic)
+        wait_until("the way back FAILED", lambda: "failed" in states(pa, back, topic), 60)
+        reason = " ".join(str(p.get("last_error")) for p in describe(pa, back, topic)["partitions"])
+        assert "loop" in reason and fwd in reason, f"the reason names the loop and the other side's mirror: {reason}"
+        err, _ = produce_one(pa.bootstrap, topic, 0)
+        assert err is None, f"A's writers were never stopped: {err}"
+        time.sleep(1)
+        wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+    finally:
+        pa.stop()
+        pb.stop()
