@@ -151,3 +151,76 @@ def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_a
     finally:
         pa.stop()
         pb.stop()
+
+
+def test_a_second_failback_takes_the_topic_home_again_incrementally_both_ways(clusters, workdir):
+    a, b = clusters
+    topic = unique("fb-twice")
+    fwd, back = names(topic)
+    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=0)
+    try:
+        start_mirror(pa, back, pb.bootstrap, topic)  # B → A
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        status, r = call(pa, "POST", f"/v1/mirrors/{back}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover to A: {r}"
+        wait_until("stopped on PA", lambda: states(pa, back, topic) == {"stopped"}, 30)
+        produce_plain(pa.bootstrap, topic, 25, start=4000)
+        # A → B again: the stopped topic of PB's first mirror is started again there.
+        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/start", {"topics": [topic]})
+        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"start the stopped topic again on PB: {r}"
+        wait_until("mirroring A → B again", lambda: states(pb, fwd, topic) == {"mirroring"}, 60)
+        wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+        assert read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), \
+            "B equals A record for record after the second failback"
+        assert quarantine_topics(a.bootstrap, topic) == quarantine_topics(b.bootstrap, topic) == [], "planned both ways: nothing quarantined"
+        err, _ = produce_one(pb.bootstrap, topic, 0)
+        assert err is not None, "B's topic is read-only through PB again"
+        produce_plain(pa.bootstrap, topic, 5, start=5000)
+        wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+    finally:
+        pa.stop()
+        pb.stop()
+
+
+def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantine_is_recorded_resumes_without_a_duplicate(clusters, workdir):
+    a, b = clusters
+    topic = unique("fb-kill")
+    fwd, back = names(topic)
+    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=20_000)
+    try:
+        lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
+        tail = [r for r in read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
+        start_mirror(pa, back, pb.bootstrap, topic)
+        consumer_conf = {"bootstrap.servers": a.bootstrap, "group.id": unique("q")}
+
+        def quarantining() -> bool:
+            found = quarantine_topics(a.bootstrap, topic)
+            if not found:
+                return False
+            from confluent_kafka import Consumer, TopicPartition
+            c = Consumer(consumer_conf)
+            try:
+                return any(c.get_watermark_offsets(TopicPartition(found[0], p), timeout=10)[1] > 0 for p in range(PARTITIONS))
+            finally:
+                c.close()
+        wait_until("the quarantine copy under way", quarantining, 60, interval=0.05)
+        assert pa.stop(9) != 0
+        pa = ProxyProcess(a.bootstrap, workdir).start()
+
+        # Killed again as soon as the quarantine is recorded complete: in its delete or restore step.
+        wait_until("the quarantine recorded complete", lambda: "the records past the line are in the quarantine topic" in pa.log(), 90,
+                   interval=0.02)
+        assert pa.stop(9) != 0
+        pa = ProxyProcess(a.bootstrap, workdir).start()
+        wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))
+        assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A restored from B record for record"
+        [quarantine] = quarantine_topics(a.bootstrap, topic)
+        kept = read_all(a.bootstrap, quarantine, PARTITIONS, "read_uncommitted")
+        where = sorted((int(dict(r[4])["kmp.quarantine.partition"]), int(dict(r[4])["kmp.quarantine.offset"]), r[3]) for r in kept)
+        assert len(where) == len(set(where)) == len(tail), f"every record of A's tail quarantined once: {len(where)} kept ({len(set(where))} distinct), tail {len(tail)}"
+        assert where == [(r[0], r[1], r[3]) for r in tail], "the quarantine holds exactly A's tail"
+    finally:
+        pa.stop()
+        pb.stop()

@@ -12,6 +12,7 @@ use crate::control::settings::{check_endpoints, check_patterns, check_sources, c
 use tokio::sync::oneshot;
 
 use crate::control::{TermCommand, TermControl, TopicResult, codes};
+use crate::error::MirrorError;
 use crate::state::records::Desired;
 use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
@@ -155,11 +156,28 @@ impl TermControl {
                     continue;
                 }
                 (Some(_), Some(Desired::Stopped)) => {
-                    results.push(r(
-                        INVALID_CLUSTER_MIRROR_STATES,
-                        format!("topic {t} was stopped (failed over); re-mirroring it needs the destination topic deleted first (a proxy cannot truncate it)"),
-                    ));
-                    continue;
+                    // Started again after a stop: a failback when the source is the proxy in front
+                    // of the other cluster (it knows the line); a plain broker cannot tell.
+                    match crate::failback::lookup::source_is_proxy(&source).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            results.push(r(
+                                INVALID_CLUSTER_MIRROR_STATES,
+                                format!(
+                                    "topic {t} was stopped (failed over); mirroring it again needs the mirror's source to be the proxy in front of the other cluster (a failback: docs/disaster-recovery.md), or the destination topic deleted first"
+                                ),
+                            ));
+                            continue;
+                        }
+                        Err(e) => {
+                            results.push(r(codes::REQUEST_TIMED_OUT, format!("cannot reach the source cluster: {e}")));
+                            continue;
+                        }
+                    }
+                    if let Err(e) = self.restart_stopped(name, t).await {
+                        results.push(r(codes::COORDINATOR_NOT_AVAILABLE, format!("cannot start {t} again: {e}")));
+                        continue;
+                    }
                 }
                 (Some(_), _) => {
                     results.push(r(MIRROR_TOPIC_NOT_STOPPED, format!("topic {t} is already mirrored by {name}")));
@@ -218,6 +236,25 @@ impl TermControl {
         }
         self.set_definition(def);
         (codes::NONE, None, results)
+    }
+
+    /// Lets go of stopped topic `topic` of mirror `name` so that the mirror takes it up again
+    /// like a new one (the failback's checks decide how): its records are dropped — the line
+    /// it recorded served the other side's failback, which this start follows — and this term
+    /// forgets it.
+    async fn restart_stopped(&self, name: &str, topic: &str) -> Result<(), MirrorError> {
+        let store = self.store().ok_or(MirrorError::Fenced)?;
+        let owner = store.topic_owner(topic);
+        let former = crate::state::records::FormerTopicRecord {
+            mirror: name.to_owned(),
+            topic_id: self.catalog().topic_id(topic).map(crate::state::records::id_to_hex).unwrap_or_default(),
+            at_ms: crate::state::status::now_ms(),
+            offset_shifts: owner.as_ref().map(|o| o.offset_shifts.clone()).unwrap_or_default(),
+        };
+        store.detach_topic(topic, owner.map_or(0, |o| o.partitions), &former).await?;
+        self.forget_topic(topic);
+        info!(mirror = name, topic, "stopped topic started again: taken up as a new mirror topic (a failback)");
+        Ok(())
     }
 
     /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become

@@ -63,11 +63,11 @@ pub struct PartitionTask {
     /// The destination's produce lanes.
     pub producers: Producers,
     pub status: StatusBoard,
-    /// The destination topic was just created (or adopted empty) for the mirror: until this
-    /// task's first write lands the partition must still be empty, from offset 0 on; a record
-    /// there is not the mirror's and the partition fails (`fresh_topic`) instead of resuming
-    /// after it.
-    pub expect_empty: bool,
+    /// The destination log end (destination offset) this task must find until its first write
+    /// lands: 0 for a topic just created (or adopted empty) for the mirror, the line for one a
+    /// failback took over (`failback`). Anything else there is not the mirror's and the
+    /// partition fails (`fresh_topic`) instead of resuming after it.
+    pub expect_end: Option<i64>,
     /// Source offset minus destination offset (`copy::shift`): 0 unless the source's log start
     /// was too far out to fill when the mirror created the topic. The task works in source
     /// offsets; `resume` and the sink convert where they talk to the destination.
@@ -135,7 +135,7 @@ impl PartitionTask {
             if self.written() > written_before || !uncertain.is_empty() {
                 // The mirror wrote (or may have): what the destination holds is checked
                 // against what it sent from now on (`landed`).
-                self.expect_empty = false;
+                self.expect_end = None;
             }
             let Some(result) = result else { continue };
             match result {

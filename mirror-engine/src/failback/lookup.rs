@@ -38,12 +38,25 @@ pub(crate) enum Lookup {
     Copied { mirror: String, partitions: Vec<Option<SourcePartition>> },
 }
 
+/// Whether `source` answers the KIP-1279 mirror RPCs (a proxy, not a broker).
+pub(crate) async fn source_is_proxy(source: &ClusterClient) -> Result<bool, MirrorError> {
+    let mut conn = source.connect_any().await?;
+    let versions = conn.api_versions().await.map_err(|e| source.wrap(e))?;
+    Ok(answers_lookups(&versions))
+}
+
+fn answers_lookups(versions: &[(i16, i16, i16)]) -> bool {
+    [api::DESCRIBE_CLUSTER_MIRRORS, api::LIST_CLUSTER_MIRRORS]
+        .iter()
+        .all(|key| versions.iter().any(|&(k, min, _)| k == *key && min <= 0))
+}
+
 /// Asks `source` about `topic` (this cluster's id `cluster_id`, the topic's id here `topic_id`,
 /// `partitions` partitions here).
 pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, topic_id: [u8; 16], partitions: usize) -> Result<Lookup, MirrorError> {
     let mut conn = source.connect_any().await?;
     let versions = conn.api_versions().await.map_err(|e| source.wrap(e))?;
-    if !versions.iter().any(|&(k, min, _)| k == api::DESCRIBE_CLUSTER_MIRRORS && min <= 0) {
+    if !answers_lookups(&versions) {
         return Ok(Lookup::NotAProxy);
     }
     let mut list = api::W::default();

@@ -75,6 +75,8 @@ impl FollowedState {
             Some(("partition", rest)) => self.partition(key, rest, value),
             // The engine's producer identity: nothing a follower enforces or shows.
             Some(("engine", "producer")) => Applied::Changed,
+            // How a failback took a topic back: the topic's own record says what clients may do.
+            Some(("failback", _)) => Applied::Changed,
             // A management request forwarded by a standby: the active instance answers it.
             Some(("request", _)) => Applied::Changed,
             // The answer to one: handed to the caller waiting on this instance, if it is here.

@@ -34,7 +34,7 @@ pub(crate) fn start_topic(ctx: TopicContext, topic: String) {
                 let (_, desired) = watch::channel(Desired::Mirroring);
                 let identity = SourceTopicId::default();
                 for p in 0..n as i32 {
-                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone(), false, 0);
+                    start_partition(&ctx, &topic, p, desired.clone(), identity.clone(), None, 0);
                 }
                 return;
             }
@@ -62,8 +62,10 @@ struct Ready {
     /// The source topic's id (when known).
     source_id: Option<[u8; 16]>,
     /// Created or adopted empty by this preparation: its partitions must still be empty when
-    /// their tasks start (`PartitionTask::expect_empty`).
+    /// their tasks start (`PartitionTask::expect_end`).
     fresh: bool,
+    /// Taken over by a failback: per partition, the end its task must find (the line).
+    failback_ends: Vec<i64>,
     /// Per partition, source offset minus destination offset (`copy::shift`); none past the end.
     shifts: Vec<i64>,
 }
@@ -76,6 +78,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         partitions,
         source_id,
         fresh: false,
+        failback_ends: Vec::new(),
         shifts: owner
             .as_ref()
             .filter(|o| o.mirror == m.name)
@@ -116,7 +119,7 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
     // it shows as RETRYING with the reason (topic level: partition -1), logged when it changes.
     let topic_key = (m.name.clone(), topic.to_owned(), -1);
     let mut last_error = String::new();
-    let (prepared, source_id, destination_id, shifts) = loop {
+    let (prepared, source_id, destination_id, shifts, failback_ends) = loop {
         match create_or_adopt(ctx, topic, owner.is_some(), &filter).await {
             Ok(p) => break p,
             Err(e) if e.is_retriable() => {
@@ -197,21 +200,21 @@ async fn prepare_topic(ctx: &TopicContext, topic: &str) -> Result<Ready, MirrorE
         partitions: prepared.partitions(),
         source_id: Some(source_id),
         fresh,
+        failback_ends,
         shifts,
     })
 }
 
+/// What one attempt of [`create_or_adopt`] made of the topic: how it came to be the mirror's,
+/// the source topic's id, the destination topic's id (all zero if not known), the partitions'
+/// offset shifts, and for a failback taken over at its lines, the lines.
+type Adopted = (Prepared, [u8; 16], [u8; 16], Vec<i64>, Vec<i64>);
+
 /// One attempt to create or adopt the destination topic: reads the source topic, makes the
-/// claim read-only for clients, then creates (or adopts) the topic. Returns how it came to be
-/// the mirror's, the source topic's id, the destination topic's id (all zero if not known) and
-/// the partitions' offset shifts (decided here for a topic that is not owned yet, before it
-/// exists: `copy::shift`).
-async fn create_or_adopt(
-    ctx: &TopicContext,
-    topic: &str,
-    owned: bool,
-    filter: &crate::topics::configs::ConfigFilter,
-) -> Result<(Prepared, [u8; 16], [u8; 16], Vec<i64>), MirrorError> {
+/// claim read-only for clients, then creates (or adopts, or takes back in a failback) the
+/// topic. The partitions' offset shifts are decided here for a topic that is not owned yet,
+/// before it exists (`copy::shift`).
+async fn create_or_adopt(ctx: &TopicContext, topic: &str, owned: bool, filter: &crate::topics::configs::ConfigFilter) -> Result<Adopted, MirrorError> {
     let m = &ctx.mirror;
     let shape = topics::source_shape(&ctx.source, topic, filter).await?;
     let shifts = if owned {
@@ -252,7 +255,13 @@ async fn create_or_adopt(
             // Taken over where it ends: its offsets are this cluster's own, never shifted.
             crate::failback::restore::take_over(ctx, topic, &fb, shape.partitions).await?;
             ctx.shared.topics.set_shifts(topic, &[]);
-            return Ok((Prepared::FailedBack(shape.partitions), shape.topic_id, fb.topic_id, Vec::new()));
+            let ends = (0..shape.partitions)
+                .map(|p| match fb.partitions.get(p) {
+                    Some((_, _, crate::failback::plan::Path::Incremental { at })) => *at,
+                    _ => 0, // grown on the source after the failover: new and empty here
+                })
+                .collect();
+            return Ok((Prepared::FailedBack(shape.partitions), shape.topic_id, fb.topic_id, Vec::new(), ends));
         }
         // What lies past the line is kept in the quarantine topic; then the topic is created
         // again below and restored from the source.
@@ -263,7 +272,7 @@ async fn create_or_adopt(
     // mirror's first record).
     ctx.shared.topics.set_shifts(topic, &shifts);
     let (prepared, destination_id) = topics::create_or_adopt(&ctx.shared.destination, topic, &shape, m.replication_factor, owned).await?;
-    Ok((prepared, shape.topic_id, destination_id, shifts))
+    Ok((prepared, shape.topic_id, destination_id, shifts, Vec::new()))
 }
 
 /// Waits `backoff` before the next attempt, or fails with [`MirrorError::Fenced`] as soon as the
@@ -320,6 +329,7 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
         partitions,
         source_id,
         fresh,
+        failback_ends,
         shifts,
     } = ready;
     let shifts: Arc<[i64]> = Arc::from(shifts);
@@ -340,7 +350,7 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
     let spawn: Arc<dyn Fn(i32) + Send + Sync> = Arc::new(move |p| {
         let _entered = span.enter();
         let shift = crate::copy::shift::of(&spawn_shifts, p);
-        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone(), false, shift);
+        start_partition(&spawn_ctx, &spawn_topic, p, rx.clone(), identity.clone(), None, shift);
     });
     let rt = control::TopicRuntime {
         mirror: ctx.mirror.name.clone(),
@@ -351,13 +361,14 @@ fn run_topic(ctx: &TopicContext, topic: &str, ready: Ready) {
     ctx.shared.control.add_topic(topic, rt);
     if desired == Desired::Mirroring {
         for p in 0..partitions as i32 {
+            let expect_end = if fresh { Some(0) } else { failback_ends.get(p as usize).copied() };
             start_partition(
                 ctx,
                 topic,
                 p,
                 first_rx.clone(),
                 first_identity.clone(),
-                fresh,
+                expect_end,
                 crate::copy::shift::of(&shifts, p),
             );
         }
@@ -416,9 +427,18 @@ fn open_stopped_topic(ctx: &TopicContext, topic: &str) {
 }
 
 /// Spawns one partition's task, or restores its sticky FAILED state from the state topic.
-/// `fresh`: the topic was just created or adopted empty (its partition must still be empty);
+/// `expect_end`: the destination end the task must find until its first write (0: the topic
+/// was just created or adopted empty; a failback's line);
 /// `shift`: its source offset minus destination offset (`copy::shift`).
-fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Receiver<Desired>, source_topic_id: SourceTopicId, fresh: bool, shift: i64) {
+fn start_partition(
+    ctx: &TopicContext,
+    topic: &str,
+    p: i32,
+    desired: watch::Receiver<Desired>,
+    source_topic_id: SourceTopicId,
+    expect_end: Option<i64>,
+    shift: i64,
+) {
     if !ctx.shared.part.copies(topic, p) {
         return;
     }
@@ -455,7 +475,7 @@ fn start_partition(ctx: &TopicContext, topic: &str, p: i32, desired: watch::Rece
         fetchers: ctx.fetchers.clone(),
         producers: ctx.shared.producers.clone(),
         status: ctx.shared.status.clone(),
-        expect_empty: fresh,
+        expect_end,
         shift,
         epochs: std::sync::Mutex::default(),
         stored_line: stored.as_ref().map(|r| (r.last_mirror_epoch, r.next_offset)),

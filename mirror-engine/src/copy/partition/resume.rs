@@ -30,8 +30,11 @@ impl PartitionTask {
         let (topic, partition) = (topic.as_str(), *partition);
         let (dest_conn, epoch) = self.destination.leader_link(topic, partition).await?;
         let (dest_log_start, next) = self.settled(&dest_conn, epoch).await?;
-        if self.expect_empty && uncertain.is_empty() && next > self.shift {
-            return Err(crate::copy::fresh_topic::forged(topic, partition, 0, next - self.shift));
+        if let Some(want) = self.expect_end
+            && uncertain.is_empty()
+            && next - self.shift != want
+        {
+            return Err(crate::copy::fresh_topic::forged(topic, partition, want, next - self.shift));
         }
         self.epochs
             .lock()
