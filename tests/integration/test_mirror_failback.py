@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import time
 
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from conftest import ProxyProcess, unique
 from kmp_common import wait_until
-from mirror import call, create, describe, produce_one, produce_plain, read_all, strip_fillers, wait_caught_up
+from mirror import call, create, describe, high_watermarks, produce_one, produce_plain, read_all, strip_fillers, wait_caught_up
 
 PARTITIONS = 2
 QUARANTINE_PREFIX = "kmp-quarantine."
@@ -32,6 +33,23 @@ def states(proxy, mirror: str, topic: str) -> set[str]:
     status, body = call(proxy, "GET", f"/v1/mirrors/{mirror}")
     assert status == 200, body
     return {p["state"] for t in body["topics"] if t["topic"] == topic for p in t["partitions"]}
+
+
+def commit_on(bootstrap: str, group: str, offsets: dict[int, int], topic: str) -> None:
+    """An offsets-only commit (no membership), as an application using assign() makes."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)}
+    finally:
+        c.close()
 
 
 def quarantine_topics(bootstrap: str, topic: str) -> list[str]:
@@ -77,6 +95,11 @@ def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_recor
     fwd, back = names(topic)
     pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=0)
     try:
+        # The application's group moved to B with the failover and committed there.
+        group = unique("fb-group")
+        ends = high_watermarks(b.bootstrap, topic, PARTITIONS)
+        on_b = {p: ends[p] - 3 - p for p in range(PARTITIONS)}
+        commit_on(pb.bootstrap, group, on_b, topic)
         before = read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted")
         start_mirror(pa, back, pb.bootstrap, topic)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
@@ -85,6 +108,7 @@ def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_recor
         assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A equals B record for record after the failback"
         assert set(before) <= set(on_a) and len(on_a) == len(before) + 30, "A's own records stayed where they were; B's 30 followed them"
         assert quarantine_topics(a.bootstrap, topic) == [], "nothing to quarantine after a planned failover"
+        wait_until("the group's offsets back on A as committed on B", lambda: committed(a.bootstrap, group, topic) == on_b, 60)
         err, _ = produce_one(pa.bootstrap, topic, 0)
         assert err is not None, "A's topic is read-only through PA while it mirrors B"
         # B's clients keep writing; they reach A.
