@@ -48,6 +48,7 @@ pub use copy::txn::TXN_ID_PREFIX;
 pub use engine::auto::{ElectionView, EngineSlot, auto};
 pub use engine::{ENGINE_VERSION, Engine, EngineLinks, follow};
 pub use error::MirrorError;
+pub use failback::{Preview as FailbackPreview, PreviewPartition as FailbackPreviewPartition};
 pub use follow::follower::FollowProgress;
 pub use ha::election::{ELECTION_CLIENT_ID, PROTOCOL_TYPE as ELECTION_PROTOCOL_TYPE};
 pub use ha::forward::{ForwardError, Forwarding};

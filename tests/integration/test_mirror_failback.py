@@ -21,9 +21,14 @@ PARTITIONS = 2
 QUARANTINE_PREFIX = "kmp-quarantine."
 
 
-def start_mirror(proxy, name: str, source_bootstrap: str, topic: str) -> None:
+def create_mirror(proxy, name: str, source_bootstrap: str) -> None:
     status, r = call(proxy, "POST", "/v1/mirrors", {"name": name, "configs": {"bootstrap.servers": source_bootstrap}})
     assert status == 201 and r["error_code"] == 0, f"create mirror {name}: {r}"
+
+
+def start_mirror(proxy, name: str, source_bootstrap: str, topic: str, create: bool = True) -> None:
+    if create:
+        create_mirror(proxy, name, source_bootstrap)
     status, r = call(proxy, "POST", f"/v1/mirrors/{name}/start", {"topics": [topic]})
     assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"start {topic} on {name}: {r}"
 
@@ -134,7 +139,19 @@ def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restore
         lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
         tail = [r for r in read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
         assert len(tail) == 40, f"A holds the 40 records B never got past the line {lines}: {len(tail)}"
-        start_mirror(pa, back, pb.bootstrap, topic)
+        # The dry run says what the start would do, and does nothing.
+        create_mirror(pa, back, pb.bootstrap)
+        ends = high_watermarks(a.bootstrap, topic, PARTITIONS)
+        status, r = call(pa, "POST", f"/v1/mirrors/{back}/start", {"topics": [topic], "dry_run": True})
+        assert status == 200 and r["dry_run"] is True, r
+        [preview] = r["topics"]
+        assert preview["outcome"] == "restore" and preview["source_mirror"] == fwd, preview
+        assert [(p["partition"], p["path"], p["line"], p["end"], p["quarantined_from"], p["quarantined_offsets"]) for p in preview["partitions"]] == \
+            [(p, "restore" if ends[p] > lines[p] else "incremental", lines[p], ends[p], lines[p], ends[p] - lines[p]) for p in range(PARTITIONS)], \
+            f"per partition: the path, the line, A's end and what would be quarantined: {preview}"
+        assert quarantine_topics(a.bootstrap, topic) == [] and high_watermarks(a.bootstrap, topic, PARTITIONS) == ends, "the dry run changed nothing"
+        assert states(pa, back, topic) == set(), "nor started the topic"
+        start_mirror(pa, back, pb.bootstrap, topic, create=False)
         wait_until("a quarantine topic on A", lambda: quarantine_topics(a.bootstrap, topic), 60)
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})

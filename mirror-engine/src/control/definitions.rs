@@ -13,6 +13,9 @@ use tokio::sync::oneshot;
 
 use crate::control::{TermCommand, TermControl, TopicResult, codes};
 use crate::error::MirrorError;
+
+/// Most topics one failback dry run looks up.
+pub const MAX_DRY_RUN_TOPICS: usize = 100;
 use crate::state::records::Desired;
 use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
@@ -236,6 +239,34 @@ impl TermControl {
         }
         self.set_definition(def);
         (codes::NONE, None, results)
+    }
+
+    /// What starting `topics` of mirror `name` would do, per topic (a failback's dry run: which
+    /// path each partition takes, how many offsets would be quarantined); nothing changes. At
+    /// most [`MAX_DRY_RUN_TOPICS`] topics: each is looked up on both clusters.
+    pub(crate) async fn failback_plan(&self, name: &str, topics: &[String]) -> Result<Vec<crate::failback::Preview>, (i16, String)> {
+        let _ = self.booted_store().await;
+        let Some(def) = self.definition(name) else {
+            return Err((codes::UNKNOWN_CLUSTER_MIRROR, format!("cluster mirror {name} does not exist")));
+        };
+        if topics.len() > MAX_DRY_RUN_TOPICS {
+            return Err((
+                INVALID_REQUEST,
+                format!("a dry run takes at most {MAX_DRY_RUN_TOPICS} topics, not {}", topics.len()),
+            ));
+        }
+        let (done, planned) = oneshot::channel();
+        let command = TermCommand::FailbackPlan {
+            def: Box::new(def),
+            topics: topics.to_vec(),
+            done,
+        };
+        if !self.command(command).await {
+            return Err((codes::COORDINATOR_NOT_AVAILABLE, "the mirror engine is still starting".into()));
+        }
+        planned
+            .await
+            .map_err(|_| (codes::COORDINATOR_NOT_AVAILABLE, "the mirror engine term ended".into()))
     }
 
     /// Lets go of stopped topic `topic` of mirror `name` so that the mirror takes it up again

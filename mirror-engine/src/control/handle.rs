@@ -196,6 +196,12 @@ impl Control {
         self.booted().await.start_topics(name, topics, include, exclude).await
     }
 
+    /// A failback's dry run: what starting `topics` of mirror `name` would do (see
+    /// `TermControl::failback_plan`).
+    pub async fn failback_plan(&self, name: &str, topics: &[String]) -> Result<Vec<crate::failback::Preview>, (i16, String)> {
+        self.booted().await.failback_plan(name, topics).await
+    }
+
     /// DeleteClusterMirror: only when every topic of the mirror is stopped.
     pub async fn delete_mirror(&self, name: &str) -> (i16, Option<String>) {
         self.booted().await.delete_mirror(name).await

@@ -28,6 +28,12 @@ pub(crate) enum TermCommand {
         topics: Vec<String>,
         done: oneshot::Sender<Vec<(String, String)>>,
     },
+    /// What starting `topics` of mirror `def` would do (a failback's dry run); changes nothing.
+    FailbackPlan {
+        def: Box<MirrorConfig>,
+        topics: Vec<String>,
+        done: oneshot::Sender<Vec<crate::failback::Preview>>,
+    },
 }
 
 /// Which kind of term a control belongs to.

@@ -240,6 +240,19 @@ async fn run_commands(shared: Shared, store: Arc<StateStore>, mut commands: mpsc
                 mirrors::launch(&shared, &store, *def);
                 let _ = done.send(());
             }
+            TermCommand::FailbackPlan { def, topics, done } => {
+                let (destination, source) = (shared.destination.clone(), shared.source_client(&def));
+                tokio::spawn(
+                    async move {
+                        let mut previews = Vec::with_capacity(topics.len());
+                        for t in &topics {
+                            previews.push(crate::failback::preview(&destination, &source, t).await);
+                        }
+                        let _ = done.send(previews);
+                    }
+                    .in_current_span(),
+                );
+            }
             TermCommand::FinalSync { mirror, topics, done } => {
                 // Concurrent stops sync concurrently, as when each ran its pass itself.
                 let shared = shared.clone();

@@ -97,7 +97,11 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
 pub(crate) fn read(listed: &ListResponse, resp: &DescribeResponse, cluster_id: &str, topic: &str, topic_id: [u8; 16], partitions: usize) -> Lookup {
     // A mirror there that copies from here and holds the topic: unless every partition of it
     // is stopped there, mirroring it back makes a loop.
-    for m in listed.mirrors.iter().filter(|m| m.source_cluster_id == cluster_id && m.topic_names.iter().any(|t| t == topic)) {
+    for m in listed
+        .mirrors
+        .iter()
+        .filter(|m| m.source_cluster_id == cluster_id && m.topic_names.iter().any(|t| t == topic))
+    {
         let parts = resp
             .mirrors
             .iter()
@@ -212,7 +216,11 @@ mod tests {
         assert_eq!(read(&l, &none, "here", "t", [7; 16], 1), Lookup::NotCopiedFromHere);
         let found = answer(vec![(0, 3)], vec![(0, "STOPPED", 40, 3)]);
         assert_eq!(read(&l, &found, "here", "t", [8; 16], 1), Lookup::NotCopiedFromHere, "another topic id");
-        assert_eq!(read(&l, &found, "here", "u", [7; 16], 1), Lookup::NotCopiedFromHere, "no entry for the topic's name");
+        assert_eq!(
+            read(&l, &found, "here", "u", [7; 16], 1),
+            Lookup::NotCopiedFromHere,
+            "no entry for the topic's name"
+        );
     }
 
     #[test]
@@ -224,7 +232,10 @@ mod tests {
         };
         assert_eq!(read(&listed("here", &["t"]), &copying, "here", "t", [7; 16], 2), loop_);
         let preparing = DescribeResponse::default();
-        assert!(matches!(read(&listed("here", &["t"]), &preparing, "here", "t", [7; 16], 2), Lookup::Loop { .. }), "no entries yet");
+        assert!(
+            matches!(read(&listed("here", &["t"]), &preparing, "here", "t", [7; 16], 2), Lookup::Loop { .. }),
+            "no entries yet"
+        );
         assert_eq!(
             read(&listed("elsewhere", &["t"]), &copying, "here", "t", [7; 16], 2),
             Lookup::NotCopiedFromHere,

@@ -22,6 +22,7 @@ pub(crate) mod restore;
 
 use tracing::info;
 
+use crate::cluster::client::ClusterClient;
 use crate::context::TopicContext;
 use crate::error::MirrorError;
 use crate::state::records::{FAILBACK_PREFIX, FailbackPartition, FailbackRecord, id_to_hex};
@@ -101,7 +102,16 @@ pub(crate) struct Lines {
 /// match (`source_partitions`: the source topic's count). Asked before the topic is made
 /// read-only here: a refused loop must not stop the topic's own writers, even for a moment.
 pub(crate) async fn lines(ctx: &TopicContext, topic: &str, source_partitions: usize) -> Result<Option<Lines>, MirrorError> {
-    let destination = &ctx.shared.destination;
+    lines_between(&ctx.shared.destination, &ctx.source, topic, source_partitions).await
+}
+
+/// [`lines`] of `topic` on `destination`, asked of `source`.
+pub(crate) async fn lines_between(
+    destination: &ClusterClient,
+    source: &ClusterClient,
+    topic: &str,
+    source_partitions: usize,
+) -> Result<Option<Lines>, MirrorError> {
     let here = destination.layout_now(topic).await?;
     if here.error_code != 0 || here.partitions.is_empty() {
         return Ok(None);
@@ -114,7 +124,7 @@ pub(crate) async fn lines(ctx: &TopicContext, topic: &str, source_partitions: us
         });
     };
     let count = here.partitions.len();
-    let (source_mirror, lines) = match lookup::ask(&ctx.source, &cluster_id, topic, here.topic_id, count).await? {
+    let (source_mirror, lines) = match lookup::ask(source, &cluster_id, topic, here.topic_id, count).await? {
         Lookup::NotAProxy | Lookup::NotCopiedFromHere => return Ok(None),
         Lookup::Copied { mirror, partitions } => (mirror, partitions),
         Lookup::Loop { mirror, state } => {
@@ -126,7 +136,11 @@ pub(crate) async fn lines(ctx: &TopicContext, topic: &str, source_partitions: us
             });
         }
     };
-    if let Some((p, s)) = lines.iter().enumerate().find_map(|(p, s)| s.as_ref().filter(|s| s.state != "STOPPED").map(|s| (p, s))) {
+    if let Some((p, s)) = lines
+        .iter()
+        .enumerate()
+        .find_map(|(p, s)| s.as_ref().filter(|s| s.state != "STOPPED").map(|s| (p, s)))
+    {
         // Lines of this topic from here in a mirror not listed as copying from here: still
         // not stopped there, so not a line to fail back from yet.
         return Err(MirrorError::Failback {
@@ -152,8 +166,7 @@ pub(crate) async fn lines(ctx: &TopicContext, topic: &str, source_partitions: us
 
 /// The failback's plan for `topic` (read-only here by now): per partition, this log against the
 /// line.
-pub(crate) async fn plan(ctx: &TopicContext, topic: &str, lines: Lines) -> Result<Failback, MirrorError> {
-    let destination = &ctx.shared.destination;
+pub(crate) async fn plan(destination: &ClusterClient, topic: &str, lines: Lines) -> Result<Failback, MirrorError> {
     let now = destination.layout_now(topic).await?;
     if now.topic_id != lines.topic_id {
         return Err(MirrorError::Broker {
@@ -185,4 +198,95 @@ pub(crate) async fn plan(ctx: &TopicContext, topic: &str, lines: Lines) -> Resul
         "a failback: the source proxy copied this topic from here and stopped"
     );
     Ok(fb)
+}
+
+/// What starting `topic` would do, for a dry run (`TermCommand::FailbackPlan`): nothing changes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Preview {
+    pub topic: String,
+    /// `new` (no topic here that the source proxy copied from here: the usual creation or
+    /// adoption), `incremental`, `restore`, or `refused` (with `reason`).
+    pub outcome: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The mirror on the source proxy that had copied the topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_mirror: Option<String>,
+    pub partitions: Vec<PreviewPartition>,
+}
+
+/// One partition of a [`Preview`].
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PreviewPartition {
+    pub partition: i32,
+    /// `incremental` or `restore`.
+    pub path: &'static str,
+    /// The source proxy's line (first offset not copied; -1 none) and its epoch.
+    pub line: i64,
+    pub line_epoch: i32,
+    /// This cluster's log start and end.
+    pub log_start: i64,
+    pub end: i64,
+    /// Offsets that would be quarantined (`quarantined_from..end`).
+    pub quarantined_from: i64,
+    pub quarantined_offsets: i64,
+}
+
+/// The [`Preview`] of starting `topic`, a mirror from `source` into `destination`.
+pub(crate) async fn preview(destination: &ClusterClient, source: &ClusterClient, topic: &str) -> Preview {
+    let refused = |reason: String| Preview {
+        topic: topic.to_owned(),
+        outcome: "refused".into(),
+        reason: Some(reason),
+        source_mirror: None,
+        partitions: Vec::new(),
+    };
+    let partitions = match source.layout_now(topic).await {
+        Ok(l) if l.error_code == 0 => l.partitions.len(),
+        Ok(_) => return refused(format!("topic {topic} does not exist on the source cluster")),
+        Err(e) => return refused(format!("cannot reach the source cluster: {e}")),
+    };
+    let lines = match lines_between(destination, source, topic, partitions).await {
+        Ok(Some(l)) => l,
+        Ok(None) => {
+            return Preview {
+                topic: topic.to_owned(),
+                outcome: "new".into(),
+                reason: None,
+                source_mirror: None,
+                partitions: Vec::new(),
+            };
+        }
+        Err(e) => return refused(e.to_string()),
+    };
+    match plan(destination, topic, lines).await {
+        Ok(fb) => Preview {
+            topic: topic.to_owned(),
+            outcome: if fb.incremental() { "incremental" } else { "restore" }.into(),
+            reason: None,
+            source_mirror: Some(fb.source_mirror.clone()),
+            partitions: fb
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(p, (line, here, path))| {
+                    let (name, from) = match path {
+                        Path::Incremental { .. } => ("incremental", here.end),
+                        Path::Restore { from, .. } => ("restore", *from),
+                    };
+                    PreviewPartition {
+                        partition: p as i32,
+                        path: name,
+                        line: line.map_or(-1, |l| l.0),
+                        line_epoch: line.map_or(-1, |l| l.1),
+                        log_start: here.start,
+                        end: here.end,
+                        quarantined_from: from,
+                        quarantined_offsets: path.quarantined(),
+                    }
+                })
+                .collect(),
+        },
+        Err(e) => refused(e.to_string()),
+    }
 }

@@ -83,12 +83,7 @@ pub(crate) async fn here(cluster: &ClusterClient, topic: &str, partition: i32, e
     } else {
         None
     };
-    Ok(Here {
-        start,
-        end,
-        stable,
-        epoch_end,
-    })
+    Ok(Here { start, end, stable, epoch_end })
 }
 
 #[cfg(test)]
@@ -109,7 +104,11 @@ mod tests {
         assert_eq!(decide(here(0, 100, Some((4, 100))), Some((100, 4))), Path::Incremental { at: 100 });
         // Epoch 4 went on in a later epoch here (5 began at 100): still the same records below 100.
         assert_eq!(decide(here(0, 100, Some((4, 100))), Some((100, 4))).quarantined(), 0);
-        assert_eq!(decide(here(0, 0, None), Some((0, -1))), Path::Incremental { at: 0 }, "nothing copied, nothing here");
+        assert_eq!(
+            decide(here(0, 0, None), Some((0, -1))),
+            Path::Incremental { at: 0 },
+            "nothing copied, nothing here"
+        );
     }
 
     #[test]

@@ -52,7 +52,9 @@ pub(crate) async fn take_over(ctx: &TopicContext, topic: &str, fb: &Failback, pa
         topics::add_partitions(destination, topic, fb.partitions.len(), partitions).await?;
     }
     topics::set_forced_configs(destination, topic).await?;
-    ctx.store.put_record(&key(topic), &fb.record(&ctx.mirror.name, "incremental", String::new())).await?;
+    ctx.store
+        .put_record(&key(topic), &fb.record(&ctx.mirror.name, "incremental", String::new()))
+        .await?;
     info!("failback: every partition continues from its line; nothing quarantined");
     Ok(())
 }
@@ -86,7 +88,15 @@ pub(crate) async fn quarantine_and_delete(ctx: &TopicContext, topic: &str, fb: &
     if rec.phase == "quarantining" {
         create_quarantine_topic(ctx, &rec.quarantine_topic, rec.partitions.len()).await?;
         for part in &mut rec.partitions {
-            let counts = quarantine::copy_tail(destination, topic, fb.topic_id, part.partition, part.quarantined_from..part.end, &rec.quarantine_topic).await?;
+            let counts = quarantine::copy_tail(
+                destination,
+                topic,
+                fb.topic_id,
+                part.partition,
+                part.quarantined_from..part.end,
+                &rec.quarantine_topic,
+            )
+            .await?;
             (part.records, part.markers, part.fillers) = (counts.records, counts.markers, counts.fillers);
         }
         rec.phase = "quarantined".into();

@@ -250,7 +250,7 @@ async fn create_or_adopt(ctx: &TopicContext, topic: &str, owned: bool, filter: &
         back_off(&ctx.shared.stop, wait).await?;
     }
     if let Some(lines) = failback {
-        let fb = crate::failback::plan(ctx, topic, lines).await?;
+        let fb = crate::failback::plan(&ctx.shared.destination, topic, lines).await?;
         if fb.incremental() {
             // Taken over where it ends: its offsets are this cluster's own, never shifted.
             crate::failback::restore::take_over(ctx, topic, &fb, shape.partitions).await?;

@@ -51,6 +51,10 @@ struct TopicsBody {
     include: Vec<String>,
     #[serde(default)]
     exclude: Vec<String>,
+    /// Start only: answer what starting the topics would do (a failback's path and quarantine
+    /// per partition) and change nothing.
+    #[serde(default)]
+    dry_run: bool,
 }
 
 /// Body of `POST /v1/mirrors`.
@@ -189,6 +193,12 @@ async fn mutate(method: Method, path: &[String], body: &[u8], control: &Control,
             };
             if !control.has_mirror(name) {
                 return mirror_unknown(name);
+            }
+            if *op == "start" && body.dry_run {
+                return match control.failback_plan(name, &body.topics).await {
+                    Ok(previews) => json_response(StatusCode::OK, json!({ "dry_run": true, "topics": previews })),
+                    Err((code, message)) => json_response(StatusCode::BAD_REQUEST, code_json(code, Some(message))),
+                };
             }
             let results = match *op {
                 "start" => {
