@@ -170,7 +170,7 @@ def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restore
         pb.stop()
 
 
-def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_and_refused(clusters, workdir):
+def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_refused_until_that_side_fails_over(clusters, workdir):
     a, b = clusters
     topic = unique("fb-loop")
     fwd, back = names(topic)
@@ -189,6 +189,15 @@ def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_a
         assert err is None, f"A's writers were never stopped: {err}"
         time.sleep(1)
         wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+        # The cause removed (B failed over), the refused topic is started again — no restart.
+        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
+        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover on PB: {r}"
+        wait_until("stopped on PB", lambda: states(pb, fwd, topic) == {"stopped"}, 30)
+        start_mirror(pa, back, pb.bootstrap, topic, create=False)
+        wait_until("the way back mirroring after the start", lambda: states(pa, back, topic) == {"mirroring"}, 60)
+        produce_plain(pb.bootstrap, topic, 10, start=500)
+        wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
+        assert read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted")
     finally:
         pa.stop()
         pb.stop()

@@ -182,6 +182,11 @@ impl TermControl {
                         continue;
                     }
                 }
+                // Preparing it failed for good: started again, it is prepared again (the
+                // discovery below takes it up once the definition is set).
+                (Some(_), None) if self.release_failed_preparation(t, name) => {
+                    info!(mirror = name, topic = %t, "topic whose preparation had failed started again");
+                }
                 (Some(_), _) => {
                     results.push(r(MIRROR_TOPIC_NOT_STOPPED, format!("topic {t} is already mirrored by {name}")));
                     continue;
