@@ -177,6 +177,17 @@ impl TermControl {
                             continue;
                         }
                     }
+                    if self
+                        .store()
+                        .and_then(|s| s.topic_owner(t))
+                        .is_some_and(|o| o.offset_shifts.iter().any(|&d| d != 0))
+                    {
+                        results.push(r(
+                            INVALID_CLUSTER_MIRROR_STATES,
+                            format!("topic {t} is shifted (its offsets here differ from the source's); failing a shifted topic back is not supported yet"),
+                        ));
+                        continue;
+                    }
                     if let Err(e) = self.restart_stopped(name, t).await {
                         results.push(r(codes::COORDINATOR_NOT_AVAILABLE, format!("cannot start {t} again: {e}")));
                         continue;
