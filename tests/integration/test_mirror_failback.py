@@ -21,6 +21,15 @@ PARTITIONS = 2
 QUARANTINE_PREFIX = "kmp-quarantine."
 
 
+def own_state(workdir, name: str) -> list[str]:
+    """Arguments giving a proxy a state topic of its own: its mirrors point at proxies that live
+    only as long as the test, and a proxy of a later test on the same cluster (on the default
+    state topic) must not take them up."""
+    path = workdir / f"{name}.toml"
+    path.write_text(f'[engine]\nstate_topic = "kmp-state-{name}"\n')
+    return ["--config", str(path)]
+
+
 def create_mirror(proxy, name: str, source_bootstrap: str) -> None:
     status, r = call(proxy, "POST", "/v1/mirrors", {"name": name, "configs": {"bootstrap.servers": source_bootstrap}})
     assert status == 201 and r["error_code"] == 0, f"create mirror {name}: {r}"
@@ -75,8 +84,8 @@ def failed_over(clusters, workdir, topic: str, unmirrored_on_a: int):
     fwd, _ = names(topic)
     a, b = clusters
     create(a.bootstrap, topic, PARTITIONS)
-    pa = ProxyProcess(a.bootstrap, workdir).start()
-    pb = ProxyProcess(b.bootstrap, workdir).start()
+    pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
+    pb = ProxyProcess(b.bootstrap, workdir, own_state(workdir, f"pb-{topic}")).start()
     produce_plain(pa.bootstrap, topic, 100)
     start_mirror(pb, fwd, pa.bootstrap, topic)
     wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
@@ -175,8 +184,8 @@ def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_r
     topic = unique("fb-loop")
     fwd, back = names(topic)
     create(a.bootstrap, topic, PARTITIONS)
-    pa = ProxyProcess(a.bootstrap, workdir).start()
-    pb = ProxyProcess(b.bootstrap, workdir).start()
+    pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
+    pb = ProxyProcess(b.bootstrap, workdir, own_state(workdir, f"pb-{topic}")).start()
     try:
         produce_plain(pa.bootstrap, topic, 20)
         start_mirror(pb, fwd, pa.bootstrap, topic)
@@ -255,13 +264,13 @@ def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantin
                 c.close()
         wait_until("the quarantine copy under way", quarantining, 60, interval=0.05)
         assert pa.stop(9) != 0
-        pa = ProxyProcess(a.bootstrap, workdir).start()
+        pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
 
         # Killed again as soon as the quarantine is recorded complete: in its delete or restore step.
         wait_until("the quarantine recorded complete", lambda: "the records past the line are in the quarantine topic" in pa.log(), 90,
                    interval=0.02)
         assert pa.stop(9) != 0
-        pa = ProxyProcess(a.bootstrap, workdir).start()
+        pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
         on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))

@@ -55,8 +55,18 @@ def test_hundreds_of_partitions_share_a_few_connections_and_a_failed_partition_s
     produce_each(source.bootstrap, topic, PARTITIONS, 3, "a")
     with mirroring_proxy(source, destination, workdir, [topic]) as proxy:
         wait_caught_up(source.bootstrap, destination.bootstrap, {topic: PARTITIONS})
-        to_source = established(proxy.pid, set(ports_of(source.bootstrap)))
-        per_destination = {port: established(proxy.pid, {port}) for port in ports_of(destination.bootstrap)}
+        # The fewest seen over 2 s: a metadata sync pass (group offsets, topic configs) opens a
+        # connection of its own for its requests and drops it after, and on a loaded machine one
+        # may still be open at any single look (seen: 6 to the source broker once). What is
+        # counted is what the copy path keeps open.
+        def fewest(ports: set[int]) -> int:
+            seen = []
+            for _ in range(10):
+                seen.append(established(proxy.pid, ports))
+                time.sleep(0.2)
+            return min(seen)
+        to_source = fewest(set(ports_of(source.bootstrap)))
+        per_destination = {port: fewest({port}) for port in ports_of(destination.bootstrap)}
         assert 1 <= to_source <= 4, f"{PARTITIONS} partitions reach the source broker over {to_source} connections (at most 4)"
         # Per destination broker: the produce lane and the control connection, and on the broker
         # leading the state topic and coordinating the engine's election group also the state

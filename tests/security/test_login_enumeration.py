@@ -54,9 +54,12 @@ def test_failed_logins_from_an_address_slow_its_next_attempts_and_a_success_rese
             code, t = plain_login(proxy, "alice", "guess")
             assert code == 58, f"a wrong password gets SASL_AUTHENTICATION_FAILED, not {code}"
             took.append(t)
-        # The 1st guess is checked at once; the 5th waits 800 ms first (100, 200, 400, 800).
-        assert took[4] >= took[0] + 0.6, f"the 5th guess from one address took {took[4]:.2f} s against {took[0]:.2f} s for the 1st: not slowed"
-        code, _ = plain_login(proxy, "alice", USERS["alice"])
+        # The 1st guess is checked at once; the 5th waits 800 ms first (100, 200, 400, 800). Bounds
+        # the waits set, not differences between attempts: on a loaded machine one attempt's own
+        # round trip can take as long as a short wait (seen: 0.76 s for the 1st).
+        assert took[4] >= 0.8, f"the 5th guess from one address took {took[4]:.2f} s: not slowed by the 800 ms wait"
+        code, waited = plain_login(proxy, "alice", USERS["alice"])
         assert code == 0, "the right password still logs in (after the wait)"
+        assert waited >= 1.6, f"the 6th attempt waited 1.6 s like any after five failures ({waited:.2f} s)"
         code, t = plain_login(proxy, "alice", USERS["alice"])
-        assert code == 0 and t < took[0] + 0.5, f"after a successful login the address is not slowed ({t:.2f} s against {took[0]:.2f} s)"
+        assert code == 0 and t < waited - 1.0, f"after a successful login the address is not slowed ({t:.2f} s against {waited:.2f} s for the attempt before)"
