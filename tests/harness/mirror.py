@@ -114,6 +114,25 @@ def produce_transactions(bootstrap: str, topic: str) -> None:
         (tx.abort_transaction if round_no % 3 == 1 else tx.commit_transaction)(30)
 
 
+def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """An offsets-only commit of `group` for `topic`'s partitions (no membership), as an
+    application using assign() makes."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """`group`'s committed offsets of `topic`'s partitions (OffsetFetch; no membership)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)}
+    finally:
+        c.close()
+
+
 def strip_fillers(records: list[tuple]) -> list[tuple]:
     return [r for r in records if r[2] != FILLER_KEY]
 

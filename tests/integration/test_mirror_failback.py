@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from conftest import ProxyProcess, unique
 from kmp_common import wait_until
-from mirror import call, create, describe, high_watermarks, produce_one, produce_plain, read_all, strip_fillers, wait_caught_up
+from mirror import call, commit, committed, create, describe, high_watermarks, produce_one, produce_plain, read_all, strip_fillers, wait_caught_up
 
 PARTITIONS = 2
 QUARANTINE_PREFIX = "kmp-quarantine."
@@ -49,23 +49,6 @@ def states(proxy, mirror: str, topic: str) -> set[str]:
     return {p["state"] for t in body["topics"] if t["topic"] == topic for p in t["partitions"]}
 
 
-def commit_on(bootstrap: str, group: str, offsets: dict[int, int], topic: str) -> None:
-    """An offsets-only commit (no membership), as an application using assign() makes."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
-
-
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)}
-    finally:
-        c.close()
-
-
 def quarantine_topics(bootstrap: str, topic: str) -> list[str]:
     names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
     return sorted(t for t in names if t.startswith(QUARANTINE_PREFIX) and t.endswith(f".{topic}"))
@@ -75,6 +58,30 @@ def names(topic: str) -> tuple[str, str]:
     """The mirrors A → B (on PB) and B → A (on PA) of a test (proxies of the suite share state
     topics, so each test names its own)."""
     return f"fwd-{topic}", f"back-{topic}"
+
+
+def tail_past_the_line(a_bootstrap: str, pb, fwd: str, topic: str) -> list[tuple]:
+    """A's records past the line PB's stop recorded, as `read_all` gives them."""
+    lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
+    return [r for r in read_all(a_bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
+
+
+def assert_restored_and_quarantined(a, b, topic: str, tail: list[tuple]) -> None:
+    """A equals B record for record (fillers aside), and A's quarantine topic holds every record
+    of `tail` exactly once: where it was, key, value, its own headers and timestamp."""
+    on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))
+    assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A restored from B record for record"
+    [quarantine] = quarantine_topics(a.bootstrap, topic)
+    kept = read_all(a.bootstrap, quarantine, PARTITIONS, "read_uncommitted")
+
+    def where(r) -> tuple:
+        h = dict(r[4])
+        assert r[5] == int(h["kmp.quarantine.timestamp"]), f"a quarantined record keeps its timestamp: {r}"
+        return (int(h["kmp.quarantine.partition"]), int(h["kmp.quarantine.offset"]), r[2], r[3],
+                tuple(x for x in r[4] if not x[0].startswith("kmp.quarantine.")), r[5])
+    moved = sorted(where(r) for r in kept)
+    assert len(moved) == len(set(moved)) == len(tail), f"every record of A's tail quarantined once: {len(moved)} kept ({len(set(moved))} distinct), tail {len(tail)}"
+    assert moved == tail, "the quarantine holds exactly A's tail"
 
 
 def failed_over(clusters, workdir, topic: str, unmirrored_on_a: int):
@@ -113,7 +120,7 @@ def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_recor
         group = unique("fb-group")
         ends = high_watermarks(b.bootstrap, topic, PARTITIONS)
         on_b = {p: ends[p] - 3 - p for p in range(PARTITIONS)}
-        commit_on(pb.bootstrap, group, on_b, topic)
+        commit(pb.bootstrap, group, topic, on_b)
         before = read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted")
         start_mirror(pa, back, pb.bootstrap, topic)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
@@ -122,7 +129,7 @@ def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_recor
         assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A equals B record for record after the failback"
         assert set(before) <= set(on_a) and len(on_a) == len(before) + 30, "A's own records stayed where they were; B's 30 followed them"
         assert quarantine_topics(a.bootstrap, topic) == [], "nothing to quarantine after a planned failover"
-        wait_until("the group's offsets back on A as committed on B", lambda: committed(a.bootstrap, group, topic) == on_b, 60)
+        wait_until("the group's offsets back on A as committed on B", lambda: committed(a.bootstrap, group, topic, PARTITIONS) == on_b, 60)
         err, _ = produce_one(pa.bootstrap, topic, 0)
         assert err is not None, "A's topic is read-only through PA while it mirrors B"
         # B's clients keep writing; they reach A.
@@ -146,7 +153,7 @@ def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restore
     pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=40)
     try:
         lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
-        tail = [r for r in read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
+        tail = tail_past_the_line(a.bootstrap, pb, fwd, topic)
         assert len(tail) == 40, f"A holds the 40 records B never got past the line {lines}: {len(tail)}"
         # The dry run says what the start would do, and does nothing.
         create_mirror(pa, back, pb.bootstrap)
@@ -164,16 +171,7 @@ def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restore
         wait_until("a quarantine topic on A", lambda: quarantine_topics(a.bootstrap, topic), 60)
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
-        on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))
-        assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A restored from B record for record"
-        [quarantine] = quarantine_topics(a.bootstrap, topic)
-        kept = read_all(a.bootstrap, quarantine, PARTITIONS, "read_uncommitted")
-        def where(r) -> tuple:
-            h = dict(r[4])
-            return (int(h["kmp.quarantine.partition"]), int(h["kmp.quarantine.offset"]), r[2], r[3],
-                    tuple(x for x in r[4] if not x[0].startswith("kmp.quarantine.")), int(h["kmp.quarantine.timestamp"]))
-        assert sorted(where(r) for r in kept) == tail, "the quarantine topic holds exactly A's tail: where it was, key, value, headers, timestamp"
-        assert all(r[5] == int(dict(r[4])["kmp.quarantine.timestamp"]) for r in kept), "quarantined records keep their timestamps"
+        assert_restored_and_quarantined(a, b, topic, tail)
     finally:
         pa.stop()
         pb.stop()
@@ -247,8 +245,7 @@ def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantin
     fwd, back = names(topic)
     pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=20_000)
     try:
-        lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
-        tail = [r for r in read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted") if r[1] >= lines[r[0]]]
+        tail = tail_past_the_line(a.bootstrap, pb, fwd, topic)
         start_mirror(pa, back, pb.bootstrap, topic)
         consumer_conf = {"bootstrap.servers": a.bootstrap, "group.id": unique("q")}
 
@@ -256,7 +253,6 @@ def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantin
             found = quarantine_topics(a.bootstrap, topic)
             if not found:
                 return False
-            from confluent_kafka import Consumer, TopicPartition
             c = Consumer(consumer_conf)
             try:
                 return any(c.get_watermark_offsets(TopicPartition(found[0], p), timeout=10)[1] > 0 for p in range(PARTITIONS))
@@ -273,13 +269,7 @@ def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantin
         pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
-        on_a = strip_fillers(read_all(a.bootstrap, topic, PARTITIONS, "read_uncommitted"))
-        assert on_a == read_all(b.bootstrap, topic, PARTITIONS, "read_uncommitted"), "A restored from B record for record"
-        [quarantine] = quarantine_topics(a.bootstrap, topic)
-        kept = read_all(a.bootstrap, quarantine, PARTITIONS, "read_uncommitted")
-        where = sorted((int(dict(r[4])["kmp.quarantine.partition"]), int(dict(r[4])["kmp.quarantine.offset"]), r[3]) for r in kept)
-        assert len(where) == len(set(where)) == len(tail), f"every record of A's tail quarantined once: {len(where)} kept ({len(set(where))} distinct), tail {len(tail)}"
-        assert where == [(r[0], r[1], r[3]) for r in tail], "the quarantine holds exactly A's tail"
+        assert_restored_and_quarantined(a, b, topic, tail)
     finally:
         pa.stop()
         pb.stop()

@@ -50,7 +50,7 @@ import tier
 from compaction import COMPACT_CONFIG, holes
 from conftest import ProxyProcess, unique
 from kmp_common import java_command
-from mirror import call, high_watermarks, produce_plain, produce_transactions, read_all, wait_equal_ends
+from mirror import call, commit, committed, high_watermarks, produce_plain, produce_transactions, read_all, wait_equal_ends
 from prefix import make_prefix
 
 REPO = Path(__file__).resolve().parents[2]
@@ -131,22 +131,6 @@ def hexed(b: bytes | None) -> str:
 def as_seen(records: list[tuple]) -> list[tuple]:
     """mirror.read_all's records in ShiftCheck's form."""
     return sorted((p, o, ts, hexed(k), hexed(v), len(h)) for p, o, k, v, h, ts in records)
-
-
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        return {tp.partition: tp.offset for tp in c.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)}
-    finally:
-        c.close()
-
-
-def commit(bootstrap: str, group: str, topic: str, offsets: dict[int, int]) -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        c.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
-    finally:
-        c.close()
 
 
 def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
@@ -405,7 +389,7 @@ def test_java_commit_sync_reads_back_the_source_offset_and_stores_it_unshifted(s
                     lambda: shift_check(cp, "commit", m.proxy.bootstrap, group, protocol, m.topic, spec))
     assert src == [f"C {p} {o}" for p, o in want.items()], f"the source reads back its commits: {src}"
     assert via == src, f"{protocol}: commitSync then committed() through the proxy {via} vs the source {src}"
-    direct = committed(m.destination.bootstrap, group, m.topic)
+    direct = committed(m.destination.bootstrap, group, m.topic, PARTITIONS)
     assert direct == {0: want[0] - m.delta, 1: want[1]}, \
         f"{protocol}: the commit is stored in destination offsets (partition 0 minus Δ={m.delta}): {direct}"
 
@@ -454,7 +438,7 @@ def test_franz_go_admin_offset_lookups_and_commits_equal_the_sources(shifted, go
                     lambda: run([go_shift_check, "commit", m.proxy.bootstrap, group, m.topic, spec], "shift-check commit"))
     assert src == [f"C 0 {m.delta + 33}", "C 1 11"], f"kadm commits and fetches back on the source: {src}"
     assert via == src, f"kadm CommitOffsets then FetchOffsets through the proxy {via} vs the source {src}"
-    assert committed(m.destination.bootstrap, group, m.topic) == {0: 33, 1: 11}, "stored in destination offsets"
+    assert committed(m.destination.bootstrap, group, m.topic, PARTITIONS) == {0: 33, 1: 11}, "stored in destination offsets"
 
 
 def group_rows(lines: list[str], topic: str) -> dict[int, tuple[str, ...]]:
@@ -488,9 +472,9 @@ def test_kafka_consumer_groups_describes_and_resets_to_a_datetime_in_source_offs
     src, via = both(lambda: group_rows(tool(cp, main, "--bootstrap-server", m.source.bootstrap, "--group", groups[0], *reset), m.topic),
                     lambda: group_rows(tool(cp, main, "--bootstrap-server", m.proxy.bootstrap, "--group", groups[1], *reset), m.topic))
     assert src and via == src, f"--reset-offsets --to-datetime {when} through the proxy lands at {via}, on the source at {src}"
-    assert committed(m.proxy.bootstrap, groups[1], m.topic) == {p: int(row[0]) for p, row in src.items()}, \
+    assert committed(m.proxy.bootstrap, groups[1], m.topic, PARTITIONS) == {p: int(row[0]) for p, row in src.items()}, \
         "the reset group's committed offsets through the proxy are where the source's reset put them"
-    assert int(src[0][0]) >= m.delta and committed(m.destination.bootstrap, groups[1], m.topic)[0] == int(src[0][0]) - m.delta, \
+    assert int(src[0][0]) >= m.delta and committed(m.destination.bootstrap, groups[1], m.topic, PARTITIONS)[0] == int(src[0][0]) - m.delta, \
         "the reset is stored in destination offsets on partition 0"
 
 
@@ -560,8 +544,8 @@ def test_after_failover_a_transactional_consume_transform_produce_commits_source
         f"its transactional records got the offsets following {next_offset} (RecordMetadata.offset()): {got['O']}"
     assert got["X"] == [reads[-1] + 1] and got["C"] == got["X"], \
         f"sendOffsetsToTransaction committed {got['X']} and committed() reads back the same source offset through the proxy: {got['C']}"
-    assert committed(m.proxy.bootstrap, group, m.topic)[0] == reads[-1] + 1, "OffsetFetch through the proxy: the source offset"
-    assert committed(m.destination.bootstrap, group, m.topic)[0] == reads[-1] + 1 - m.delta, \
+    assert committed(m.proxy.bootstrap, group, m.topic, PARTITIONS)[0] == reads[-1] + 1, "OffsetFetch through the proxy: the source offset"
+    assert committed(m.destination.bootstrap, group, m.topic, PARTITIONS)[0] == reads[-1] + 1 - m.delta, \
         f"TxnOffsetCommit stored the offset minus Δ={m.delta} on the destination"
     m.after["written"] += [(0, o, hexed(f"txn-{i}".encode()), hexed(f"from-{i}".encode())) for i, o in zip(reads, got["O"])]
 

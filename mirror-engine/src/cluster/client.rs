@@ -12,8 +12,7 @@ use kmp_protocol::client::Connection;
 use kmp_protocol::kafka_protocol::ResponseError;
 use kmp_protocol::kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kmp_protocol::kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-use kmp_protocol::kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
-use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, MetadataResponse, OffsetForLeaderEpochRequest, TopicName};
+use kmp_protocol::kafka_protocol::messages::{BrokerId, ListOffsetsRequest, MetadataRequest, MetadataResponse, TopicName};
 use kmp_protocol::kafka_protocol::protocol::StrBytes;
 use kmp_protocol::security::ClientSecurity;
 use kmp_protocol::shared_client::SharedConnection;
@@ -485,35 +484,13 @@ pub(crate) async fn list_offset(
 /// high watermark, it includes appended writes that the in-sync replicas have not confirmed yet
 /// (e.g. while a follower is down but still in the ISR).
 pub async fn leader_log_end(side: &'static str, conn: &SharedConnection, topic: &str, partition: i32, leader_epoch: i32) -> Result<i64, MirrorError> {
-    let mut p = OffsetForLeaderPartition::default();
-    p.partition = partition;
-    p.current_leader_epoch = leader_epoch;
-    p.leader_epoch = leader_epoch;
-    let mut t = OffsetForLeaderTopic::default();
-    t.topic = TopicName(StrBytes::from_string(topic.to_owned()));
-    t.partitions = vec![p];
-    let mut req = OffsetForLeaderEpochRequest::default();
-    req.replica_id = BrokerId(-1);
-    req.topics = vec![t];
-    let what = || format!("OffsetForLeaderEpoch {topic}-{partition} epoch {leader_epoch}");
-    let resp = conn.call(&req, 4).await.map_err(|e| side_error(side, e))?;
-    match resp.topics.iter().flat_map(|t| t.partitions.iter()).find(|p| p.partition == partition) {
-        Some(p) if p.error_code == 0 && p.leader_epoch == leader_epoch && p.end_offset >= 0 => Ok(p.end_offset),
+    match crate::cluster::epoch_end::epoch_end(side, conn, topic, partition, leader_epoch, leader_epoch).await? {
+        (epoch, end) if epoch == leader_epoch && end >= 0 => Ok(end),
         // The epoch moved on between the metadata and this request: look the leader up again.
-        Some(p) if p.error_code == 0 => Err(MirrorError::Broker {
+        _ => Err(MirrorError::Broker {
             side,
-            what: what(),
+            what: format!("OffsetForLeaderEpoch {topic}-{partition} epoch {leader_epoch}"),
             code: ResponseError::FencedLeaderEpoch.code(),
-        }),
-        Some(p) => Err(MirrorError::Broker {
-            side,
-            what: what(),
-            code: p.error_code,
-        }),
-        None => Err(MirrorError::Broker {
-            side,
-            what: what(),
-            code: ResponseError::UnknownTopicOrPartition.code(),
         }),
     }
 }

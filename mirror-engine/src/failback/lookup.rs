@@ -61,17 +61,11 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
     }
     let mut list = api::W::default();
     list.bool(true).tags(); // IncludeTopics
-    let frame = api::request_frame(api::LIST_CLUSTER_MIRRORS, 1, ENGINE_CLIENT_ID, list);
-    let answer = conn.round_trip_raw(&frame).await.map_err(|e| source.wrap(e))?;
-    let (_, mut r) = api::read_response(&answer).map_err(|e| source.wrap(e))?;
-    let listed = ListResponse::decode(&mut r).map_err(|e| source.wrap(e))?;
-    if listed.error_code != 0 {
-        return Err(MirrorError::Broker {
-            side: "source",
-            what: format!("ListClusterMirrors (the failback lookup of {topic})"),
-            code: listed.error_code,
-        });
-    }
+    let what = format!("ListClusterMirrors (the failback lookup of {topic})");
+    let listed = call(source, &mut conn, api::LIST_CLUSTER_MIRRORS, 1, list, &what, ListResponse::decode, |l| {
+        l.error_code
+    })
+    .await?;
     let asked: Vec<i32> = (0..partitions as i32).collect();
     let req = DescribeRequest {
         mirror_names: Vec::new(),
@@ -79,18 +73,45 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
         cluster_id: Some(cluster_id.to_owned()),
         epoch_lookups: vec![(topic_id, asked)],
     };
-    let frame = api::request_frame(api::DESCRIBE_CLUSTER_MIRRORS, 2, ENGINE_CLIENT_ID, req.encode());
+    let what = format!("DescribeClusterMirrors (the failback lookup of {topic})");
+    let resp = call(
+        source,
+        &mut conn,
+        api::DESCRIBE_CLUSTER_MIRRORS,
+        2,
+        req.encode(),
+        &what,
+        DescribeResponse::decode,
+        |d| d.error_code,
+    )
+    .await?;
+    Ok(read(&listed, &resp, cluster_id, topic, topic_id, partitions))
+}
+
+/// One mirror RPC on `conn` (to `source`): its answer decoded, or the top-level error it carries.
+#[allow(clippy::too_many_arguments, reason = "one call site per RPC; the pieces differ by RPC")]
+async fn call<T>(
+    source: &ClusterClient,
+    conn: &mut kmp_protocol::client::Connection,
+    key: i16,
+    correlation_id: i32,
+    body: api::W,
+    what: &str,
+    decode: fn(&mut api::R<'_>) -> Result<T, kmp_protocol::ProtocolError>,
+    error_code: fn(&T) -> i16,
+) -> Result<T, MirrorError> {
+    let frame = api::request_frame(key, correlation_id, ENGINE_CLIENT_ID, body);
     let answer = conn.round_trip_raw(&frame).await.map_err(|e| source.wrap(e))?;
     let (_, mut r) = api::read_response(&answer).map_err(|e| source.wrap(e))?;
-    let resp = DescribeResponse::decode(&mut r).map_err(|e| source.wrap(e))?;
-    if resp.error_code != 0 {
-        return Err(MirrorError::Broker {
+    let decoded = decode(&mut r).map_err(|e| source.wrap(e))?;
+    match error_code(&decoded) {
+        0 => Ok(decoded),
+        code => Err(MirrorError::Broker {
             side: "source",
-            what: format!("DescribeClusterMirrors (the failback lookup of {topic})"),
-            code: resp.error_code,
-        });
+            what: what.to_owned(),
+            code,
+        }),
     }
-    Ok(read(&listed, &resp, cluster_id, topic, topic_id, partitions))
 }
 
 /// The [`Lookup`] the answers give.
