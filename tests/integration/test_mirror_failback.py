@@ -9,6 +9,7 @@ holds past it in a quarantine topic and restores A's topic from B at identical o
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -84,38 +85,49 @@ def assert_restored_and_quarantined(a, b, topic: str, tail: list[tuple]) -> None
     assert moved == tail, "the quarantine holds exactly A's tail"
 
 
+def fail_over(proxy, mirror: str, topic: str, graceful: bool = True) -> None:
+    """Stops `topic` of `mirror` on `proxy` (gracefully: lag 0 first) and waits until it shows
+    stopped (writable there)."""
+    body = {"topics": [topic], "graceful_timeout_ms": 30000} if graceful else {"topics": [topic]}
+    status, r = call(proxy, "POST", f"/v1/mirrors/{mirror}/stop", body)
+    assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover of {topic} on {mirror}: {r}"
+    wait_until(f"{topic} stopped on {mirror}", lambda: states(proxy, mirror, topic) == {"stopped"}, 30)
+
+
+@contextmanager
 def failed_over(clusters, workdir, topic: str, unmirrored_on_a: int):
     """A's `topic` (100 records) mirrored to B by PB (source PA), `unmirrored_on_a` more written
     on A while PB's copy is paused, then stopped on PB (the failover) and 30 written on B through
-    PB. Returns (PA, PB)."""
+    PB. Yields [PA, PB] (a test that restarts PA puts the new one there); stops both after."""
     fwd, _ = names(topic)
     a, b = clusters
     create(a.bootstrap, topic, PARTITIONS)
     pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
     pb = ProxyProcess(b.bootstrap, workdir, own_state(workdir, f"pb-{topic}")).start()
-    produce_plain(pa.bootstrap, topic, 100)
-    start_mirror(pb, fwd, pa.bootstrap, topic)
-    wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
-    if unmirrored_on_a:
-        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/pause", {"topics": [topic]})
-        assert status == 200, r
-        wait_until("paused on PB", lambda: states(pb, fwd, topic) == {"paused"}, 30)
-        produce_plain(pa.bootstrap, topic, unmirrored_on_a, start=1000)
-        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic]})
-    else:
-        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
-    assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover on PB: {r}"
-    wait_until("stopped on PB", lambda: states(pb, fwd, topic) == {"stopped"}, 30)
-    produce_plain(pb.bootstrap, topic, 30, start=2000)
-    return pa, pb
+    proxies = [pa, pb]
+    try:
+        produce_plain(pa.bootstrap, topic, 100)
+        start_mirror(pb, fwd, pa.bootstrap, topic)
+        wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
+        if unmirrored_on_a:
+            status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/pause", {"topics": [topic]})
+            assert status == 200, r
+            wait_until("paused on PB", lambda: states(pb, fwd, topic) == {"paused"}, 30)
+            produce_plain(pa.bootstrap, topic, unmirrored_on_a, start=1000)
+        fail_over(pb, fwd, topic, graceful=not unmirrored_on_a)
+        produce_plain(pb.bootstrap, topic, 30, start=2000)
+        yield proxies
+    finally:
+        for p in proxies:
+            p.stop()
 
 
 def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_record(clusters, workdir):
     a, b = clusters
     topic = unique("fb-planned")
     fwd, back = names(topic)
-    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=0)
-    try:
+    with failed_over(clusters, workdir, topic, unmirrored_on_a=0) as proxies:
+        pa, pb = proxies
         # The application's group moved to B with the failover and committed there.
         group = unique("fb-group")
         ends = high_watermarks(b.bootstrap, topic, PARTITIONS)
@@ -136,22 +148,17 @@ def test_a_planned_failover_fails_back_incrementally_and_a_is_b_record_for_recor
         produce_plain(pb.bootstrap, topic, 10, start=3000)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
         # Back on A: stop the way back (failover to A).
-        status, r = call(pa, "POST", f"/v1/mirrors/{back}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
-        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], r
-        wait_until("stopped on PA", lambda: states(pa, back, topic) == {"stopped"}, 30)
+        fail_over(pa, back, topic)
         err, offset = produce_one(pa.bootstrap, topic, 0)
         assert err is None and offset >= 0, f"A's topic is writable again: {err}"
-    finally:
-        pa.stop()
-        pb.stop()
 
 
 def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restored_from_b(clusters, workdir):
     a, b = clusters
     topic = unique("fb-disaster")
     fwd, back = names(topic)
-    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=40)
-    try:
+    with failed_over(clusters, workdir, topic, unmirrored_on_a=40) as proxies:
+        pa, pb = proxies
         lines = {p["partition"]: p["destination_offset"] for p in describe(pb, fwd, topic)["partitions"]}
         tail = tail_past_the_line(a.bootstrap, pb, fwd, topic)
         assert len(tail) == 40, f"A holds the 40 records B never got past the line {lines}: {len(tail)}"
@@ -172,9 +179,6 @@ def test_a_disaster_fails_back_with_as_unmirrored_tail_quarantined_and_a_restore
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
         assert_restored_and_quarantined(a, b, topic, tail)
-    finally:
-        pa.stop()
-        pb.stop()
 
 
 def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_refused_until_that_side_fails_over(clusters, workdir):
@@ -197,9 +201,7 @@ def test_mirroring_a_topic_back_while_the_other_side_still_copies_it_is_a_loop_r
         time.sleep(1)
         wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
         # The cause removed (B failed over), the refused topic is started again — no restart.
-        status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
-        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover on PB: {r}"
-        wait_until("stopped on PB", lambda: states(pb, fwd, topic) == {"stopped"}, 30)
+        fail_over(pb, fwd, topic)
         start_mirror(pa, back, pb.bootstrap, topic, create=False)
         wait_until("the way back mirroring after the start", lambda: states(pa, back, topic) == {"mirroring"}, 60)
         produce_plain(pb.bootstrap, topic, 10, start=500)
@@ -214,13 +216,11 @@ def test_a_second_failback_takes_the_topic_home_again_incrementally_both_ways(cl
     a, b = clusters
     topic = unique("fb-twice")
     fwd, back = names(topic)
-    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=0)
-    try:
+    with failed_over(clusters, workdir, topic, unmirrored_on_a=0) as proxies:
+        pa, pb = proxies
         start_mirror(pa, back, pb.bootstrap, topic)  # B → A
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
-        status, r = call(pa, "POST", f"/v1/mirrors/{back}/stop", {"topics": [topic], "graceful_timeout_ms": 30000})
-        assert status == 200 and [x["error_code"] for x in r["results"]] == [0], f"failover to A: {r}"
-        wait_until("stopped on PA", lambda: states(pa, back, topic) == {"stopped"}, 30)
+        fail_over(pa, back, topic)
         produce_plain(pa.bootstrap, topic, 25, start=4000)
         # A → B again: the stopped topic of PB's first mirror is started again there.
         status, r = call(pb, "POST", f"/v1/mirrors/{fwd}/start", {"topics": [topic]})
@@ -234,17 +234,14 @@ def test_a_second_failback_takes_the_topic_home_again_incrementally_both_ways(cl
         assert err is not None, "B's topic is read-only through PB again"
         produce_plain(pa.bootstrap, topic, 5, start=5000)
         wait_caught_up(a.bootstrap, b.bootstrap, {topic: PARTITIONS})
-    finally:
-        pa.stop()
-        pb.stop()
 
 
 def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantine_is_recorded_resumes_without_a_duplicate(clusters, workdir):
     a, b = clusters
     topic = unique("fb-kill")
     fwd, back = names(topic)
-    pa, pb = failed_over(clusters, workdir, topic, unmirrored_on_a=20_000)
-    try:
+    with failed_over(clusters, workdir, topic, unmirrored_on_a=20_000) as proxies:
+        pa, pb = proxies
         tail = tail_past_the_line(a.bootstrap, pb, fwd, topic)
         start_mirror(pa, back, pb.bootstrap, topic)
         consumer_conf = {"bootstrap.servers": a.bootstrap, "group.id": unique("q")}
@@ -260,16 +257,13 @@ def test_a_restore_killed_with_sigkill_while_quarantining_and_once_the_quarantin
                 c.close()
         wait_until("the quarantine copy under way", quarantining, 60, interval=0.05)
         assert pa.stop(9) != 0
-        pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
+        pa = proxies[0] = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
 
         # Killed again as soon as the quarantine is recorded complete: in its delete or restore step.
         wait_until("the quarantine recorded complete", lambda: "the records past the line are in the quarantine topic" in pa.log(), 90,
                    interval=0.02)
         assert pa.stop(9) != 0
-        pa = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
+        pa = proxies[0] = ProxyProcess(a.bootstrap, workdir, own_state(workdir, f"pa-{topic}")).start()
         wait_until("mirroring back on PA", lambda: states(pa, back, topic) == {"mirroring"}, 90)
         wait_caught_up(b.bootstrap, a.bootstrap, {topic: PARTITIONS})
         assert_restored_and_quarantined(a, b, topic, tail)
-    finally:
-        pa.stop()
-        pb.stop()
