@@ -20,7 +20,9 @@ def run_scenario(classpath: str, bootstrap: str, *args: str) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("group_protocol,compression", [("classic", "lz4"), ("consumer", "zstd")])
+# The classic group's run is the long tier's: test_java_client_behaves_the_same_direct_and_through_proxy
+# runs the scenario with the classic group in the quick tier.
+@pytest.mark.parametrize("group_protocol,compression", [pytest.param("classic", "lz4", marks=pytest.mark.long), ("consumer", "zstd")])
 def test_java_client_full_scenario_through_proxy(proxy, kafka_classpath, group_protocol, compression):
     out = run_scenario(kafka_classpath, proxy.bootstrap, unique(f"java-{group_protocol}"), compression, group_protocol, "txn")
     assert "txn_committed=15 txn_uncommitted=25" in out

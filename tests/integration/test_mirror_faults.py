@@ -61,6 +61,7 @@ def test_source_log_start_above_zero_is_filled_and_then_followed(clusters, workd
         assert_equal(source, destination, topic, 1)
 
 
+@pytest.mark.long  # quick tier: test_source_log_start_above_zero_is_filled_and_then_followed fills a moved log start
 def test_source_log_start_advanced_by_time_retention_before_mirroring_is_filled(clusters, workdir):
     source, destination = clusters
     topic = unique("mir-retention")

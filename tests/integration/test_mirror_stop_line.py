@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -87,6 +88,7 @@ def describe_with_lookup(port: int, cluster_id: str, topic_id: bytes, partitions
     return described, results
 
 
+@pytest.mark.long  # a 3-broker source of its own (60-140 s); quick tier: test_mirror_failback's failbacks read the lines stops record
 def test_a_stop_records_each_partitions_line_and_answers_a_failback_lookup_even_with_the_source_down(clusters, workdir):
     _, destination = clusters
     source = KafkaCluster("line-src", 3, free_port_block(104), workdir).start()
