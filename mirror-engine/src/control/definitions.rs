@@ -13,9 +13,6 @@ use tokio::sync::oneshot;
 
 use crate::control::{TermCommand, TermControl, TopicResult, codes};
 use crate::error::MirrorError;
-
-/// Most topics one failback dry run looks up.
-pub const MAX_DRY_RUN_TOPICS: usize = 100;
 use crate::state::records::Desired;
 use crate::state::records::{MirrorRecord, Origin};
 use crate::topics::select::TopicSelector;
@@ -24,6 +21,9 @@ use codes::{
     CLUSTER_MIRROR_ALREADY_EXISTS, CLUSTER_MIRROR_NOT_EMPTY, INVALID_CLUSTER_MIRROR_STATES, INVALID_CONFIG, INVALID_REQUEST, MIRROR_TOPIC_NOT_STOPPED,
     TOPIC_ALREADY_IN_CLUSTER_MIRROR, UNKNOWN_TOPIC_OR_PARTITION,
 };
+
+/// Most topics one failback dry run looks up.
+pub const MAX_DRY_RUN_TOPICS: usize = 100;
 
 /// Longest mirror name: Kafka's topic-name limit, which mirror names follow.
 pub const MAX_MIRROR_NAME_LEN: usize = 249;
@@ -291,6 +291,15 @@ impl TermControl {
     /// forgets it.
     async fn restart_stopped(&self, name: &str, topic: &str) -> Result<(), MirrorError> {
         let store = self.store().ok_or(MirrorError::Fenced)?;
+        self.detach(&store, name, topic).await?;
+        info!(mirror = name, topic, "stopped topic started again: taken up as a new mirror topic (a failback)");
+        Ok(())
+    }
+
+    /// Makes `topic` of mirror `name` an ordinary topic: its ownership and partition records are
+    /// replaced by a former-topic record (its fillers stay masked, its shifts applied), and this
+    /// term forgets it.
+    async fn detach(&self, store: &crate::state::store::StateStore, name: &str, topic: &str) -> Result<(), MirrorError> {
         let owner = store.topic_owner(topic);
         let former = crate::state::records::FormerTopicRecord {
             mirror: name.to_owned(),
@@ -300,8 +309,32 @@ impl TermControl {
         };
         store.detach_topic(topic, owner.map_or(0, |o| o.partitions), &former).await?;
         self.forget_topic(topic);
-        info!(mirror = name, topic, "stopped topic started again: taken up as a new mirror topic (a failback)");
         Ok(())
+    }
+
+    /// Lets go of `mirror`'s claim on `topic` when preparing it failed for good (an existing
+    /// topic that could not be the mirror's, a refused loop): the claim, the term's record of
+    /// having taken it up and the failure shown are dropped, so the mirror's discovery prepares
+    /// it again — after the operator removed the cause, a start retries without a restart.
+    /// False (nothing done) unless that is the topic's state: a topic being prepared or running
+    /// keeps its claim.
+    fn release_failed_preparation(&self, topic: &str, mirror: &str) -> bool {
+        let key = (mirror.to_owned(), topic.to_owned(), -1);
+        let failed = self
+            .inner
+            .common
+            .status
+            .get(&key)
+            .is_some_and(|s| s.state == crate::state::status::PartitionState::Failed);
+        let running = self.inner.runtimes.topics.contains_key(topic);
+        let recorded = self.store().is_some_and(|s| s.topic_owner(topic).is_some());
+        if !failed || running || recorded || self.claimed_by(topic).as_deref() != Some(mirror) {
+            return false;
+        }
+        self.inner.common.catalog.remove(topic);
+        self.inner.runtimes.taken.remove(topic);
+        self.inner.common.status.remove(&key);
+        true
     }
 
     /// DeleteClusterMirror: only when every topic of the mirror is stopped; the topics become
@@ -323,18 +356,9 @@ impl TermControl {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some("the mirror engine is still starting".into()));
         };
         for t in &topics {
-            let partitions = store.topic_owner(t).map_or(0, |o| o.partitions);
-            let topic_id = self.catalog().topic_id(t).map(crate::state::records::id_to_hex).unwrap_or_default();
-            let former = crate::state::records::FormerTopicRecord {
-                mirror: name.to_owned(),
-                topic_id,
-                at_ms: crate::state::status::now_ms(),
-                offset_shifts: store.topic_owner(t).map(|o| o.offset_shifts).unwrap_or_default(),
-            };
-            if let Err(e) = store.detach_topic(t, partitions, &former).await {
+            if let Err(e) = self.detach(&store, name, t).await {
                 return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot detach {t}: {e}")));
             }
-            self.forget_topic(t);
         }
         if let Err(e) = store.delete_mirror(name).await {
             return (codes::COORDINATOR_NOT_AVAILABLE, Some(format!("cannot remove the mirror: {e}")));

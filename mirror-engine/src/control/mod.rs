@@ -304,31 +304,6 @@ impl TermControl {
         self.forget_view(topic);
     }
 
-    /// Lets go of `mirror`'s claim on `topic` when preparing it failed for good (an existing
-    /// topic that could not be the mirror's, a refused loop): the claim, the term's record of
-    /// having taken it up and the failure shown are dropped, so the mirror's discovery prepares
-    /// it again — after the operator removed the cause, a start retries without a restart.
-    /// False (nothing done) unless that is the topic's state: a topic being prepared or running
-    /// keeps its claim.
-    pub(crate) fn release_failed_preparation(&self, topic: &str, mirror: &str) -> bool {
-        let key = (mirror.to_owned(), topic.to_owned(), -1);
-        let failed = self
-            .inner
-            .common
-            .status
-            .get(&key)
-            .is_some_and(|s| s.state == crate::state::status::PartitionState::Failed);
-        let running = self.inner.runtimes.topics.contains_key(topic);
-        let recorded = self.store().is_some_and(|s| s.topic_owner(topic).is_some());
-        if !failed || running || recorded || self.claimed_by(topic).as_deref() != Some(mirror) {
-            return false;
-        }
-        self.inner.common.catalog.remove(topic);
-        self.inner.runtimes.taken.remove(topic);
-        self.inner.common.status.remove(&key);
-        true
-    }
-
     /// Forgets what this term runs or shows of `topic` (the catalog is left as it is).
     pub(crate) fn forget_view(&self, topic: &str) {
         let runtimes = &self.inner.runtimes;

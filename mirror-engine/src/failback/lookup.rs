@@ -61,8 +61,7 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
     }
     let mut list = api::W::default();
     list.bool(true).tags(); // IncludeTopics
-    let what = format!("ListClusterMirrors (the failback lookup of {topic})");
-    let listed = call(source, &mut conn, api::LIST_CLUSTER_MIRRORS, 1, list, &what, ListResponse::decode, |l| {
+    let listed = call(source, &mut conn, api::LIST_CLUSTER_MIRRORS, list, topic, ListResponse::decode, |l| {
         l.error_code
     })
     .await?;
@@ -73,14 +72,12 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
         cluster_id: Some(cluster_id.to_owned()),
         epoch_lookups: vec![(topic_id, asked)],
     };
-    let what = format!("DescribeClusterMirrors (the failback lookup of {topic})");
     let resp = call(
         source,
         &mut conn,
         api::DESCRIBE_CLUSTER_MIRRORS,
-        2,
         req.encode(),
-        &what,
+        topic,
         DescribeResponse::decode,
         |d| d.error_code,
     )
@@ -88,19 +85,19 @@ pub(crate) async fn ask(source: &ClusterClient, cluster_id: &str, topic: &str, t
     Ok(read(&listed, &resp, cluster_id, topic, topic_id, partitions))
 }
 
-/// One mirror RPC on `conn` (to `source`): its answer decoded, or the top-level error it carries.
-#[allow(clippy::too_many_arguments, reason = "one call site per RPC; the pieces differ by RPC")]
+/// One mirror RPC `key` on `conn` (to `source`, looking up `topic`): its answer decoded, or the
+/// top-level error it carries.
 async fn call<T>(
     source: &ClusterClient,
     conn: &mut kmp_protocol::client::Connection,
     key: i16,
-    correlation_id: i32,
     body: api::W,
-    what: &str,
+    topic: &str,
     decode: fn(&mut api::R<'_>) -> Result<T, kmp_protocol::ProtocolError>,
     error_code: fn(&T) -> i16,
 ) -> Result<T, MirrorError> {
-    let frame = api::request_frame(key, correlation_id, ENGINE_CLIENT_ID, body);
+    // One request of each key per connection: the key tells the answers apart.
+    let frame = api::request_frame(key, i32::from(key), ENGINE_CLIENT_ID, body);
     let answer = conn.round_trip_raw(&frame).await.map_err(|e| source.wrap(e))?;
     let (_, mut r) = api::read_response(&answer).map_err(|e| source.wrap(e))?;
     let decoded = decode(&mut r).map_err(|e| source.wrap(e))?;
@@ -108,7 +105,7 @@ async fn call<T>(
         0 => Ok(decoded),
         code => Err(MirrorError::Broker {
             side: "source",
-            what: what.to_owned(),
+            what: format!("{} (the failback lookup of {topic})", api::api_name(key).unwrap_or("a mirror RPC")),
             code,
         }),
     }

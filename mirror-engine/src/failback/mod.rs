@@ -52,14 +52,14 @@ impl Failback {
     }
 
     /// The record of this plan, in `phase`.
-    pub(crate) fn record(&self, mirror: &str, phase: &str, quarantine_topic: String) -> FailbackRecord {
+    pub(crate) fn record(&self, mirror: &str, phase: &str) -> FailbackRecord {
         FailbackRecord {
             mirror: mirror.to_owned(),
             source_mirror: self.source_mirror.clone(),
             topic_id: id_to_hex(self.topic_id),
             at_ms: now_ms(),
             phase: phase.to_owned(),
-            quarantine_topic,
+            quarantine_topic: String::new(),
             partitions: self
                 .partitions
                 .iter()
@@ -69,10 +69,7 @@ impl Failback {
                     line: line.map_or(-1, |l| l.0),
                     line_epoch: line.map_or(-1, |l| l.1),
                     end: here.end,
-                    quarantined_from: match path {
-                        Path::Incremental { .. } => here.end,
-                        Path::Restore { from, .. } => *from,
-                    },
+                    quarantined_from: path.quarantined_from(here.end),
                     records: 0,
                     markers: 0,
                     fillers: 0,
@@ -269,21 +266,18 @@ pub(crate) async fn preview(destination: &ClusterClient, source: &ClusterClient,
                 .partitions
                 .iter()
                 .enumerate()
-                .map(|(p, (line, here, path))| {
-                    let (name, from) = match path {
-                        Path::Incremental { .. } => ("incremental", here.end),
-                        Path::Restore { from, .. } => ("restore", *from),
-                    };
-                    PreviewPartition {
-                        partition: p as i32,
-                        path: name,
-                        line: line.map_or(-1, |l| l.0),
-                        line_epoch: line.map_or(-1, |l| l.1),
-                        log_start: here.start,
-                        end: here.end,
-                        quarantined_from: from,
-                        quarantined_offsets: path.quarantined(),
-                    }
+                .map(|(p, (line, here, path))| PreviewPartition {
+                    partition: p as i32,
+                    path: match path {
+                        Path::Incremental { .. } => "incremental",
+                        Path::Restore { .. } => "restore",
+                    },
+                    line: line.map_or(-1, |l| l.0),
+                    line_epoch: line.map_or(-1, |l| l.1),
+                    log_start: here.start,
+                    end: here.end,
+                    quarantined_from: path.quarantined_from(here.end),
+                    quarantined_offsets: path.quarantined(),
                 })
                 .collect(),
         },

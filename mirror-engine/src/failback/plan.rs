@@ -35,6 +35,14 @@ pub(crate) enum Path {
 }
 
 impl Path {
+    /// The first offset this path quarantines of a log ending at `end` (`end`: none).
+    pub(crate) fn quarantined_from(self, end: i64) -> i64 {
+        match self {
+            Self::Incremental { .. } => end,
+            Self::Restore { from, .. } => from,
+        }
+    }
+
     /// Records (offsets) this path quarantines.
     pub(crate) fn quarantined(self) -> i64 {
         match self {

@@ -87,13 +87,11 @@ pub(crate) async fn copy_tail(
             }
             let q = quarantine_batch(b, h, topic, partition, next.max(range.start)..range.end, skip).map_err(MirrorError::Destination)?;
             skip = skip.saturating_sub(q.in_range);
-            let Some((batch, n)) = q.batch else {
-                counts.records += q.in_range as u64;
-                continue;
-            };
-            append(&qconn, quarantine, partition, batch, next_out).await?;
-            next_out += n as i64;
             counts.records += q.in_range as u64;
+            if let Some((batch, n)) = q.batch {
+                append(&qconn, quarantine, partition, batch, next_out).await?;
+                next_out += n as i64;
+            }
         }
         next = last;
     }

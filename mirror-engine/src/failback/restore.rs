@@ -52,16 +52,14 @@ pub(crate) async fn take_over(ctx: &TopicContext, topic: &str, fb: &Failback, pa
         topics::add_partitions(destination, topic, fb.partitions.len(), partitions).await?;
     }
     topics::set_forced_configs(destination, topic).await?;
-    ctx.store
-        .put_record(&key(topic), &fb.record(&ctx.mirror.name, "incremental", String::new()))
-        .await?;
+    ctx.store.put_record(&key(topic), &fb.record(&ctx.mirror.name, "incremental")).await?;
     info!("failback: every partition continues from its line; nothing quarantined");
     Ok(())
 }
 
 /// Quarantines what lies past the line and deletes the topic, resuming a restore this engine
 /// (or an earlier run of it) began; the caller then creates the topic.
-pub(crate) async fn quarantine_and_delete(ctx: &TopicContext, topic: &str, fb: &Failback) -> Result<FailbackRecord, MirrorError> {
+pub(crate) async fn quarantine_and_delete(ctx: &TopicContext, topic: &str, fb: &Failback) -> Result<(), MirrorError> {
     let destination = &ctx.shared.destination;
     let begun = ctx
         .store
@@ -73,7 +71,7 @@ pub(crate) async fn quarantine_and_delete(ctx: &TopicContext, topic: &str, fb: &
             r
         }
         None => {
-            let mut r = fb.record(&ctx.mirror.name, "quarantining", String::new());
+            let mut r = fb.record(&ctx.mirror.name, "quarantining");
             r.quarantine_topic = format!("{QUARANTINE_PREFIX}{}.{topic}", r.at_ms);
             if r.quarantine_topic.len() > MAX_TOPIC_NAME {
                 return Err(MirrorError::Failback {
@@ -110,8 +108,7 @@ pub(crate) async fn quarantine_and_delete(ctx: &TopicContext, topic: &str, fb: &
     }
     delete_topic(ctx, topic).await?;
     rec.phase = "restoring".into();
-    ctx.store.put_record(&key(topic), &rec).await?;
-    Ok(rec)
+    ctx.store.put_record(&key(topic), &rec).await
 }
 
 /// Creates the quarantine topic (kept forever, timestamps as written), or finds it created.
